@@ -1,0 +1,1 @@
+"""Links between pubmesh nodes: routes within a cluster and gateways between clusters."""

@@ -1,0 +1,1 @@
+"""One pubmesh broker process: client connections, accounts, monitoring and the command line."""

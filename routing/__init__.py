@@ -1,0 +1,41 @@
+"""pubmesh's routing core: subject tries, remote interest, interest tracking and forwarding rules.
+
+Pure, synchronous and free of I/O, so every rule here can be tested exhaustively in isolation; the
+node and cluster packages wire it to sockets.
+"""
+
+from routing.forwarding import DeliveryPlan, Origin, plan_delivery
+from routing.interest import InterestChange, InterestTracker
+from routing.remote import RemoteEntry, RemoteInterest, RemoteMatch
+from routing.stats import SubListStats
+from routing.subjects import (
+    InvalidSubjectError,
+    is_valid_literal_subject,
+    is_valid_subject,
+    subject_is_literal,
+    subject_matches,
+    tokenize,
+)
+from routing.sublist import SubList, SubListResult
+from routing.subscription import Subscription
+
+__all__ = [
+    "DeliveryPlan",
+    "InterestChange",
+    "InterestTracker",
+    "InvalidSubjectError",
+    "Origin",
+    "RemoteEntry",
+    "RemoteInterest",
+    "RemoteMatch",
+    "SubList",
+    "SubListResult",
+    "SubListStats",
+    "Subscription",
+    "is_valid_literal_subject",
+    "is_valid_subject",
+    "plan_delivery",
+    "subject_is_literal",
+    "subject_matches",
+    "tokenize",
+]

@@ -1,0 +1,246 @@
+"""What peers told us they want: interest learned over links, keyed by (link, account, subject, queue).
+
+Each account's remote interest lives in its own ``SubjectTrie``, so asking "which links want this
+subject?" costs what a local match costs, however many remote entries there are. Each link also
+keeps its own index of what it announced (the way Redis keeps each client's own channel set), so
+dropping a link, or one account's slice of a link, touches only that slice.
+
+Interest is binary per (link, account, subject) for plain interest, which makes a repeated RS+
+harmless; queue interest carries a weight (the far side's member count) that a repeated RS+ updates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+from routing.stats import SubListStats
+from routing.subscription import Subscription
+from routing.trie import Groups, SubjectTrie
+
+__all__ = ["RemoteEntry", "RemoteInterest", "RemoteMatch"]
+
+L = TypeVar("L", bound=Hashable)
+
+_NO_QUEUES: Mapping[str, Any] = MappingProxyType({})
+
+
+@attrs.frozen(slots=True)
+class RemoteMatch(Generic[L]):
+    """Which links lead to interest in a subject.
+
+    Attributes:
+        links: links with plain interest, each once, in the order their interest was learned.
+        queues: queue name -> ``(link, weight)`` pairs; a link's weight is the sum over all its
+            matching patterns, i.e. how many members of the group it stands for.
+    """
+
+    links: tuple[L, ...] = ()
+    queues: Mapping[str, tuple[tuple[L, int], ...]] = _NO_QUEUES
+
+    @property
+    def fanout(self) -> int:
+        return len(self.links) + len(self.queues)
+
+    def __bool__(self) -> bool:
+        return bool(self.links or self.queues)
+
+
+@attrs.frozen(slots=True)
+class RemoteEntry(Generic[L]):
+    """One piece of remote interest, as a snapshot or a monitoring endpoint lists it."""
+
+    link: L
+    account: str
+    subject: str
+    queue: str | None
+    weight: int
+
+
+_EMPTY_MATCH: RemoteMatch[Any] = RemoteMatch()
+
+
+def _build(plain: list[Subscription], queues: Groups) -> RemoteMatch[Any]:
+    links = tuple({sub.owner: None for sub in plain})
+    groups: dict[str, tuple[tuple[Any, int], ...]] = {}
+    for name, members in queues.items():
+        weights: dict[Any, int] = {}
+        for sub in members:
+            weights[sub.owner] = weights.get(sub.owner, 0) + sub.weight
+        groups[name] = tuple(weights.items())
+    return RemoteMatch(links, MappingProxyType(groups) if groups else _NO_QUEUES)
+
+
+# link's slice: account -> (subject, queue) -> the entry stored in that account's trie
+_Slice = dict[str, dict[tuple[str, str | None], Subscription]]
+
+
+class RemoteInterest(Generic[L]):
+    """Remote interest of every account, indexed for matching and for dropping a link's slice.
+
+    Links are any hashable value that names where interest came from (a route or gateway
+    connection object, a server id).
+    """
+
+    __slots__ = ("_accounts", "_by_link", "_cache", "_count", "_genid")
+
+    def __init__(self, *, cache: bool = True) -> None:
+        self._cache = cache
+        self._accounts: dict[str, SubjectTrie[RemoteMatch[L]]] = {}
+        self._by_link: dict[L, _Slice] = {}
+        self._count = 0
+        self._genid = 0
+
+    def apply_remote_sub(
+        self,
+        link: L,
+        account: str,
+        subject: str,
+        queue: str | None = None,
+        weight: int = 1,
+        remove: bool = False,
+    ) -> bool:
+        """Record an RS+ (or with ``remove``, an RS-) from ``link``; return whether anything changed.
+
+        A plain add that is already known changes nothing; a queue add that is already known sets
+        the new weight. Removing unknown interest changes nothing.
+
+        Raises:
+            InvalidSubjectError: ``subject`` breaks the token rules (on add).
+            ValueError: a queue add with a weight below 1.
+        """
+        if remove:
+            return self._remove(link, account, subject, queue)
+        if queue is None:
+            weight = 1
+        elif weight < 1:
+            raise ValueError(f"queue weight must be at least 1, not {weight}")
+        key = (subject, queue)
+        entries = self._by_link.get(link, {}).get(account)
+        known = entries.get(key) if entries is not None else None
+        if known is not None:
+            if known.weight == weight:
+                return False
+            known.weight = weight
+            self._accounts[account].invalidate(subject)
+            self._genid += 1
+            return True
+        trie = self._accounts.get(account)
+        if trie is None:
+            trie = SubjectTrie(_build, _EMPTY_MATCH, cache=self._cache)
+        sub = Subscription(subject, queue, owner=link, weight=weight)
+        trie.insert(sub)  # validates before anything is recorded
+        self._accounts[account] = trie
+        self._by_link.setdefault(link, {}).setdefault(account, {})[key] = sub
+        self._count += 1
+        self._genid += 1
+        return True
+
+    def update_remote_qsub(self, link: L, account: str, subject: str, queue: str, weight: int) -> None:
+        """Set the weight of queue interest already known from ``link``.
+
+        Raises:
+            KeyError: no such queue interest from that link.
+            ValueError: a weight below 1 (withdraw the interest instead).
+        """
+        if weight < 1:
+            raise ValueError(f"queue weight must be at least 1, not {weight}")
+        sub = self._by_link[link][account][(subject, queue)]
+        if sub.weight != weight:
+            sub.weight = weight
+            self._accounts[account].invalidate(subject)
+            self._genid += 1
+
+    def _remove(self, link: L, account: str, subject: str, queue: str | None) -> bool:
+        slices = self._by_link.get(link)
+        if slices is None:
+            return False
+        entries = slices.get(account)
+        sub = entries.pop((subject, queue), None) if entries is not None else None
+        if entries is None or sub is None:
+            return False
+        self._accounts[account].remove(sub)
+        self._count -= 1
+        self._genid += 1
+        if not entries:
+            self._forget(link, slices, account)
+        return True
+
+    def remove_remote_subs(self, link: L) -> int:
+        """Drop everything ``link`` announced (it went away); return how many entries went."""
+        slices = self._by_link.pop(link, None)
+        if slices is None:
+            return 0
+        return sum(self._drop(account, entries) for account, entries in slices.items())
+
+    def remove_remote_subs_for_account(self, link: L, account: str) -> int:
+        """Drop what ``link`` announced for one account; return how many entries went."""
+        slices = self._by_link.get(link)
+        entries = slices.get(account) if slices is not None else None
+        if slices is None or entries is None:
+            return 0
+        self._forget(link, slices, account)
+        return self._drop(account, entries)
+
+    def _drop(self, account: str, entries: dict[tuple[str, str | None], Subscription]) -> int:
+        trie = self._accounts[account]
+        removed = trie.remove_batch(entries.values())
+        if not len(trie):
+            del self._accounts[account]
+        self._count -= removed
+        self._genid += 1
+        return removed
+
+    def _forget(self, link: L, slices: _Slice, account: str) -> None:
+        del slices[account]
+        if not slices:
+            del self._by_link[link]
+        trie = self._accounts.get(account)
+        if trie is not None and not len(trie):
+            del self._accounts[account]
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def has_remote_interest(self, account: str, subject: str) -> bool:
+        """Whether any link wants ``subject`` in ``account``."""
+        trie = self._accounts.get(account)
+        return trie is not None and trie.has_interest(subject)
+
+    def match_remote(self, account: str, subject: str) -> RemoteMatch[L]:
+        """Links with plain interest in ``subject`` and queue groups with their weights per link."""
+        trie = self._accounts.get(account)
+        if trie is None:
+            return _EMPTY_MATCH
+        return trie.match(subject)
+
+    @property
+    def genid(self) -> int:
+        """A number that grows with every change, in any account (tries come and go with accounts,
+        so their own counters could repeat a value; this one never does)."""
+        return self._genid
+
+    def __len__(self) -> int:
+        return self._count
+
+    def links(self) -> list[L]:
+        """Links that currently hold interest."""
+        return list(self._by_link)
+
+    def count(self, link: L) -> int:
+        """How many entries ``link`` holds."""
+        return sum(len(entries) for entries in self._by_link.get(link, {}).values())
+
+    def entries(self, link: L | None = None) -> Iterator[RemoteEntry[L]]:
+        """Every entry, or those of one link, for snapshots, monitoring and convergence checks."""
+        links = [link] if link is not None else list(self._by_link)
+        for each in links:
+            for account, entries in self._by_link.get(each, {}).items():
+                for (subject, queue), sub in entries.items():
+                    yield RemoteEntry(each, account, subject, queue, sub.weight)
+
+    def stats(self) -> SubListStats:
+        """Trie counters summed over accounts."""
+        return SubListStats.combine(trie.stats() for trie in self._accounts.values())

@@ -1,0 +1,38 @@
+"""The record every trie stores: one subscription, local or remote."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = ["Subscription"]
+
+
+@attrs.define(eq=False, slots=True)
+class Subscription:
+    """One interest in a subject, optionally as a member of a queue group.
+
+    Identity-hashed: two subscriptions on the same subject are two subscriptions, and a trie can hold
+    both. The routing core reads only ``subject``, ``queue`` and ``weight``; the other fields belong to
+    whoever owns the subscription (a client connection keeps its ``sid`` and auto-unsubscribe counters
+    here so the publish path needs no second lookup).
+
+    Attributes:
+        subject: the subject or wildcard pattern.
+        queue: the queue group name, or None for a plain subscription.
+        sid: the owner's identifier for it (a NATS client's subscription id).
+        owner: what takes deliveries for it: a connection, a link, an internal consumer.
+        weight: how many members this entry stands for; remote queue interest carries the far
+            side's member count here. Local subscriptions are always 1.
+        max_msgs: deliveries after which the owner drops it (0: no limit).
+        delivered: deliveries so far, for ``max_msgs``.
+    """
+
+    subject: str
+    queue: str | None = None
+    sid: str = ""
+    owner: Any = None
+    weight: int = 1
+    max_msgs: int = 0
+    delivered: int = 0
