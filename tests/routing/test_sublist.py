@@ -5,7 +5,7 @@ Every case runs with and without the match cache, as nats-server runs its ``...N
 
 import pytest
 
-from routing import InvalidSubjectError, SubList, SubListResult, Subscription
+from routing import InvalidSubjectError, SubList, SubListResult, SubListStats, Subscription
 
 
 @pytest.fixture(params=[True, False], ids=["cache", "nocache"])
@@ -397,3 +397,19 @@ def test_iteration_lists_every_subscription(sl: SubList) -> None:
     for sub in all_subs:
         sl.insert(sub)
     assert set(sl) == set(all_subs)
+
+
+def test_combined_stats_reweight_rates() -> None:
+    # TestSublistAddCacheHitRate: 4 matches, the first a miss, is 0.75; two such lists still 0.75.
+    lists = [SubList(), SubList()]
+    for sl in lists:
+        sl.insert(Subscription("foo"))
+        for _ in range(4):
+            sl.match("foo")
+    assert lists[0].stats().cache_hit_rate == 0.75
+    total = SubListStats.combine(sl.stats() for sl in lists)
+    assert total.cache_hit_rate == 0.75
+    assert total.num_matches == 8
+    assert total.num_subscriptions == 2
+    idle = SubList()
+    assert SubListStats.combine([lists[0].stats(), idle.stats()]).cache_hit_rate == 0.75
