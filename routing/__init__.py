@@ -14,6 +14,7 @@ from routing.subjects import (
     is_valid_subject,
     subject_is_literal,
     subject_matches,
+    subjects_collide,
     tokenize,
 )
 from routing.sublist import SubList, SubListResult
@@ -37,5 +38,6 @@ __all__ = [
     "plan_delivery",
     "subject_is_literal",
     "subject_matches",
+    "subjects_collide",
     "tokenize",
 ]

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Collection, Hashable, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar
 
-from routing.remote import RemoteMatch
+from routing.remote import EMPTY_MATCH, RemoteMatch
 from routing.sublist import SubListResult
 from routing.subscription import Subscription
 
@@ -32,7 +33,8 @@ __all__ = ["DeliveryPlan", "Origin", "plan_delivery"]
 
 L = TypeVar("L", bound=Hashable)
 
-_NO_REMOTE: RemoteMatch[Any] = RemoteMatch()
+_NO_REMOTE: RemoteMatch[Any] = EMPTY_MATCH
+_NO_LINKS: Mapping[Any, tuple[str, ...]] = MappingProxyType({})
 
 
 class Origin(enum.Enum):
@@ -46,17 +48,13 @@ class Origin(enum.Enum):
     """Another cluster."""
 
 
-class DeliveryPlan(NamedTuple, Generic[L]):
-    """What to do with one message (a tuple, because one is built per message).
+DeliveryPlan = tuple[Sequence[Subscription], Mapping[L, tuple[str, ...]]]
+"""What to do with one message: ``(local, links)``.
 
-    Attributes:
-        local: local subscriptions to deliver to, queue picks included.
-        links: links that get one copy each, with the queue groups the far side must serve
-            (an empty tuple: its plain subscribers only).
-    """
-
-    local: Sequence[Subscription]
-    links: dict[L, tuple[str, ...]]
+``local`` are the local subscriptions to deliver to, queue picks included; ``links`` maps each link
+that gets one copy to the queue groups the far side must serve (an empty tuple: its plain
+subscribers only). A plain tuple, because one is built per message and unpacked at once.
+"""
 
 
 def plan_delivery(
@@ -87,6 +85,8 @@ def plan_delivery(
     if origin is not Origin.CLIENT:
         routes = _NO_REMOTE if origin is Origin.ROUTE else routes
         gateways = _NO_REMOTE
+    if routes is _NO_REMOTE and gateways is _NO_REMOTE and not local.queues and exclude is None:
+        return local.plain, _NO_LINKS  # a single node's everyday case, kept cheap
     plain: Sequence[Subscription] = local.plain
     if exclude is not None and plain:
         plain = [sub for sub in plain if sub.owner is not exclude]
@@ -94,7 +94,7 @@ def plan_delivery(
     for link in gateways.links:
         links[link] = ()
     if not local.queues and not routes.queues and not gateways.queues:
-        return DeliveryPlan(plain, links)
+        return plain, links
 
     picked: list[Subscription] = []
     served: set[str] = set()
@@ -115,7 +115,7 @@ def plan_delivery(
             _add_queue(links, _preferred(remote, gateway_order), name)
     if picked:
         plain = [*plain, *picked]
-    return DeliveryPlan(plain, links)
+    return plain, links
 
 
 def _serve(

@@ -21,7 +21,7 @@ from routing.stats import SubListStats
 from routing.subscription import Subscription
 from routing.trie import Groups, SubjectTrie
 
-__all__ = ["RemoteEntry", "RemoteInterest", "RemoteMatch"]
+__all__ = ["EMPTY_MATCH", "RemoteEntry", "RemoteInterest", "RemoteMatch"]
 
 L = TypeVar("L", bound=Hashable)
 
@@ -60,7 +60,8 @@ class RemoteEntry(Generic[L]):
     weight: int
 
 
-_EMPTY_MATCH: RemoteMatch[Any] = RemoteMatch()
+EMPTY_MATCH: RemoteMatch[Any] = RemoteMatch()
+"""The one result for "no link wants it"."""
 
 
 def _build(plain: list[Subscription], queues: Groups) -> RemoteMatch[Any]:
@@ -130,7 +131,7 @@ class RemoteInterest(Generic[L]):
             return True
         trie = self._accounts.get(account)
         if trie is None:
-            trie = SubjectTrie(_build, _EMPTY_MATCH, cache=self._cache)
+            trie = SubjectTrie(_build, EMPTY_MATCH, cache=self._cache)
         sub = Subscription(subject, queue, owner=link, weight=weight)
         trie.insert(sub)  # validates before anything is recorded
         self._accounts[account] = trie
@@ -213,7 +214,7 @@ class RemoteInterest(Generic[L]):
         """Links with plain interest in ``subject`` and queue groups with their weights per link."""
         trie = self._accounts.get(account)
         if trie is None:
-            return _EMPTY_MATCH
+            return EMPTY_MATCH
         return trie.match(subject)
 
     @property

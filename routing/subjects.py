@@ -20,6 +20,7 @@ __all__ = [
     "is_valid_subject",
     "subject_is_literal",
     "subject_matches",
+    "subjects_collide",
     "tokenize",
 ]
 
@@ -90,3 +91,25 @@ def subject_matches(pattern: str, subject: str) -> bool:
         if ptok != PWC and ptok != stoks[i]:
             return False
     return len(ptoks) == len(stoks)
+
+
+def subjects_collide(a: str, b: str) -> bool:
+    """Whether some literal subject could match both patterns (e.g. ``foo.*`` and ``*.bar``).
+
+    Used to decide whether a wildcard subscription can overlap a denied subject, in which case its
+    deliveries must be filtered one by one.
+    """
+    if not is_valid_subject(a) or not is_valid_subject(b):
+        return False
+    ta, tb = a.split(SEP), b.split(SEP)
+    for i in range(max(len(ta), len(tb))):
+        x = ta[i] if i < len(ta) else None
+        y = tb[i] if i < len(tb) else None
+        if x == FWC or y == FWC:
+            # The other pattern must still have a token here for `>` to cover it.
+            return x is not None and y is not None
+        if x is None or y is None:
+            return False
+        if x != PWC and y != PWC and x != y:
+            return False
+    return True

@@ -31,7 +31,7 @@ class Subscription:
 
     subject: str
     queue: str | None = None
-    sid: str = ""
+    sid: bytes = b""
     owner: Any = None
     weight: int = 1
     max_msgs: int = 0

@@ -137,12 +137,12 @@ class SubjectTrie(Generic[R]):
         "_cache",
         "_count",
         "_empty",
-        "_genid",
         "_hits",
         "_inserts",
         "_matches",
         "_removes",
         "_root",
+        "genid",
     )
 
     def __init__(self, build: Builder[R], empty: R, *, cache: bool = True) -> None:
@@ -151,7 +151,9 @@ class SubjectTrie(Generic[R]):
         self._root = _Node("", None)
         self._cache: dict[str, R] | None = {} if cache else None
         self._count = 0
-        self._genid = 0
+        self.genid = 0
+        """A number that grows with every change to what the trie would match (read it, never
+        write it: callers keeping caches of results compare it to know when theirs went stale)."""
         self._inserts = 0
         self._removes = 0
         self._matches = 0
@@ -218,7 +220,7 @@ class SubjectTrie(Generic[R]):
         if removed:
             self._count -= removed
             self._removes += removed
-            self._genid += 1
+            self.genid += 1
             if self._cache is not None:
                 self._cache.clear()
         return removed
@@ -228,7 +230,7 @@ class SubjectTrie(Generic[R]):
 
         Remote interest calls this after changing a stored subscription's weight.
         """
-        self._genid += 1
+        self.genid += 1
         cache = self._cache
         if cache:
             if PWC in subject or FWC in subject:
@@ -348,11 +350,6 @@ class SubjectTrie(Generic[R]):
                 stack.append(node.pwc)
             if node.fwc is not None:
                 stack.append(node.fwc)
-
-    @property
-    def genid(self) -> int:
-        """A number that grows with every change to what the trie would match."""
-        return self._genid
 
     def depth(self) -> int:
         """Levels in use below the root: 0 when empty, so tests can see pruning happen."""

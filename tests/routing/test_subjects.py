@@ -10,6 +10,7 @@ from routing import (
     is_valid_subject,
     subject_is_literal,
     subject_matches,
+    subjects_collide,
     tokenize,
 )
 
@@ -128,3 +129,34 @@ def test_full_wildcard_covers_every_extension(prefix: list[str], tail: list[str]
     if is_valid_subject(pattern):
         assert subject_matches(pattern, subject)
         assert not subject_matches(pattern, ".".join(prefix))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "collide"),
+    [
+        # TestSublistSubjectCollide
+        ("foo.*", "foo.*.bar.>", False),
+        ("foo.*.bar.>", "foo.*", False),
+        ("foo.*", "foo.foo", True),
+        ("foo.*", "*.foo", True),
+        ("foo.bar.>", "*.bar.foo", True),
+        ("foo.>", "foo", False),
+        (">", "foo", True),
+        ("foo.bar", "foo.baz", False),
+        ("foo..bar", "foo.*.bar", False),
+    ],
+)
+def test_subjects_collide(a: str, b: str, collide: bool) -> None:
+    assert subjects_collide(a, b) is collide
+    assert subjects_collide(b, a) is collide
+
+
+@given(
+    st.lists(TOKENS, min_size=1, max_size=4),
+    st.lists(TOKENS, min_size=1, max_size=4),
+    st.lists(st.sampled_from(["a", "b", "c", "foo*"]), min_size=1, max_size=5),
+)
+def test_a_subject_matching_both_means_they_collide(a: list[str], b: list[str], s: list[str]) -> None:
+    pa, pb, subject = ".".join(a), ".".join(b), ".".join(s)
+    if subject_matches(pa, subject) and subject_matches(pb, subject):
+        assert subjects_collide(pa, pb)

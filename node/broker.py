@@ -1,0 +1,182 @@
+"""What a node knows and does, without I/O: accounts, connections, and the one publish path.
+
+Every message, whatever brought it in (a NATS client, a route, a gateway, an internal publisher),
+enters ``Broker.publish`` in one shape: account, subject, reply, headers, payload and origin. Whatever
+can take a delivery (a client connection, an internal consumer) implements ``Subscriber``; the
+broker neither knows nor cares which protocol it speaks. Adding a front door therefore never touches
+the NATS codec, and a new kind of subscriber never touches the publish path.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import os
+import random
+import time
+from collections.abc import Collection, Iterator
+from typing import Protocol
+
+from node.accounts import DEFAULT_ACCOUNT, Account
+from node.auth import Authenticator
+from node.config import Config
+from routing import Origin, Subscription, plan_delivery
+
+__all__ = ["VERSION", "Broker", "Subscriber"]
+
+VERSION = "0.1.0"
+"""pubmesh's version, reported in INFO and /varz (semver, which NATS clients parse)."""
+
+CLOSED_KEPT = 10_000
+"""Closed connections remembered for ``/connz?state=closed`` (nats-server's MaxClosedClients)."""
+
+
+class Subscriber(Protocol):
+    """Anything that can take a delivery for one of its subscriptions."""
+
+    def deliver(
+        self,
+        sub: Subscription,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> bool:
+        """Take one message; False if it was not delivered (closed, filtered, over its max)."""
+        ...
+
+
+class Client(Subscriber, Protocol):
+    """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
+
+    cid: int
+    in_msgs: int
+    in_bytes: int
+    out_msgs: int
+    out_bytes: int
+
+    def close(self, reason: str) -> None: ...
+
+
+def new_server_id() -> str:
+    """A 56-character id shaped like nats-server's (an 'N' and base32), unique per process start."""
+    return "N" + base64.b32encode(os.urandom(35)).decode()[:55]
+
+
+class Broker:
+    """The state of one node and its publish path.
+
+    Args:
+        config: the node's configuration.
+        rng: where queue-group picks come from (seed it to make a run reproducible).
+    """
+
+    def __init__(self, config: Config, *, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.server_id = new_server_id()
+        self.server_name = config.server_name or self.server_id
+        self.start_ns = time.time_ns()
+        self.rng = rng or random.Random()
+        self.auth = Authenticator(config)
+        self.accounts: dict[str, Account] = {DEFAULT_ACCOUNT: Account(DEFAULT_ACCOUNT)}
+        for account in config.accounts:
+            self.accounts.setdefault(account.name, Account(account.name))
+        self.clients: dict[int, Client] = {}
+        self.closed: collections.deque[Client] = collections.deque(maxlen=CLOSED_KEPT)
+        self._next_cid = 0
+        self.total_connections = 0
+        self.slow_consumers = 0
+        self.stale_connections = 0
+        # Traffic of connections that have closed, so totals survive them.
+        self._closed_traffic = [0, 0, 0, 0]
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def next_cid(self) -> int:
+        self._next_cid += 1
+        return self._next_cid
+
+    def at_connection_limit(self) -> bool:
+        return len(self.clients) >= self.config.max_connections
+
+    def add_client(self, client: Client) -> None:
+        self.clients[client.cid] = client
+        self.total_connections += 1
+
+    def remove_client(self, client: Client) -> None:
+        if self.clients.pop(client.cid, None) is not None:
+            self.closed.append(client)
+            traffic = self._closed_traffic
+            traffic[0] += client.in_msgs
+            traffic[1] += client.in_bytes
+            traffic[2] += client.out_msgs
+            traffic[3] += client.out_bytes
+
+    def traffic(self) -> tuple[int, int, int, int]:
+        """Messages and bytes in and out since start: (in_msgs, in_bytes, out_msgs, out_bytes)."""
+        totals = list(self._closed_traffic)
+        for client in self.clients.values():
+            totals[0] += client.in_msgs
+            totals[1] += client.in_bytes
+            totals[2] += client.out_msgs
+            totals[3] += client.out_bytes
+        return totals[0], totals[1], totals[2], totals[3]
+
+    def account(self, name: str) -> Account:
+        """The account called ``name``, created on first use."""
+        account = self.accounts.get(name)
+        if account is None:
+            account = self.accounts[name] = Account(name)
+        return account
+
+    # -- interest --------------------------------------------------------------------------------
+
+    def subscribe(self, account: Account, sub: Subscription) -> None:
+        """Add a local subscription.
+
+        Raises:
+            InvalidSubjectError: its subject breaks the token rules.
+        """
+        account.sublist.insert(sub)
+
+    def unsubscribe(self, account: Account, subs: Collection[Subscription]) -> None:
+        """Remove local subscriptions (one, or all of a closing connection's)."""
+        if len(subs) == 1:
+            for sub in subs:
+                account.sublist.remove(sub)
+        else:
+            account.sublist.remove_batch(subs)
+
+    def subscriptions(self) -> Iterator[tuple[Account, Subscription]]:
+        for account in self.accounts.values():
+            for sub in account.sublist:
+                yield account, sub
+
+    # -- the publish path ------------------------------------------------------------------------
+
+    def publish(
+        self,
+        account: Account,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        exclude: object = None,
+        origin: Origin = Origin.CLIENT,
+        queues: Collection[str] = (),
+    ) -> bool:
+        """Deliver one message to everyone interested in it; return whether anyone took it.
+
+        Args:
+            exclude: an owner whose subscriptions must not receive it (a publisher with echo off).
+            queues: for a message from another node, the queue groups it asked this node to serve.
+        """
+        result = account.match(subject)
+        if not result.plain and not result.queues:
+            return False
+        local, _ = plan_delivery(origin, result, self.rng, queues=queues, exclude=exclude)
+        delivered = False
+        for sub in local:
+            if sub.owner.deliver(sub, subject, reply, headers, payload):
+                delivered = True
+        return delivered

@@ -1,0 +1,454 @@
+"""One NATS client connection's protocol logic, without I/O.
+
+``receive_data`` takes bytes from the socket and acts on every complete operation; what must go back
+to the client accumulates in ``outbound``, and ``closing`` says when (and why) the connection must
+end. The trio adapter in ``node.server`` moves the bytes and runs the timers; everything a client
+can observe is decided here, so it can be tested by feeding bytes and reading bytes.
+
+Behaviour follows nats-server's, because clients depend on it: which errors close the connection,
+the exact ``-ERR`` texts, verbose/pedantic defaulting to on until CONNECT says otherwise, options
+left out of CONNECT keeping their value, and the 503 no-responders reply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from node.accounts import Account
+from node.broker import VERSION, Broker
+from node.config import UserConfig
+from node.permissions import PermissionSet
+from node.protocol import (
+    ClientOpParser,
+    Connect,
+    Err,
+    Ping,
+    Pong,
+    ProtocolError,
+    PubBatch,
+    PubMsg,
+    Sub,
+    Unsub,
+)
+from node.protocol import writer as w
+from routing import InvalidSubjectError, Subscription
+
+__all__ = ["ClientConnection", "Reason"]
+
+
+class Reason:
+    """Why a connection closed, in nats-server's words (``/connz`` shows them)."""
+
+    CLIENT_CLOSED = "Client Closed"
+    PROTOCOL_VIOLATION = "Protocol Violation"
+    AUTH_VIOLATION = "Authentication Failure"
+    AUTH_TIMEOUT = "Authentication Timeout"
+    STALE = "Stale Connection"
+    SLOW_PENDING = "Slow Consumer (Pending Bytes)"
+    SLOW_DEADLINE = "Slow Consumer (Write Deadline)"
+    MAX_PAYLOAD = "Maximum Payload Exceeded"
+    MAX_CONTROL_LINE = "Maximum Control Line Exceeded"
+    MAX_CONNECTIONS = "Maximum Connections Exceeded"
+    SHUTDOWN = "Server Shutdown"
+    READ_ERROR = "Read Error"
+    WRITE_ERROR = "Write Error"
+
+
+AUTH_VIOLATION = "Authorization Violation"
+INVALID_SUBJECT = "Invalid Subject"
+INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"
+MAX_SUBS_EXCEEDED = "maximum subscriptions exceeded"
+_RESERVED_REPLIES = (b"_R_.", b"$JS.ACK.", b"_GR_.")
+
+
+def _is_literal(subject: bytes) -> bool:
+    """A valid publish subject, checked on the bytes (pedantic mode) to avoid decoding."""
+    tokens = subject.split(b".")
+    return b"" not in tokens and b"*" not in tokens and b">" not in tokens
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "surrogateescape")
+
+
+class ClientConnection:
+    """The protocol state of one client connection.
+
+    Args:
+        broker: the node it belongs to.
+        cid: its connection id (``client_id`` in INFO, ``cid`` in /connz).
+        host, port: the peer's address, for INFO and /connz.
+        wake: called when ``outbound`` gains data or the connection starts closing, so the I/O
+            side knows to write; called at most once until ``take_output``.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        cid: int,
+        *,
+        host: str = "",
+        port: int = 0,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        config = broker.config
+        self.broker = broker
+        self.cid = cid
+        self.host = host
+        self.port = port
+        self._wake = wake
+        self._woken = False
+        self.parser = ClientOpParser(
+            max_control_line=config.max_control_line, max_payload=config.max_payload
+        )
+        self.outbound = bytearray()
+        self.closing: str | None = None
+        self.max_pending = config.max_pending
+        # Options in force before CONNECT are nats-server's defaults.
+        self.options: dict[str, Any] = {"verbose": True, "pedantic": True, "echo": True}
+        self.verbose = self.pedantic = self.echo = True
+        self.headers = self.no_responders = False
+        # Until CONNECT, a client is anonymous, or the configured no_auth_user, or (when
+        # credentials are required) nobody at all, allowed nothing but CONNECT.
+        self.user: UserConfig | None = broker.auth.authenticate({})
+        self.awaiting_connect = self.user is None
+        self.connected = False
+        self.account: Account = broker.account(self.user.account if self.user else "$G")
+        self.perms: PermissionSet | None = (
+            PermissionSet(self.user.permissions) if self.user and self.user.permissions else None
+        )
+        self.subs: dict[bytes, Subscription] = {}
+        self._deny_filtered: set[Subscription] = set()
+        # Monitoring.
+        self.start_ns = self.last_activity_ns = time.time_ns()
+        self.stop_ns = 0
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.rtt_ns = 0
+        self.pings_out = 0
+        self.last_ping_sent = 0.0
+        self.active_since_ping = False
+
+    # -- input -----------------------------------------------------------------------------------
+
+    def greeting(self) -> None:
+        """Queue the INFO a client expects as the very first line."""
+        self._send(w.info(self.info()))
+
+    def info(self) -> dict[str, Any]:
+        broker = self.broker
+        config = broker.config
+        fields: dict[str, Any] = {
+            "server_id": broker.server_id,
+            "server_name": broker.server_name,
+            "version": VERSION,
+            "proto": 1,
+            "go": "python",
+            "host": config.host,
+            "port": config.port,
+            "headers": True,
+            "max_payload": config.max_payload,
+            "client_id": self.cid,
+            "client_ip": self.host,
+        }
+        if self.awaiting_connect:
+            fields["auth_required"] = True
+        return fields
+
+    def receive_data(self, data: bytes) -> None:
+        """Act on every complete operation in what the client sent so far."""
+        if self.closing:  # (a truth test, so the checks below are not narrowed away)
+            return
+        self.last_activity_ns = time.time_ns()
+        self.parser.receive_data(data)
+        try:
+            for event in self.parser.events():
+                kind = type(event)
+                if kind is PubBatch:
+                    self._publish(event.messages)  # type: ignore[union-attr]
+                elif self.awaiting_connect and kind is not Connect:
+                    self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+                elif kind is Sub:
+                    self._sub(event)  # type: ignore[arg-type]
+                elif kind is Unsub:
+                    self._unsub(event)  # type: ignore[arg-type]
+                elif kind is Ping:
+                    self.active_since_ping = True
+                    self._send(w.PONG)
+                elif kind is Pong:
+                    self.pings_out = 0
+                    if self.last_ping_sent:
+                        self.rtt_ns = int((time.monotonic() - self.last_ping_sent) * 1e9)
+                elif kind is Connect:
+                    self._connect(event)  # type: ignore[arg-type]
+                elif kind is Err:
+                    self.close(Reason.PROTOCOL_VIOLATION)
+                # INFO and +OK from a client are tolerated and ignored.
+                if self.closing is not None:
+                    return
+        except ProtocolError as exc:
+            reason = {
+                "maximum control line exceeded": Reason.MAX_CONTROL_LINE,
+                "Maximum Payload Violation": Reason.MAX_PAYLOAD,
+            }.get(exc.message or "", Reason.PROTOCOL_VIOLATION)
+            self._fail(exc.message, reason)
+
+    def _connect(self, event: Connect) -> None:
+        options = {**self.options, **event.options}
+        user = self.broker.auth.authenticate(options)
+        if user is None or options.get("account") or options.get("new_account"):
+            self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+            return
+        protocol = options.get("protocol", 0)
+        if not isinstance(protocol, int) or not 0 <= protocol <= 1:
+            self._fail("invalid client protocol", Reason.PROTOCOL_VIOLATION)
+            return
+        headers = bool(options.get("headers"))
+        no_responders = bool(options.get("no_responders"))
+        if no_responders and not headers:
+            self._fail("no responders requires headers support", Reason.PROTOCOL_VIOLATION)
+            return
+        if self.connected and self.subs:
+            # A repeated CONNECT starts afresh (nats-server 2.14 and later).
+            self._drop_subs(list(self.subs.values()))
+        self.options = options
+        self.verbose = bool(options.get("verbose"))
+        self.pedantic = bool(options.get("pedantic"))
+        self.echo = bool(options.get("echo", True))
+        self.headers, self.no_responders = headers, no_responders
+        self.user = user
+        self.account = self.broker.account(user.account)
+        self.perms = PermissionSet(user.permissions) if user.permissions else None
+        self.awaiting_connect = False
+        self.connected = True
+        if self.verbose:
+            self._send(w.OK)
+
+    def _publish(self, messages: list[PubMsg]) -> None:
+        """Publish a run of PUBs. The loop is the hot path: per-message checks that the client's
+        options make unnecessary are skipped wholesale."""
+        if self.awaiting_connect:
+            self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+            return
+        self.active_since_ping = True
+        publish = self.broker.publish
+        account = self.account
+        exclude = None if self.echo else self
+        careful = self.verbose or self.pedantic or self.perms is not None
+        count = size = 0
+        for subject, reply, payload, headers in messages:
+            count += 1
+            if headers is None:
+                size += len(payload)
+            elif self.headers:
+                size += len(headers) + len(payload)
+            else:
+                self.close(Reason.PROTOCOL_VIOLATION)  # HPUB without headers: no -ERR, as there
+                break
+            # Subjects starting "_" may be reserved; replies always need a look.
+            if (careful or reply or subject[:1] == b"_") and not self._may_publish(subject, reply):
+                continue
+            delivered = publish(account, subject, reply, headers, payload, exclude)
+            if not delivered and reply and self.no_responders:
+                self._no_responders(subject, reply)
+            if self.closing is not None:
+                break
+        self.in_msgs += count
+        self.in_bytes += size
+
+    def _may_publish(self, subject: bytes, reply: bytes | None) -> bool:
+        """The per-message checks nats-server makes before delivering; sends any -ERR itself."""
+        if self.pedantic and not _is_literal(subject):
+            self._error(INVALID_PUBLISH_SUBJECT)  # and the message still goes out, as there
+        if subject.startswith(b"_GR_.") and len(subject) > 5:
+            self._error(f'Permissions Violation for Publish to "{_text(subject)}"')
+            return False
+        if reply and reply.startswith(_RESERVED_REPLIES):
+            self._error(f'Permissions Violation for Publish with Reply of "{_text(reply)}"')
+            return False
+        if self.perms is not None and not self.perms.can_publish(subject):
+            self._error(f'Permissions Violation for Publish to "{_text(subject)}"')
+            return False
+        if self.verbose:
+            self._send(w.OK)
+        return True
+
+    def _no_responders(self, subject: bytes, reply: bytes) -> None:
+        """Tell a requester at once that nobody is listening (a 503 status on its reply sub)."""
+        result = self.account.match(reply)
+        for sub in result.plain:
+            if sub.owner is self:
+                block = b"NATS/1.0 503\r\nNats-Subject: %b\r\n\r\n" % subject
+                self._send(
+                    b"HMSG %b %b %d %d\r\n%b\r\n" % (reply, sub.sid, len(block), len(block), block)
+                )
+                return
+
+    def _sub(self, event: Sub) -> None:
+        subject = _text(event.subject)
+        queue = _text(event.queue) if event.queue is not None else None
+        if queue == "_sys_" or (self.perms is not None and not self.perms.can_subscribe(subject, queue)):
+            text = f'Permissions Violation for Subscription to "{subject}"'
+            self._error(f'{text} using queue "{queue}"' if queue is not None else text)
+            return
+        limit = self.broker.config.max_subscriptions
+        if limit and len(self.subs) >= limit:
+            self._error(MAX_SUBS_EXCEEDED)
+            return
+        self.active_since_ping = True
+        if event.sid not in self.subs:
+            sub = Subscription(subject, queue, sid=event.sid, owner=self)
+            try:
+                self.broker.subscribe(self.account, sub)
+            except InvalidSubjectError:
+                self._error(INVALID_SUBJECT)
+                return
+            self.subs[event.sid] = sub
+            if self.perms is not None and self.perms.filters_deliveries(subject, queue):
+                self._deny_filtered.add(sub)
+        if self.verbose:
+            self._send(w.OK)
+
+    def _unsub(self, event: Unsub) -> None:
+        self.active_since_ping = True
+        sub = self.subs.get(event.sid)
+        if sub is not None:
+            if event.max_msgs and event.max_msgs > sub.delivered:
+                sub.max_msgs = event.max_msgs
+            else:
+                self._drop_subs([sub])
+        if self.verbose:
+            self._send(w.OK)
+
+    def _drop_subs(self, subs: list[Subscription]) -> None:
+        for sub in subs:
+            del self.subs[sub.sid]
+            self._deny_filtered.discard(sub)
+        self.broker.unsubscribe(self.account, subs)
+
+    # -- output ----------------------------------------------------------------------------------
+
+    def deliver(
+        self,
+        sub: Subscription,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> bool:
+        """Queue one MSG (or HMSG) for ``sub``; False if it was not delivered."""
+        if self.closing is not None:
+            return False
+        if self._deny_filtered and sub in self._deny_filtered:
+            assert self.perms is not None
+            if not self.perms.can_receive(subject):
+                return False
+        sub.delivered += 1
+        max_msgs = sub.max_msgs
+        if max_msgs and sub.delivered > max_msgs:
+            return False
+        out = self.outbound
+        if headers is None:
+            size = len(payload)
+            if reply:
+                out += b"MSG %b %b %b %d\r\n%b\r\n" % (subject, sub.sid, reply, size, payload)
+            else:
+                out += b"MSG %b %b %d\r\n%b\r\n" % (subject, sub.sid, size, payload)
+        else:
+            size = len(headers) + len(payload)
+            if reply:
+                out += b"HMSG %b %b %b %d %d\r\n" % (subject, sub.sid, reply, len(headers), size)
+            else:
+                out += b"HMSG %b %b %d %d\r\n" % (subject, sub.sid, len(headers), size)
+            out += headers
+            out += payload
+            out += b"\r\n"
+        self.out_msgs += 1
+        self.out_bytes += size
+        if len(out) > self.max_pending:
+            self.broker.slow_consumers += 1
+            self.close(Reason.SLOW_PENDING, flush=False)
+            return False
+        if not self._woken:
+            self._woken = True
+            self._wake()
+        if max_msgs and sub.delivered == max_msgs and sub.sid in self.subs:
+            self._drop_subs([sub])
+        return True
+
+    def _send(self, data: bytes) -> None:
+        self.outbound += data
+        if not self._woken:
+            self._woken = True
+            self._wake()
+
+    def take_output(self) -> bytes:
+        """Everything queued for the client so far; the I/O side writes it."""
+        data = bytes(self.outbound)
+        self.outbound.clear()
+        self._woken = False
+        return data
+
+    def _error(self, message: str) -> None:
+        """An error the connection survives."""
+        self._send(w.err(message))
+
+    def _fail(self, message: str | None, reason: str) -> None:
+        """An error that ends the connection; nats-server sends some without an -ERR line."""
+        if message is not None:
+            self._send(w.err(message))
+        self.close(reason)
+
+    # -- timers (driven by the I/O side) ---------------------------------------------------------
+
+    def ping_due(self) -> None:
+        """The ping timer fired: probe an idle client, or give up on one that stopped answering."""
+        if self.closing is not None:
+            return
+        if self.rtt_ns and self.active_since_ping:
+            self.active_since_ping = False  # it spoke recently: no need to ask if it is alive
+            return
+        if self.pings_out + 1 > self.broker.config.ping_max:
+            self.broker.stale_connections += 1
+            self._fail("Stale Connection", Reason.STALE)
+            return
+        self.pings_out += 1
+        self.last_ping_sent = time.monotonic()
+        self.active_since_ping = False
+        self._send(w.PING)
+
+    def auth_expired(self) -> None:
+        """The auth timer fired: a client that has not authenticated by now is dropped."""
+        if self.closing is None and self.awaiting_connect:
+            self._fail("Authentication Timeout", Reason.AUTH_TIMEOUT)
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    def close(self, reason: str, *, flush: bool = True) -> None:
+        """Start closing: forget subscriptions now; the I/O side flushes (unless told not to)."""
+        if self.closing is not None:
+            return
+        self.closing = reason
+        self.stop_ns = time.time_ns()
+        if not flush:
+            self.outbound.clear()
+        if self.subs:
+            subs = list(self.subs.values())
+            self.subs.clear()
+            self._deny_filtered.clear()
+            self.broker.unsubscribe(self.account, subs)
+        self.broker.remove_client(self)
+        if not self._woken:
+            self._woken = True
+            self._wake()
+
+    # -- monitoring ------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return str(self.options.get("name") or "")
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self.outbound)

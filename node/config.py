@@ -1,0 +1,229 @@
+"""A node's configuration: defaults as nats-server's, a TOML file, and command-line overrides.
+
+Names follow nats-server's options so that its users recognise them (``max_payload``, ``ping_interval``,
+``authorization``, ``accounts``), and the limits default to the values nats-server's code uses
+(which differ from some of its documentation: control lines 4096 bytes, auth timeout 2 s, pending
+64 MiB).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
+
+__all__ = ["AccountConfig", "Config", "ConfigError", "Permissions", "UserConfig"]
+
+MAX_PENDING = 64 * 1024 * 1024
+DEFAULT_PORT = 4222
+DEFAULT_HTTP_PORT = 8222
+
+
+class ConfigError(ValueError):
+    """A configuration file or flag that does not make sense; the message says where."""
+
+
+@attrs.frozen
+class SubjectRule:
+    """Subjects allowed and denied for one direction; an empty ``allow`` allows everything."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Permissions:
+    """What a user may publish to and subscribe to.
+
+    A subscribe entry may name a queue group after a space (``"jobs.> workers"``): it then applies
+    to that group only, as in nats-server.
+    """
+
+    publish: SubjectRule = SubjectRule()
+    subscribe: SubjectRule = SubjectRule()
+
+
+@attrs.frozen
+class UserConfig:
+    """One way in: a user/password pair or a token, leading into one account."""
+
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    account: str = "$G"
+    permissions: Permissions | None = None
+
+
+@attrs.frozen
+class AccountConfig:
+    name: str
+
+
+@attrs.frozen
+class Config:
+    """Everything a node needs to start; immutable once built."""
+
+    server_name: str = ""
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    http_host: str = "0.0.0.0"
+    http_port: int | None = None
+    max_payload: int = MAX_PAYLOAD
+    max_control_line: int = MAX_CONTROL_LINE
+    max_pending: int = MAX_PENDING
+    max_connections: int = 64 * 1024
+    max_subscriptions: int = 0
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    auth_timeout: float = 2.0
+    write_deadline: float = 10.0
+    users: tuple[UserConfig, ...] = ()
+    accounts: tuple[AccountConfig, ...] = ()
+    no_auth_user: str | None = None
+    debug: bool = False
+    trace: bool = False
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.users)
+
+    def evolve(self, **changes: Any) -> Config:
+        return attrs.evolve(self, **changes)
+
+
+_SCALARS = {
+    "server_name": str,
+    "host": str,
+    "port": int,
+    "http_host": str,
+    "http_port": int,
+    "max_payload": int,
+    "max_control_line": int,
+    "max_pending": int,
+    "max_connections": int,
+    "max_subscriptions": int,
+    "ping_interval": float,
+    "ping_max": int,
+    "auth_timeout": float,
+    "write_deadline": float,
+    "no_auth_user": str,
+    "debug": bool,
+    "trace": bool,
+}
+_ALIASES = {"listen": None, "name": "server_name", "net": "host", "http": None}
+
+
+def load(path: str | Path) -> Config:
+    """Read a TOML configuration file.
+
+    Raises:
+        ConfigError: unreadable, not TOML, or with a key or value that does not fit.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    return from_mapping(data, where=str(path))
+
+
+def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
+    """Build a Config from parsed TOML (or any mapping of the same shape)."""
+    fields: dict[str, Any] = {}
+    users: list[UserConfig] = []
+    accounts: list[AccountConfig] = []
+    for key, value in data.items():
+        name = _ALIASES.get(key, key)
+        if key == "listen":
+            fields.update(_host_port(value, f"{where}: listen"))
+        elif key == "http":
+            http = _host_port(value, f"{where}: http")
+            fields["http_host"], fields["http_port"] = http["host"], http["port"]
+        elif key == "authorization":
+            users += _authorization(_table(value, f"{where}: authorization"), f"{where}: authorization")
+        elif key == "accounts":
+            for account, body in _table(value, f"{where}: accounts").items():
+                accounts.append(AccountConfig(account))
+                spot = f"{where}: accounts.{account}"
+                for user in _table(body, spot).get("users", []):
+                    users.append(_user(_table(user, spot), spot, account))
+        elif name in _SCALARS:
+            fields[name] = _scalar(value, _SCALARS[name], f"{where}: {key}")
+        else:
+            raise ConfigError(f"{where}: unknown option {key!r}")
+    _check_users(users, where)
+    return Config(**fields, users=tuple(users), accounts=tuple(accounts))
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table")
+    return value
+
+
+def _scalar(value: Any, kind: type, where: str) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _host_port(value: Any, where: str) -> dict[str, Any]:
+    """``"host:port"`` or a bare port, as nats-server's ``listen`` accepts."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"host": "0.0.0.0", "port": value}
+    if isinstance(value, str):
+        host, sep, port = value.rpartition(":")
+        if sep and port.isdigit():
+            return {"host": host or "0.0.0.0", "port": int(port)}
+    raise ConfigError(f"{where}: expected host:port, got {value!r}")
+
+
+def _authorization(body: dict[str, Any], where: str) -> list[UserConfig]:
+    users = [_user(_table(u, where), where, "$G") for u in body.get("users", [])]
+    single: dict[str, Any] = {k: body[k] for k in ("user", "password", "token") if k in body}
+    if single:
+        users.append(_user(single, where, "$G"))
+    unknown = set(body) - {"users", "user", "password", "token", "timeout"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown option {sorted(unknown)[0]!r}")
+    return users
+
+
+def _user(body: dict[str, Any], where: str, account: str) -> UserConfig:
+    unknown = set(body) - {"user", "password", "pass", "token", "permissions"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown user option {sorted(unknown)[0]!r}")
+    perms = body.get("permissions")
+    return UserConfig(
+        user=body.get("user"),
+        password=body.get("password", body.get("pass")),
+        token=body.get("token"),
+        account=account,
+        permissions=_permissions(_table(perms, where), where) if perms is not None else None,
+    )
+
+
+def _permissions(body: dict[str, Any], where: str) -> Permissions:
+    def rule(value: Any) -> SubjectRule:
+        if isinstance(value, list):  # a bare list means "allow"
+            return SubjectRule(allow=tuple(map(str, value)))
+        table = _table(value, f"{where}: permissions")
+        return SubjectRule(
+            allow=tuple(map(str, table.get("allow", ()))), deny=tuple(map(str, table.get("deny", ())))
+        )
+
+    return Permissions(publish=rule(body.get("publish", {})), subscribe=rule(body.get("subscribe", {})))
+
+
+def _check_users(users: list[UserConfig], where: str) -> None:
+    for user in users:
+        if (user.user is None) == (user.token is None):
+            raise ConfigError(f"{where}: each user needs either user (with password) or token")
+    names = [u.user for u in users if u.user is not None]
+    if len(names) != len(set(names)):
+        raise ConfigError(f"{where}: duplicate user")

@@ -1,0 +1,40 @@
+"""The NATS client protocol, sans I/O: events, their parsers and writers, and the one error type."""
+
+from node.protocol.errors import ProtocolError
+from node.protocol.events import (
+    ClientEvent,
+    Connect,
+    Err,
+    Info,
+    Msg,
+    Ok,
+    Ping,
+    Pong,
+    PubBatch,
+    PubMsg,
+    ServerEvent,
+    Sub,
+    Unsub,
+)
+from node.protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD, ClientOpParser, ServerOpParser
+
+__all__ = [
+    "MAX_CONTROL_LINE",
+    "MAX_PAYLOAD",
+    "ClientEvent",
+    "ClientOpParser",
+    "Connect",
+    "Err",
+    "Info",
+    "Msg",
+    "Ok",
+    "Ping",
+    "Pong",
+    "ProtocolError",
+    "PubBatch",
+    "PubMsg",
+    "ServerEvent",
+    "ServerOpParser",
+    "Sub",
+    "Unsub",
+]

@@ -1,0 +1,344 @@
+"""Incremental parsers for the NATS client protocol: bytes in, events out, no I/O.
+
+The protocol is a sequence of control lines, some followed by a payload of a size the line states.
+Data arrives in arbitrary pieces (one byte at a time in the tests); ``receive_data`` buffers them and
+``events`` yields every complete operation, raising ``ProtocolError`` at the first bad one (events
+before it are still yielded, so a connection can act on them first, as nats-server does).
+
+How it reads fast: the buffered bytes are split on CRLF in one call. Every control line then is one
+piece, and so is every payload that holds no CRLF (nearly all of them); a payload that does is
+re-joined from the pieces its size says it spans. The per-operation work left in Python is a split
+of the control line and a size check, which is what lets a single-threaded node keep up with fast
+publishers. A control line ended by a bare LF (which nats-server accepts) is split off its piece.
+
+A payload that spans many reads is not re-joined with every read: ``receive_data`` collects chunks
+until as many bytes as the pending operation needs have arrived.
+
+Both directions share the framing: ``ClientOpParser`` reads what clients send (the server side),
+``ServerOpParser`` reads what servers send (used by tests and the benchmark client).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, Generic, TypeVar
+
+from node.protocol.errors import ProtocolError
+from node.protocol.events import (
+    ClientEvent,
+    Connect,
+    Err,
+    Info,
+    Msg,
+    Ok,
+    Ping,
+    Pong,
+    PubBatch,
+    PubMsg,
+    ServerEvent,
+    Sub,
+    Unsub,
+)
+
+__all__ = ["MAX_CONTROL_LINE", "MAX_PAYLOAD", "ClientOpParser", "ServerOpParser"]
+
+MAX_CONTROL_LINE = 4096
+"""nats-server's default ``max_control_line``."""
+MAX_PAYLOAD = 1024 * 1024
+"""nats-server's default ``max_payload``."""
+
+UNKNOWN_OP = "Unknown Protocol Operation"
+MAX_CONTROL_LINE_EXCEEDED = "maximum control line exceeded"
+MAX_PAYLOAD_VIOLATION = "Maximum Payload Violation"
+
+E = TypeVar("E")
+P = TypeVar("P")
+
+# How a verb is read: LINE verbs are built from the control line alone; PAYLOAD verbs end in a size,
+# HEADERS verbs in a header size and a total size, and are built once the payload is in.
+LINE, PAYLOAD, HEADERS = 0, 1, 2
+_LONGEST_VERB = len("CONNECT ")
+Verb = tuple[int, Callable[..., Any]]
+
+
+def _spellings(verb: str) -> list[bytes]:
+    """Every upper/lower-case spelling of a verb: verbs are case-insensitive on the wire."""
+    pairs = [(c.lower(), c.upper()) if c.isalpha() else (c,) for c in verb]
+    return ["".join(p).encode() for p in itertools.product(*pairs)]
+
+
+def _table(*groups: tuple[int, dict[str, Callable[..., Any]]]) -> dict[bytes, Verb]:
+    table: dict[bytes, Verb] = {}
+    for kind, verbs in groups:
+        for verb, build in verbs.items():
+            table.update(dict.fromkeys(_spellings(verb), (kind, build)))
+    return table
+
+
+def _json_arg(line: bytes, what: str) -> dict[str, Any]:
+    parts = line.split(None, 1)
+    try:
+        value = json.loads(parts[1]) if len(parts) == 2 else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ProtocolError(None, reason=f"malformed {what} arguments")
+    return value
+
+
+def _size(field: bytes) -> int:
+    """A size as nats-server reads one: one to nine ASCII digits."""
+    if not field.isdigit() or len(field) > 9:
+        raise ProtocolError(None, reason=f"bad size {field[:16]!r}")
+    return int(field)
+
+
+class _OpParser(Generic[E, P]):
+    """The framing both directions share; subclasses say what each verb means.
+
+    Payload verbs build a ``P``; when ``_batch`` is set, consecutive ones are yielded as one event
+    made by it, otherwise each ``P`` is itself the event.
+    """
+
+    _verbs: ClassVar[dict[bytes, Verb]]
+    _batch: ClassVar[type[Any] | None] = None
+
+    def __init__(self, *, max_control_line: int, max_payload: int) -> None:
+        self.max_control_line = max_control_line
+        self.max_payload = max_payload
+        self._buf = b""
+        self._pos = 0  # bytes of _buf already consumed
+        self._chunks: list[bytes] = []
+        self._size = 0  # bytes buffered beyond _pos, chunks included
+        self._need = 1  # bytes that must be buffered before parsing can progress
+
+    def receive_data(self, data: bytes) -> None:
+        """Buffer bytes read from the peer."""
+        self._chunks.append(data)
+        self._size += len(data)
+
+    def events(self) -> Iterator[E]:
+        """Yield every complete operation buffered so far; raise at the first invalid one.
+
+        The position is saved before every event, so an iteration abandoned half-way loses nothing
+        but the events not yet taken; the next call resumes after the last one yielded.
+        """
+        if self._size < self._need:
+            return
+        buf = self._buf[self._pos :] if self._pos else self._buf
+        if self._chunks:
+            buf = b"".join([buf, *self._chunks])
+            self._chunks = []
+        self._buf, self._pos = buf, 0
+        parts = buf.split(b"\r\n")
+        last = len(parts) - 1  # parts[last] is not terminated by CRLF (yet)
+        verbs = self._verbs
+        batch_of = self._batch
+        batch: list[Any] = []
+        max_line, max_payload = self.max_control_line, self.max_payload
+        error: ProtocolError | None = None
+        # Bare LFs are rare: when every LF belongs to a CRLF, no line needs searching for one.
+        bare_lf = buf.count(b"\n") != last
+        pos = i = 0  # parts[i] starts at buf[pos]
+        while i < last or (bare_lf and i == last and b"\n" in parts[i]):
+            line = parts[i]
+            lf = line.find(b"\n") if bare_lf else -1
+            if lf >= 0:
+                # A bare LF ended this control line; what follows it starts the next piece.
+                parts[i] = line[lf + 1 :]
+                line = line[:lf]
+                line_end = pos + lf + 1
+                next_i = i
+            else:
+                line_end = pos + len(line) + 2
+                next_i = i + 1
+            try:
+                args = line.split()
+                verb = verbs.get(args[0]) if args else None
+                if verb is None:
+                    raise ProtocolError(UNKNOWN_OP, reason=f"unknown operation {line[:32]!r}")
+                if len(line) > max_line and len(line.rstrip()) - len(args[0]) - 1 > max_line:
+                    raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+                kind, build = verb
+                if kind == LINE:
+                    event = build(args, line)
+                else:
+                    size = args[-1]
+                    if len(args) < 3 or not size.isdigit() or len(size) > 9:
+                        raise ProtocolError(None, reason=f"bad arguments to {args[0]!r}")
+                    total = int(size)
+                    if total > max_payload:
+                        raise ProtocolError(MAX_PAYLOAD_VIOLATION)
+                    # The payload is the next piece if it holds no CRLF, else pieces re-joined.
+                    j = next_i
+                    if j >= last:
+                        self._need = line_end - pos + total + 2
+                        break
+                    payload = parts[j]
+                    if len(payload) != total:
+                        while len(payload) < total and j + 1 < last:
+                            j += 1
+                            payload = payload + b"\r\n" + parts[j]
+                        if len(payload) < total:
+                            self._need = line_end - pos + total + 2
+                            break
+                        if len(payload) > total:
+                            raise ProtocolError(UNKNOWN_OP, reason="payload not followed by CRLF")
+                    if kind == PAYLOAD:
+                        event = build(args, None, payload)
+                    else:
+                        header_size = _size(args[-2])
+                        if header_size > total:
+                            raise ProtocolError(None, reason="header size larger than total")
+                        # An empty header block is no headers: delivered as a plain MSG.
+                        headers = payload[:header_size] if header_size else None
+                        event = build(args, headers, payload[header_size:])
+                    line_end += total + 2
+                    next_i = j + 1
+            except ProtocolError as exc:
+                error = exc
+                break
+            if kind != LINE and batch_of is not None:
+                batch.append(event)
+            else:
+                if batch:
+                    assert batch_of is not None
+                    self._pos = pos
+                    yield batch_of(batch)
+                    batch = []
+                self._pos = line_end
+                yield event
+            pos, i = line_end, next_i
+        else:
+            if len(parts[last]) > max_line + _LONGEST_VERB:
+                error = ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+            self._need = len(parts[last]) + 1
+        self._pos = pos
+        self._size = len(buf) - pos
+        if batch:
+            assert batch_of is not None
+            yield batch_of(batch)
+        if error is not None:
+            raise error
+
+
+def _pub(args: list[bytes], headers: bytes | None, payload: bytes) -> PubMsg:
+    """``PUB subject [reply] size``."""
+    if len(args) == 3:
+        return (args[1], None, payload, None)
+    if len(args) == 4:
+        return (args[1], args[2], payload, None)
+    raise ProtocolError(None, reason="wrong number of arguments to PUB")
+
+
+def _hpub(args: list[bytes], headers: bytes | None, payload: bytes) -> PubMsg:
+    """``HPUB subject [reply] header-size total-size``."""
+    if len(args) == 4:
+        return (args[1], None, payload, headers)
+    if len(args) == 5:
+        return (args[1], args[2], payload, headers)
+    raise ProtocolError(None, reason="wrong number of arguments to HPUB")
+
+
+def _sub(args: list[bytes], line: bytes) -> Sub:
+    if len(args) == 3:
+        return Sub(args[1], None, args[2])
+    if len(args) == 4:
+        return Sub(args[1], args[2], args[3])
+    raise ProtocolError(None, reason="wrong number of arguments to SUB")
+
+
+def _unsub(args: list[bytes], line: bytes) -> Unsub:
+    if len(args) == 2:
+        return Unsub(args[1])
+    if len(args) == 3:
+        # A max that is not a number unsubscribes at once, as nats-server's parseSize(-1) does.
+        return Unsub(args[1], int(args[2]) if args[2].isdigit() and len(args[2]) <= 9 else 0)
+    raise ProtocolError(None, reason="wrong number of arguments to UNSUB")
+
+
+def _msg(args: list[bytes], headers: bytes | None, payload: bytes) -> Msg:
+    """``MSG subject sid [reply] size``."""
+    if len(args) == 4:
+        return Msg(args[1], args[2], None, payload)
+    if len(args) == 5:
+        return Msg(args[1], args[2], args[3], payload)
+    raise ProtocolError(None, reason="wrong number of arguments to MSG")
+
+
+def _hmsg(args: list[bytes], headers: bytes | None, payload: bytes) -> Msg:
+    """``HMSG subject sid [reply] header-size total-size``."""
+    if len(args) == 5:
+        return Msg(args[1], args[2], None, payload, headers)
+    if len(args) == 6:
+        return Msg(args[1], args[2], args[3], payload, headers)
+    raise ProtocolError(None, reason="wrong number of arguments to HMSG")
+
+
+def _err(args: list[bytes], line: bytes) -> Err:
+    parts = line.split(None, 1)
+    text = parts[1].strip() if len(parts) == 2 else b""
+    return Err(text.strip(b"'").decode(errors="replace"))
+
+
+def _connect(args: list[bytes], line: bytes) -> Connect:
+    return Connect(_json_arg(line, "CONNECT"))
+
+
+def _info(args: list[bytes], line: bytes) -> Info:
+    return Info(_json_arg(line, "INFO"))
+
+
+def _ping(args: list[bytes], line: bytes) -> Ping:
+    return Ping()
+
+
+def _pong(args: list[bytes], line: bytes) -> Pong:
+    return Pong()
+
+
+def _ok(args: list[bytes], line: bytes) -> Ok:
+    return Ok()
+
+
+class ClientOpParser(_OpParser[ClientEvent, PubMsg]):
+    """Parses what a client sends: CONNECT, PUB, HPUB, SUB, UNSUB, PING, PONG (and INFO, +OK and
+    -ERR, which a client may send too; a server ignores the first two and closes on the last).
+
+    Consecutive PUBs and HPUBs come out as one ``PubBatch``. Argument errors (a PUB without a size,
+    a size that is not 1-9 digits) raise a ``ProtocolError`` without a message: nats-server closes
+    such connections without an ``-ERR``. An unknown verb, an empty line or a payload not ended by
+    CRLF is ``Unknown Protocol Operation``; an oversized PUB is ``Maximum Payload Violation`` (raised
+    on its control line, before the payload is read); arguments past the limit, ``maximum control
+    line exceeded``.
+    """
+
+    _verbs = _table(
+        (LINE, {"SUB": _sub, "UNSUB": _unsub, "PING": _ping, "PONG": _pong, "CONNECT": _connect,
+                "INFO": _info, "+OK": _ok, "-ERR": _err}),
+        (PAYLOAD, {"PUB": _pub}),
+        (HEADERS, {"HPUB": _hpub}),
+    )  # fmt: skip
+    _batch = PubBatch
+
+    def __init__(
+        self, *, max_control_line: int = MAX_CONTROL_LINE, max_payload: int = MAX_PAYLOAD
+    ) -> None:
+        super().__init__(max_control_line=max_control_line, max_payload=max_payload)
+
+
+class ServerOpParser(_OpParser[ServerEvent, Msg]):
+    """Parses what a server sends: INFO, MSG, HMSG, PING, PONG, +OK, -ERR (the client's side)."""
+
+    _verbs = _table(
+        (LINE, {"PING": _ping, "PONG": _pong, "+OK": _ok, "INFO": _info, "-ERR": _err}),
+        (PAYLOAD, {"MSG": _msg}),
+        (HEADERS, {"HMSG": _hmsg}),
+    )  # fmt: skip
+
+    def __init__(
+        self, *, max_control_line: int = MAX_CONTROL_LINE, max_payload: int = 64 * MAX_PAYLOAD
+    ) -> None:
+        super().__init__(max_control_line=max_control_line, max_payload=max_payload)

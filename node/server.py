@@ -1,0 +1,172 @@
+"""The node on trio: accepts connections from any ``trio.abc.Listener`` and moves their bytes.
+
+Each connection runs three tasks: a reader feeding ``ClientConnection.receive_data``, a writer that
+sends whatever accumulated in its outbound buffer (one ``send_all`` per batch, however many messages
+arrived meanwhile), and its timers (ping, auth timeout). The protocol decisions all live in
+``node.client``; this module only moves bytes and keeps time.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import trio
+
+from node.broker import Broker
+from node.client import ClientConnection, Reason
+from node.config import Config
+from node.protocol import writer as w
+
+__all__ = ["Server"]
+
+log = logging.getLogger("pubmesh")
+
+READ_SIZE = 1 << 16
+FIRST_PING = 2.0
+"""The first ping comes soon after connecting, to measure the round trip (as nats-server does)."""
+SHUTDOWN_GRACE = 2.0
+
+
+class _Waker:
+    """A reusable wake-up flag for one waiting task."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = trio.Event()
+
+
+class Server:
+    """One node: the broker plus the tasks serving its connections.
+
+    Args:
+        config: the node's configuration.
+        broker: the state to serve (made from ``config`` if not given).
+    """
+
+    def __init__(self, config: Config, *, broker: Broker | None = None) -> None:
+        self.config = config
+        self.broker = broker or Broker(config)
+        self._shutdown = trio.Event()
+
+    async def serve(
+        self,
+        listeners: Sequence[trio.abc.Listener[Any]],
+        *,
+        task_status: trio.TaskStatus[Sequence[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve clients from ``listeners`` until ``shutdown`` is called (or the task is cancelled)."""
+        async with trio.open_nursery() as handlers:
+            async with trio.open_nursery() as acceptors:
+                await acceptors.start(
+                    partial(trio.serve_listeners, self.handle, list(listeners), handler_nursery=handlers)
+                )
+                task_status.started(listeners)
+                await self._shutdown.wait()
+                acceptors.cancel_scope.cancel()
+            for client in list(self.broker.clients.values()):
+                client.close(Reason.SHUTDOWN)
+            handlers.start_soon(self._cancel_after, handlers.cancel_scope, SHUTDOWN_GRACE)
+
+    def shutdown(self) -> None:
+        """Stop accepting, close every connection (flushing what it had), and let ``serve`` return."""
+        self._shutdown.set()
+
+    @staticmethod
+    async def _cancel_after(scope: trio.CancelScope, seconds: float) -> None:
+        await trio.sleep(seconds)
+        scope.cancel()
+
+    async def handle(self, stream: trio.abc.Stream) -> None:
+        """Serve one client connection until it closes."""
+        host, port = _peer(stream)
+        broker = self.broker
+        if broker.at_connection_limit():
+            with trio.move_on_after(1):
+                await stream.send_all(w.err("maximum connections exceeded"))
+            await trio.aclose_forcefully(stream)
+            return
+        waker = _Waker()
+        conn = ClientConnection(broker, broker.next_cid(), host=host, port=port, wake=waker.set)
+        broker.add_client(conn)
+        log.debug("%s:%d - cid:%d - client connection created", host, port, conn.cid)
+        conn.greeting()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read, conn, stream)
+                nursery.start_soon(self._timers, conn)
+                await self._write(conn, stream, waker)
+                nursery.cancel_scope.cancel()
+        finally:
+            conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
+            await trio.aclose_forcefully(stream)
+            log.debug(
+                "%s:%d - cid:%d - client connection closed: %s", host, port, conn.cid, conn.closing
+            )
+
+    async def _read(self, conn: ClientConnection, stream: trio.abc.Stream) -> None:
+        try:
+            while conn.closing is None:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    conn.close(Reason.CLIENT_CLOSED)
+                    return
+                conn.receive_data(bytes(data))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            conn.close(Reason.READ_ERROR)
+
+    async def _write(self, conn: ClientConnection, stream: trio.abc.Stream, waker: _Waker) -> None:
+        deadline = self.config.write_deadline
+        while True:
+            if not conn.outbound and conn.closing is None:
+                await waker.wait()
+            data = conn.take_output()
+            if data:
+                try:
+                    with trio.fail_after(deadline):
+                        await stream.send_all(data)
+                except trio.TooSlowError:
+                    self.broker.slow_consumers += 1
+                    conn.close(Reason.SLOW_DEADLINE, flush=False)
+                    return
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    conn.close(Reason.WRITE_ERROR, flush=False)
+                    return
+            if conn.closing is not None and not conn.outbound:
+                return
+
+    async def _timers(self, conn: ClientConnection) -> None:
+        config = self.config
+        async with trio.open_nursery() as nursery:
+            if conn.awaiting_connect:
+                nursery.start_soon(self._auth_timer, conn)
+            delay = min(config.ping_interval, FIRST_PING) * (1 + random.random() / 5)
+            while True:
+                await trio.sleep(delay)
+                conn.ping_due()
+                delay = config.ping_interval
+
+    async def _auth_timer(self, conn: ClientConnection) -> None:
+        await trio.sleep(self.config.auth_timeout)
+        conn.auth_expired()
+
+
+def _peer(stream: trio.abc.Stream) -> tuple[str, int]:
+    if isinstance(stream, trio.SocketStream):
+        try:
+            host, port, *_ = stream.socket.getpeername()
+        except OSError:
+            return "", 0
+        return str(host), int(port)
+    return "", 0
