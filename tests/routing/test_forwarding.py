@@ -135,7 +135,7 @@ def test_remote_only_group_goes_to_the_preferred_gateway() -> None:
     gateways = remote(("gwB", "foo", "q", 1), ("gwC", "foo", "q", 1), ("gwD", "foo", None, 1))
     match = gateways.match_remote(G, "foo")
     rng = random.Random(1)
-    local, links = plan_delivery(Origin.CLIENT, SubList().match("foo"), rng, gateways=match)
+    _, links = plan_delivery(Origin.CLIENT, SubList().match("foo"), rng, gateways=match)
     assert links == {"gwD": (), "gwB": ("q",)}
     _, links = plan_delivery(
         Origin.CLIENT,
