@@ -59,6 +59,8 @@ class Server:
         self.config = config
         self.broker = broker or Broker(config)
         self._shutdown = trio.Event()
+        self._handlers = 0  # connection tasks still running
+        self._handler_done = trio.Event()
 
     async def serve(
         self,
@@ -77,16 +79,16 @@ class Server:
                 acceptors.cancel_scope.cancel()
             for client in list(self.broker.clients.values()):
                 client.close(Reason.SHUTDOWN)
-            handlers.start_soon(self._cancel_after, handlers.cancel_scope, SHUTDOWN_GRACE)
+            # Give connections a moment to flush what they still hold, then cut them off.
+            with trio.move_on_after(SHUTDOWN_GRACE):
+                while self._handlers:
+                    self._handler_done = trio.Event()
+                    await self._handler_done.wait()
+            handlers.cancel_scope.cancel()
 
     def shutdown(self) -> None:
         """Stop accepting, close every connection (flushing what it had), and let ``serve`` return."""
         self._shutdown.set()
-
-    @staticmethod
-    async def _cancel_after(scope: trio.CancelScope, seconds: float) -> None:
-        await trio.sleep(seconds)
-        scope.cancel()
 
     async def handle(self, stream: trio.abc.Stream) -> None:
         """Serve one client connection until it closes."""
@@ -102,6 +104,7 @@ class Server:
         broker.add_client(conn)
         log.debug("%s:%d - cid:%d - client connection created", host, port, conn.cid)
         conn.greeting()
+        self._handlers += 1
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read, conn, stream)
@@ -111,6 +114,8 @@ class Server:
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
             await trio.aclose_forcefully(stream)
+            self._handlers -= 1
+            self._handler_done.set()
             log.debug(
                 "%s:%d - cid:%d - client connection closed: %s", host, port, conn.cid, conn.closing
             )

@@ -1,0 +1,121 @@
+"""The ``pubmesh`` command: ``pubmesh serve`` (the default) and ``pubmesh bench``.
+
+``serve`` takes the flags nats-server users know (``-p``, ``-a``, ``-m``, ``--user``, ``--pass``,
+``--auth``, ``-c``, ``-DV`` ...), so scripts and test harnesses written for nats-server can start
+pubmesh instead; a command line that starts with a flag is taken as ``serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+import trio
+
+from node.broker import VERSION
+from node.config import Config, ConfigError, UserConfig, load
+from node.launch import run_node
+
+__all__ = ["main"]
+
+log = logging.getLogger("pubmesh")
+
+_LEVELS = {"DEBUG": "DBG", "INFO": "INF", "WARNING": "WRN", "ERROR": "ERR", "CRITICAL": "FTL"}
+
+
+class _ServerLogFormat(logging.Formatter):
+    """``[pid] 2026/11/22 07:05:00.123456 [INF] text``, the shape of nats-server's log lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(record.created))
+        micros = int(record.msecs * 1000)
+        level = _LEVELS.get(record.levelname, record.levelname[:3])
+        return f"[{os.getpid()}] {stamp}.{micros:06d} [{level}] {record.getMessage()}"
+
+
+def _serve_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run a pubmesh node.")
+    p.add_argument("-c", "--config", help="configuration file (TOML)")
+    p.add_argument("-a", "--addr", "--net", dest="host", help="client listen address")
+    p.add_argument("-p", "--port", type=int, help="client port (0 picks a free one)")
+    p.add_argument("-n", "--name", "--server_name", dest="server_name", help="server name")
+    p.add_argument("-m", "--http_port", type=int, help="HTTP monitoring port")
+    p.add_argument("--http_host", help="HTTP monitoring address (default: the client address)")
+    p.add_argument("--user", help="user required for connections")
+    p.add_argument("--pass", dest="password", help="password required for connections")
+    p.add_argument("--auth", help="authorization token required for connections")
+    p.add_argument("--max_payload", type=int, help="largest message payload in bytes")
+    p.add_argument("-D", "--debug", action="store_true", help="debug logging")
+    p.add_argument("-V", "--trace", action="store_true", help="trace logging")
+    p.add_argument("-v", "--version", action="version", version=f"pubmesh {VERSION}")
+    return p
+
+
+def serve_config(args: argparse.Namespace) -> Config:
+    """The configuration a ``serve`` command line describes: file first, flags on top."""
+    config = load(args.config) if args.config else Config()
+    changes = {
+        key: getattr(args, key)
+        for key in ("host", "port", "server_name", "http_port", "max_payload")
+        if getattr(args, key) is not None
+    }
+    http_host = args.http_host or changes.get("host")
+    if http_host:
+        changes["http_host"] = http_host
+    if args.user or args.password:
+        if not (args.user and args.password):
+            raise ConfigError("--user and --pass go together")
+        changes["users"] = (UserConfig(user=args.user, password=args.password),)
+    if args.auth:
+        changes["users"] = (*changes.get("users", config.users), UserConfig(token=args.auth))
+    if args.debug or args.trace:
+        changes["debug"] = True
+        changes["trace"] = args.trace
+    return config.evolve(**changes)
+
+
+def _configure_logging(config: Config) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_ServerLogFormat())
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.DEBUG if config.debug else logging.INFO)
+
+
+async def _serve(config: Config) -> None:
+    async with trio.open_nursery() as nursery:
+        handle = await nursery.start(run_node, config)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                log.info("Trapped %r signal", signal.Signals(signum).name)
+                handle.shutdown()
+                break
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        from node.bench.cli import main as bench_main  # the load generator loads only when asked
+
+        return bench_main(argv[1:])
+    if argv and argv[0] == "serve":
+        argv = argv[1:]
+    args = _serve_parser("pubmesh serve").parse_args(argv)
+    try:
+        config = serve_config(args)
+    except ConfigError as exc:
+        print(f"pubmesh: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging(config)
+    log.info("Starting pubmesh %s", VERSION)
+    trio.run(_serve, config)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

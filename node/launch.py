@@ -1,0 +1,71 @@
+"""Starting a whole node: client listeners, the monitoring server, and a clean stop.
+
+``run_node`` is what the command line runs and what end-to-end tests start: it binds the configured
+ports (port 0 picks a free one), reports what it bound through ``task_status``, and returns after
+``shutdown()`` once every connection has been closed and flushed.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import attrs
+import trio
+
+from node.config import Config
+from node.server import Server
+
+__all__ = ["NodeHandle", "run_node"]
+
+log = logging.getLogger("pubmesh")
+
+
+@attrs.define
+class NodeHandle:
+    """A running node, as its starter sees it."""
+
+    server: Server
+    host: str
+    port: int
+    http_port: int | None = None
+    _stopped: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def shutdown(self) -> None:
+        """Ask the node to stop; ``run_node`` returns once it has."""
+        self.server.shutdown()
+        self._stopped.set()
+
+
+async def run_node(
+    config: Config, *, task_status: trio.TaskStatus[NodeHandle] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run a node until its handle's ``shutdown`` is called (or this task is cancelled)."""
+    server = Server(config)
+    listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+    host, port = listeners[0].socket.getsockname()[:2]
+    handle = NodeHandle(server, config.host, port)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve, listeners)
+        if config.http_port is not None:
+            from node.monitor import serve_monitoring  # hypercorn loads only when monitoring is on
+
+            handle.http_port = await nursery.start(
+                partial(
+                    serve_monitoring,
+                    server.broker,
+                    config.http_host,
+                    config.http_port,
+                    shutdown=handle._stopped,
+                )
+            )
+            log.info("Starting http monitor on %s:%d", config.http_host, handle.http_port)
+        log.info("Listening for client connections on %s:%d", host, port)
+        log.info("Server is ready")
+        task_status.started(handle)
+        await handle._stopped.wait()
+    log.info("Server Exiting..")
