@@ -50,6 +50,9 @@ class Client(Subscriber, Protocol):
     """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
 
     cid: int
+    closing: str | None
+    stall_at: int
+    pending_bytes: int
     in_msgs: int
     in_bytes: int
     out_msgs: int
@@ -82,6 +85,8 @@ class Broker:
         for account in config.accounts:
             self.accounts.setdefault(account.name, Account(account.name))
         self.clients: dict[int, Client] = {}
+        self.congested: set[Client] = set()
+        """Consumers past their stall threshold since the last producer paused for them."""
         self.closed: collections.deque[Client] = collections.deque(maxlen=CLOSED_KEPT)
         self._next_cid = 0
         self.total_connections = 0

@@ -106,6 +106,10 @@ class ClientConnection:
         self.outbound = bytearray()
         self.closing: str | None = None
         self.max_pending = config.max_pending
+        # Past this a consumer is congested, and producers feeding it pause briefly (nats-server's
+        # fast-producer stall): a consumer that is slower, but keeps up over time, survives.
+        self.stall_at = config.max_pending * 3 // 4
+        self._writing = 0  # bytes handed to the I/O side and not yet confirmed written
         # Options in force before CONNECT are nats-server's defaults.
         self.options: dict[str, Any] = {"verbose": True, "pedantic": True, "echo": True}
         self.verbose = self.pedantic = self.echo = True
@@ -366,9 +370,8 @@ class ClientConnection:
             out += b"\r\n"
         self.out_msgs += 1
         self.out_bytes += size
-        if len(out) > self.max_pending:
-            self.broker.slow_consumers += 1
-            self.close(Reason.SLOW_PENDING, flush=False)
+        pending = len(out) + self._writing
+        if pending > self.stall_at and self._congested(pending):
             return False
         if not self._woken:
             self._woken = True
@@ -383,12 +386,26 @@ class ClientConnection:
             self._woken = True
             self._wake()
 
+    def _congested(self, pending: int) -> bool:
+        """Note a consumer falling behind; True if it is beyond saving (a slow consumer, closed)."""
+        if pending > self.max_pending:
+            self.broker.slow_consumers += 1
+            self.close(Reason.SLOW_PENDING, flush=False)
+            return True
+        self.broker.congested.add(self)
+        return False
+
     def take_output(self) -> bytes:
-        """Everything queued for the client so far; the I/O side writes it."""
+        """Everything queued for the client so far; the I/O side writes it, then ``output_sent``."""
         data = bytes(self.outbound)
         self.outbound.clear()
         self._woken = False
+        self._writing = len(data)
         return data
+
+    def output_sent(self) -> None:
+        """The I/O side wrote what ``take_output`` gave it."""
+        self._writing = 0
 
     def _error(self, message: str) -> None:
         """An error the connection survives."""
@@ -451,4 +468,5 @@ class ClientConnection:
 
     @property
     def pending_bytes(self) -> int:
-        return len(self.outbound)
+        """Bytes queued for the client and not yet written to its socket."""
+        return len(self.outbound) + self._writing

@@ -29,6 +29,8 @@ class NodeHandle:
     host: str
     port: int
     http_port: int | None = None
+    finished: trio.Event = attrs.field(factory=trio.Event)
+    """Set once the node has stopped: ports released, connections closed."""
     _stopped: trio.Event = attrs.field(factory=trio.Event)
 
     @property
@@ -47,8 +49,22 @@ async def run_node(
     """Run a node until its handle's ``shutdown`` is called (or this task is cancelled)."""
     server = Server(config)
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
-    host, port = listeners[0].socket.getsockname()[:2]
+    port = listeners[0].socket.getsockname()[1]
     handle = NodeHandle(server, config.host, port)
+    try:
+        await _serve(server, config, listeners, handle, task_status)
+    finally:
+        handle.finished.set()
+    log.info("Server Exiting..")
+
+
+async def _serve(
+    server: Server,
+    config: Config,
+    listeners: list[trio.SocketListener],
+    handle: NodeHandle,
+    task_status: trio.TaskStatus[NodeHandle],
+) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve, listeners)
         if config.http_port is not None:
@@ -64,8 +80,7 @@ async def run_node(
                 )
             )
             log.info("Starting http monitor on %s:%d", config.http_host, handle.http_port)
-        log.info("Listening for client connections on %s:%d", host, port)
+        log.info("Listening for client connections on %s:%d", handle.host, handle.port)
         log.info("Server is ready")
         task_status.started(handle)
         await handle._stopped.wait()
-    log.info("Server Exiting..")

@@ -29,6 +29,9 @@ READ_SIZE = 1 << 16
 FIRST_PING = 2.0
 """The first ping comes soon after connecting, to measure the round trip (as nats-server does)."""
 SHUTDOWN_GRACE = 2.0
+STALL_MAX = 0.01
+"""The longest a producer waits per read for congested consumers to drain (then it carries on,
+and a consumer that never drains reaches its pending limit and is cut off)."""
 
 
 class _Waker:
@@ -61,6 +64,7 @@ class Server:
         self._shutdown = trio.Event()
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
+        self._wrote = trio.Event()  # set after every write, for producers stalled on a consumer
 
     async def serve(
         self,
@@ -116,6 +120,7 @@ class Server:
             await trio.aclose_forcefully(stream)
             self._handlers -= 1
             self._handler_done.set()
+            self._wrote.set()
             log.debug(
                 "%s:%d - cid:%d - client connection closed: %s", host, port, conn.cid, conn.closing
             )
@@ -128,8 +133,19 @@ class Server:
                     conn.close(Reason.CLIENT_CLOSED)
                     return
                 conn.receive_data(bytes(data))
+                if self.broker.congested:
+                    await self._stall()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             conn.close(Reason.READ_ERROR)
+
+    async def _stall(self) -> None:
+        """Pause a producer whose messages pushed consumers past their stall threshold."""
+        congested = self.broker.congested
+        with trio.move_on_after(STALL_MAX):
+            while any(c.closing is None and c.pending_bytes > c.stall_at for c in congested):
+                self._wrote = trio.Event()
+                await self._wrote.wait()
+        congested.clear()
 
     async def _write(self, conn: ClientConnection, stream: trio.abc.Stream, waker: _Waker) -> None:
         deadline = self.config.write_deadline
@@ -141,6 +157,8 @@ class Server:
                 try:
                     with trio.fail_after(deadline):
                         await stream.send_all(data)
+                    conn.output_sent()
+                    self._wrote.set()
                 except trio.TooSlowError:
                     self.broker.slow_consumers += 1
                     conn.close(Reason.SLOW_DEADLINE, flush=False)
