@@ -29,8 +29,9 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 bench: $(STAMP)
-	$(BIN)/pytest tests/routing/bench_routing.py -p no:randomly --benchmark-only \
+	$(BIN)/pytest tests/routing/bench_routing.py -p no:randomly \
 		--benchmark-columns=min,median,ops,rounds --benchmark-sort=name -q
+	$(BIN)/pubmesh bench compare
 
 run: $(STAMP)
 	$(BIN)/pubmesh serve -a 127.0.0.1 -p 4222 -m 8222

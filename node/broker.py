@@ -52,11 +52,13 @@ class Client(Subscriber, Protocol):
     cid: int
     closing: str | None
     stall_at: int
-    pending_bytes: int
     in_msgs: int
     in_bytes: int
     out_msgs: int
     out_bytes: int
+
+    @property
+    def pending_bytes(self) -> int: ...
 
     def close(self, reason: str) -> None: ...
 

@@ -43,12 +43,15 @@ class Reason:
 
     CLIENT_CLOSED = "Client Closed"
     PROTOCOL_VIOLATION = "Protocol Violation"
+    PARSE_ERROR = "Parse Error"
+    BAD_CLIENT_PROTOCOL = "Bad Client Protocol Version"
+    NO_RESPONDERS_REQUIRES_HEADERS = "No Responders Requires Headers"
     AUTH_VIOLATION = "Authentication Failure"
     AUTH_TIMEOUT = "Authentication Timeout"
     STALE = "Stale Connection"
     SLOW_PENDING = "Slow Consumer (Pending Bytes)"
     SLOW_DEADLINE = "Slow Consumer (Write Deadline)"
-    MAX_PAYLOAD = "Maximum Payload Exceeded"
+    MAX_PAYLOAD = "Maximum Message Payload Exceeded"
     MAX_CONTROL_LINE = "Maximum Control Line Exceeded"
     MAX_CONNECTIONS = "Maximum Connections Exceeded"
     SHUTDOWN = "Server Shutdown"
@@ -61,6 +64,10 @@ INVALID_SUBJECT = "Invalid Subject"
 INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"
 MAX_SUBS_EXCEEDED = "maximum subscriptions exceeded"
 _RESERVED_REPLIES = (b"_R_.", b"$JS.ACK.", b"_GR_.")
+_BARE_PREFIXES = (b"$JS.ACK.", b"_GR_.")  # these two are reserved only with something after them
+RTT_REFRESH = 3600.0
+"""Seconds after which the ping timer wants a new round-trip time (nats-server's
+DEFAULT_RTT_MEASUREMENT_INTERVAL), and so pings even a client it heard from lately."""
 
 
 def _is_literal(subject: bytes) -> bool:
@@ -114,11 +121,13 @@ class ClientConnection:
         self.options: dict[str, Any] = {"verbose": True, "pedantic": True, "echo": True}
         self.verbose = self.pedantic = self.echo = True
         self.headers = self.no_responders = False
-        # Until CONNECT, a client is anonymous, or the configured no_auth_user, or (when
-        # credentials are required) nobody at all, allowed nothing but CONNECT.
+        # Until CONNECT, a client is anonymous, or (when credentials are required) the configured
+        # no_auth_user, or nobody at all, allowed nothing but CONNECT. Where credentials are
+        # required, the auth timer runs until a CONNECT, or until the no_auth_user is signed in.
         self.user: UserConfig | None = broker.auth.authenticate({})
-        self.awaiting_connect = self.user is None
-        self.connected = False
+        self.awaiting_connect = broker.auth.required
+        self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
+        self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
         self.account: Account = broker.account(self.user.account if self.user else "$G")
         self.perms: PermissionSet | None = (
             PermissionSet(self.user.permissions) if self.user and self.user.permissions else None
@@ -130,6 +139,7 @@ class ClientConnection:
         self.stop_ns = 0
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.rtt_ns = 0
+        self._rtt_estimated = False  # nats-server takes the time until CONNECT as a first estimate
         self.pings_out = 0
         self.last_ping_sent = 0.0
         self.active_since_ping = False
@@ -156,7 +166,7 @@ class ClientConnection:
             "client_id": self.cid,
             "client_ip": self.host,
         }
-        if self.awaiting_connect:
+        if self.awaiting_connect and self.user is None:
             fields["auth_required"] = True
         return fields
 
@@ -165,14 +175,18 @@ class ClientConnection:
         if self.closing:  # (a truth test, so the checks below are not narrowed away)
             return
         self.last_activity_ns = time.time_ns()
+        if self.awaiting_connect and data and not self._heard:
+            # nats-server decides on the first byte: whatever does not start a CONNECT, even a
+            # malformed line, is an Authorization Violation, unless a no_auth_user is configured.
+            self._heard = True
+            if data[:1] not in b"Cc" and not self._sign_in_without_connect():
+                return
         self.parser.receive_data(data)
         try:
             for event in self.parser.events():
                 kind = type(event)
                 if kind is PubBatch:
                     self._publish(event.messages)  # type: ignore[union-attr]
-                elif self.awaiting_connect and kind is not Connect:
-                    self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
                 elif kind is Sub:
                     self._sub(event)  # type: ignore[arg-type]
                 elif kind is Unsub:
@@ -183,11 +197,11 @@ class ClientConnection:
                 elif kind is Pong:
                     self.pings_out = 0
                     if self.last_ping_sent:
-                        self.rtt_ns = int((time.monotonic() - self.last_ping_sent) * 1e9)
+                        self.rtt_ns = max(1, int((time.monotonic() - self.last_ping_sent) * 1e9))
                 elif kind is Connect:
                     self._connect(event)  # type: ignore[arg-type]
                 elif kind is Err:
-                    self.close(Reason.PROTOCOL_VIOLATION)
+                    self.close(Reason.PARSE_ERROR)
                 # INFO and +OK from a client are tolerated and ignored.
                 if self.closing is not None:
                     return
@@ -198,6 +212,16 @@ class ClientConnection:
             }.get(exc.message or "", Reason.PROTOCOL_VIOLATION)
             self._fail(exc.message, reason)
 
+    def _sign_in_without_connect(self) -> bool:
+        """Whether a client that must authenticate may start with something other than CONNECT:
+        only as the configured no_auth_user. Otherwise the connection fails."""
+        if self.user is None:
+            self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+            return False
+        self.awaiting_connect = False
+        self.connected = True
+        return True
+
     def _connect(self, event: Connect) -> None:
         options = {**self.options, **event.options}
         user = self.broker.auth.authenticate(options)
@@ -206,12 +230,12 @@ class ClientConnection:
             return
         protocol = options.get("protocol", 0)
         if not isinstance(protocol, int) or not 0 <= protocol <= 1:
-            self._fail("invalid client protocol", Reason.PROTOCOL_VIOLATION)
+            self._fail("invalid client protocol", Reason.BAD_CLIENT_PROTOCOL)
             return
         headers = bool(options.get("headers"))
         no_responders = bool(options.get("no_responders"))
         if no_responders and not headers:
-            self._fail("no responders requires headers support", Reason.PROTOCOL_VIOLATION)
+            self._fail("no responders requires headers support", Reason.NO_RESPONDERS_REQUIRES_HEADERS)
             return
         if self.connected and self.subs:
             # A repeated CONNECT starts afresh (nats-server 2.14 and later).
@@ -226,15 +250,13 @@ class ClientConnection:
         self.perms = PermissionSet(user.permissions) if user.permissions else None
         self.awaiting_connect = False
         self.connected = True
+        self._rtt_estimated = True
         if self.verbose:
             self._send(w.OK)
 
     def _publish(self, messages: list[PubMsg]) -> None:
         """Publish a run of PUBs. The loop is the hot path: per-message checks that the client's
         options make unnecessary are skipped wholesale."""
-        if self.awaiting_connect:
-            self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
-            return
         self.active_since_ping = True
         publish = self.broker.publish
         account = self.account
@@ -247,6 +269,7 @@ class ClientConnection:
                 size += len(payload)
             elif self.headers:
                 size += len(headers) + len(payload)
+                headers = headers or None  # an empty header block goes out as a plain MSG, as there
             else:
                 self.close(Reason.PROTOCOL_VIOLATION)  # HPUB without headers: no -ERR, as there
                 break
@@ -268,11 +291,11 @@ class ClientConnection:
         if subject.startswith(b"_GR_.") and len(subject) > 5:
             self._error(f'Permissions Violation for Publish to "{_text(subject)}"')
             return False
-        if reply and reply.startswith(_RESERVED_REPLIES):
-            self._error(f'Permissions Violation for Publish with Reply of "{_text(reply)}"')
-            return False
         if self.perms is not None and not self.perms.can_publish(subject):
             self._error(f'Permissions Violation for Publish to "{_text(subject)}"')
+            return False
+        if reply and reply.startswith(_RESERVED_REPLIES) and reply not in _BARE_PREFIXES:
+            self._error(f'Permissions Violation for Publish with Reply of "{_text(reply)}"')
             return False
         if self.verbose:
             self._send(w.OK)
@@ -290,6 +313,7 @@ class ClientConnection:
                 return
 
     def _sub(self, event: Sub) -> None:
+        self.active_since_ping = True  # (even a refused SUB shows the client is alive)
         subject = _text(event.subject)
         queue = _text(event.queue) if event.queue is not None else None
         if queue == "_sys_" or (self.perms is not None and not self.perms.can_subscribe(subject, queue)):
@@ -300,7 +324,6 @@ class ClientConnection:
         if limit and len(self.subs) >= limit:
             self._error(MAX_SUBS_EXCEEDED)
             return
-        self.active_since_ping = True
         if event.sid not in self.subs:
             sub = Subscription(subject, queue, sid=event.sid, owner=self)
             try:
@@ -353,7 +376,7 @@ class ClientConnection:
         if max_msgs and sub.delivered > max_msgs:
             return False
         out = self.outbound
-        if headers is None:
+        if headers is None or not self.headers:  # (without headers support: the payload alone)
             size = len(payload)
             if reply:
                 out += b"MSG %b %b %b %d\r\n%b\r\n" % (subject, sub.sid, reply, size, payload)
@@ -423,15 +446,23 @@ class ClientConnection:
         """The ping timer fired: probe an idle client, or give up on one that stopped answering."""
         if self.closing is not None:
             return
-        if self.rtt_ns and self.active_since_ping:
-            self.active_since_ping = False  # it spoke recently: no need to ask if it is alive
+        now = time.monotonic()
+        # A client heard from since the last firing is alive; but a PING also measures the round
+        # trip, so one goes out anyway when there is no measurement yet, or the last PING is old.
+        measured = (
+            (self.rtt_ns or self._rtt_estimated)
+            and self.last_ping_sent
+            and now - self.last_ping_sent < RTT_REFRESH
+        )
+        if measured and self.active_since_ping:
+            self.active_since_ping = False
             return
         if self.pings_out + 1 > self.broker.config.ping_max:
             self.broker.stale_connections += 1
             self._fail("Stale Connection", Reason.STALE)
             return
         self.pings_out += 1
-        self.last_ping_sent = time.monotonic()
+        self.last_ping_sent = now
         self.active_since_ping = False
         self._send(w.PING)
 

@@ -37,7 +37,7 @@ class Connect:
 
 PubMsg = tuple[bytes, bytes | None, bytes, bytes | None]
 """One ``PUB`` or ``HPUB``: (subject, reply, payload, headers). ``headers`` is the raw block
-(``NATS/1.0`` ... blank line), or None for a plain PUB."""
+(``NATS/1.0`` ... blank line; empty for an HPUB whose header size is 0), or None for a plain PUB."""
 
 
 @attrs.define(slots=True)

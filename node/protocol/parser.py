@@ -59,8 +59,11 @@ P = TypeVar("P")
 # How a verb is read: LINE verbs are built from the control line alone; PAYLOAD verbs end in a size,
 # HEADERS verbs in a header size and a total size, and are built once the payload is in.
 LINE, PAYLOAD, HEADERS = 0, 1, 2
-_LONGEST_VERB = len("CONNECT ")
 Verb = tuple[int, Callable[..., Any]]
+# Verbs nats-server reads with nothing between them and what follows: CONNECT and INFO take their
+# argument from the next byte on, and PING, PONG and +OK ignore everything up to the line end.
+_GLUED = (b"CONNECT", b"INFO", b"PING", b"PONG", b"+OK")
+_LONGEST_VERB = len(b"CONNECT")
 
 
 def _spellings(verb: str) -> list[bytes]:
@@ -77,11 +80,10 @@ def _table(*groups: tuple[int, dict[str, Callable[..., Any]]]) -> dict[bytes, Ve
     return table
 
 
-def _json_arg(line: bytes, what: str) -> dict[str, Any]:
-    parts = line.split(None, 1)
+def _json_arg(args: list[bytes], line: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(parts[1]) if len(parts) == 2 else None
-    except ValueError:
+        value = json.loads(line.lstrip()[len(args[0]) :])
+    except (ValueError, RecursionError):  # (deep nesting such as [[[[... fits in a control line)
         value = None
     if not isinstance(value, dict):
         raise ProtocolError(None, reason=f"malformed {what} arguments")
@@ -93,6 +95,22 @@ def _size(field: bytes) -> int:
     if not field.isdigit() or len(field) > 9:
         raise ProtocolError(None, reason=f"bad size {field[:16]!r}")
     return int(field)
+
+
+def _bad_arguments(args: list[bytes], line: bytes) -> ProtocolError:
+    """Wrong arguments close the connection without an ``-ERR``; but a verb alone on its line never
+    gets that far in nats-server, which wants a blank after PUB, HPUB, SUB, UNSUB and -ERR."""
+    if len(line.lstrip()) == len(args[0]):
+        return ProtocolError(UNKNOWN_OP, reason=f"{args[0]!r} without arguments")
+    return ProtocolError(None, reason=f"bad arguments to {args[0]!r}")
+
+
+def _arguments_length(line: bytes, verb: bytes, build: Callable[..., Any]) -> int:
+    """What nats-server holds against max_control_line: the line after the verb and the blanks
+    after it. PING, PONG and +OK lines are not checked (nats-server does not even keep them)."""
+    if build is _ping or build is _pong or build is _ok:
+        return 0
+    return len(line.lstrip()[len(verb) :].lstrip(b" \t"))
 
 
 class _OpParser(Generic[E, P]):
@@ -158,22 +176,25 @@ class _OpParser(Generic[E, P]):
                 args = line.split()
                 verb = verbs.get(args[0]) if args else None
                 if verb is None:
-                    raise ProtocolError(UNKNOWN_OP, reason=f"unknown operation {line[:32]!r}")
-                if len(line) > max_line and len(line.rstrip()) - len(args[0]) - 1 > max_line:
-                    raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+                    args, verb = self._glued(line)
                 kind, build = verb
+                if len(line) > max_line and _arguments_length(line, args[0], build) > max_line:
+                    raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
                 if kind == LINE:
                     event = build(args, line)
                 else:
                     size = args[-1]
                     if len(args) < 3 or not size.isdigit() or len(size) > 9:
-                        raise ProtocolError(None, reason=f"bad arguments to {args[0]!r}")
+                        raise _bad_arguments(args, line)
                     total = int(size)
                     if total > max_payload:
                         raise ProtocolError(MAX_PAYLOAD_VIOLATION)
                     # The payload is the next piece if it holds no CRLF, else pieces re-joined.
+                    # When it runs into the last piece, which holds no CRLF, it is not complete
+                    # yet; or it is, and what follows it is not a CRLF.
                     j = next_i
                     if j >= last:
+                        self._await_payload(len(buf) - line_end, total)
                         self._need = line_end - pos + total + 2
                         break
                     payload = parts[j]
@@ -182,6 +203,7 @@ class _OpParser(Generic[E, P]):
                             j += 1
                             payload = payload + b"\r\n" + parts[j]
                         if len(payload) < total:
+                            self._await_payload(len(buf) - line_end, total)
                             self._need = line_end - pos + total + 2
                             break
                         if len(payload) > total:
@@ -192,9 +214,7 @@ class _OpParser(Generic[E, P]):
                         header_size = _size(args[-2])
                         if header_size > total:
                             raise ProtocolError(None, reason="header size larger than total")
-                        # An empty header block is no headers: delivered as a plain MSG.
-                        headers = payload[:header_size] if header_size else None
-                        event = build(args, headers, payload[header_size:])
+                        event = build(args, payload[:header_size], payload[header_size:])
                     line_end += total + 2
                     next_i = j + 1
             except ProtocolError as exc:
@@ -212,9 +232,17 @@ class _OpParser(Generic[E, P]):
                 yield event
             pos, i = line_end, next_i
         else:
-            if len(parts[last]) > max_line + _LONGEST_VERB:
-                error = ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
-            self._need = len(parts[last]) + 1
+            tail = parts[last]
+            if len(tail) > max_line:
+                try:
+                    kept = self._unfinished(tail)
+                except ProtocolError as exc:
+                    error = exc
+                else:
+                    if len(kept) < len(tail):
+                        self._buf = buf = kept
+                        pos = 0
+            self._need = len(buf) - pos + 1
         self._pos = pos
         self._size = len(buf) - pos
         if batch:
@@ -222,6 +250,47 @@ class _OpParser(Generic[E, P]):
             yield batch_of(batch)
         if error is not None:
             raise error
+
+    @staticmethod
+    def _await_payload(available: int, size: int) -> None:
+        """Raise if a payload that seems incomplete has all its bytes and the two after it in: its
+        CRLF is missing. nats-server fails there and then, so neither waits for a line end."""
+        if available >= size + 2:
+            raise ProtocolError(UNKNOWN_OP, reason="payload not followed by CRLF")
+
+    def _glued(self, line: bytes) -> tuple[list[bytes], Verb]:
+        """The arguments and verb of a line whose first word is not a verb, if nats-server reads
+        one there (``CONNECT{...}``, ``PINGjunk``); otherwise ``Unknown Protocol Operation``."""
+        line = line.lstrip()
+        start = line[:_LONGEST_VERB].upper()
+        for name in _GLUED:
+            verb = self._verbs.get(name)
+            if verb is not None and start.startswith(name):
+                return [line[: len(name)], *line[len(name) :].split()], verb
+        raise ProtocolError(UNKNOWN_OP, reason=f"unknown operation {line[:32]!r}")
+
+    def _unfinished(self, tail: bytes) -> bytes:
+        """Check a long control line still waiting for its end, as nats-server checks one at the
+        end of every read, and return what of it must be kept.
+
+        Bytes nats-server would skip are dropped, so a peer cannot fill memory with them: the rest
+        of a PING, PONG or +OK line, and blanks around a verb.
+        """
+        tail = tail.lstrip()
+        if len(tail) <= _LONGEST_VERB:
+            return tail  # (it may yet become a verb)
+        args = tail.split()
+        verb = self._verbs.get(args[0]) if args else None
+        if verb is None:
+            args, verb = self._glued(tail)
+        name, build = args[0], verb[1]
+        cr = b"\r" if tail.endswith(b"\r") else b""  # the first half of the line end
+        if build is _ping or build is _pong or build is _ok:
+            return name + cr
+        rest = tail[len(name) :].lstrip(b" \t")
+        if len(rest) - len(cr) > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
+        return name + b" " + rest
 
 
 def _pub(args: list[bytes], headers: bytes | None, payload: bytes) -> PubMsg:
@@ -247,7 +316,7 @@ def _sub(args: list[bytes], line: bytes) -> Sub:
         return Sub(args[1], None, args[2])
     if len(args) == 4:
         return Sub(args[1], args[2], args[3])
-    raise ProtocolError(None, reason="wrong number of arguments to SUB")
+    raise _bad_arguments(args, line)
 
 
 def _unsub(args: list[bytes], line: bytes) -> Unsub:
@@ -256,7 +325,7 @@ def _unsub(args: list[bytes], line: bytes) -> Unsub:
     if len(args) == 3:
         # A max that is not a number unsubscribes at once, as nats-server's parseSize(-1) does.
         return Unsub(args[1], int(args[2]) if args[2].isdigit() and len(args[2]) <= 9 else 0)
-    raise ProtocolError(None, reason="wrong number of arguments to UNSUB")
+    raise _bad_arguments(args, line)
 
 
 def _msg(args: list[bytes], headers: bytes | None, payload: bytes) -> Msg:
@@ -278,17 +347,19 @@ def _hmsg(args: list[bytes], headers: bytes | None, payload: bytes) -> Msg:
 
 
 def _err(args: list[bytes], line: bytes) -> Err:
-    parts = line.split(None, 1)
-    text = parts[1].strip() if len(parts) == 2 else b""
+    text = line.lstrip()[len(args[0]) :]
+    if not text:
+        raise _bad_arguments(args, line)  # (but any text after a blank, even none, will do)
+    text = text.strip()
     return Err(text.strip(b"'").decode(errors="replace"))
 
 
 def _connect(args: list[bytes], line: bytes) -> Connect:
-    return Connect(_json_arg(line, "CONNECT"))
+    return Connect(_json_arg(args, line, "CONNECT"))
 
 
 def _info(args: list[bytes], line: bytes) -> Info:
-    return Info(_json_arg(line, "INFO"))
+    return Info(_json_arg(args, line, "INFO"))
 
 
 def _ping(args: list[bytes], line: bytes) -> Ping:
@@ -309,10 +380,12 @@ class ClientOpParser(_OpParser[ClientEvent, PubMsg]):
 
     Consecutive PUBs and HPUBs come out as one ``PubBatch``. Argument errors (a PUB without a size,
     a size that is not 1-9 digits) raise a ``ProtocolError`` without a message: nats-server closes
-    such connections without an ``-ERR``. An unknown verb, an empty line or a payload not ended by
-    CRLF is ``Unknown Protocol Operation``; an oversized PUB is ``Maximum Payload Violation`` (raised
-    on its control line, before the payload is read); arguments past the limit, ``maximum control
-    line exceeded``.
+    such connections without an ``-ERR``. An unknown verb, an empty line, a verb that needs
+    arguments alone on its line, or a payload not ended by CRLF is ``Unknown Protocol Operation``;
+    an oversized PUB is ``Maximum Payload Violation`` (raised on its control line, before the
+    payload is read); arguments past the limit, ``maximum control line exceeded``. An HPUB's header
+    block is passed on as sent, empty when its header size is 0: whether headers may be sent at all
+    is the connection's decision.
     """
 
     _verbs = _table(

@@ -1,0 +1,352 @@
+"""The benchmark scenarios and the coordinator that runs one: workers out, reports in, one result.
+
+A run measures end to end: from the moment the first message is sent to the moment the last
+subscriber has received everything (or, publishing alone, the server has confirmed it read the last
+message). Workers connect and subscribe before the clock starts, so connection setup is not timed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import secrets
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import attrs
+
+from node.bench.wire import BenchError, Endpoint
+from node.bench.workers import (
+    GO,
+    READY,
+    Job,
+    Progress,
+    Report,
+    Role,
+    publisher,
+    requester,
+    responder,
+    subscriber,
+    work,
+)
+
+__all__ = ["DEFAULT_TIMEOUT", "SCENARIOS", "Latency", "Result", "Scenario", "Spec", "run"]
+
+DEFAULT_TIMEOUT = 300.0
+READY_TIMEOUT = 30.0
+"""Time for the worker processes to start, connect and subscribe."""
+POLL = 0.1
+"""How often the coordinator looks at progress while it waits."""
+GRACE = 2.0
+"""How long the other workers may go on once one has failed: a subscriber whose publisher died
+would otherwise wait for its marker until the run's timeout."""
+
+ProgressCallback = Callable[[int, int], None]
+"""Called with (done, total) while a run is under way."""
+
+
+@attrs.frozen
+class Scenario:
+    """One kind of run, with the defaults that make it what its name says."""
+
+    name: str
+    summary: str
+    subs: int
+    msgs: int
+    queue: bool = False
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("pub", "publish only: how fast the server takes messages in", subs=0, msgs=1_000_000),
+        Scenario("pubsub", "1 publisher -> 1 subscriber", subs=1, msgs=1_000_000),
+        Scenario("fanout", "1 publisher -> N subscribers; reports deliveries/s", subs=10, msgs=100_000),
+        Scenario(
+            "queue", "1 publisher -> N members of one queue group", subs=4, msgs=1_000_000, queue=True
+        ),
+        Scenario("reqrep", "request/reply round trips, one request at a time", subs=1, msgs=20_000),
+    )
+}
+
+
+@attrs.frozen
+class Spec:
+    """Everything that defines one run."""
+
+    scenario: str
+    endpoint: Endpoint
+    msgs: int
+    size: int = 16
+    subs: int = 1
+    pubs: int = 1
+    subject: str = "bench"
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds the run may take once started; what has not arrived by then counts as lost."""
+
+    def check(self) -> None:
+        """Refuse a spec that cannot run, or that the counting could not measure faithfully."""
+        if self.scenario not in SCENARIOS:
+            raise BenchError(f"unknown scenario {self.scenario!r}")
+        if self.msgs < 1 or self.size < 0 or self.pubs < 1 or self.subs < 0:
+            raise BenchError("--msgs and --pubs must be positive, --size and --subs not negative")
+        if self.scenario == "pub" and self.subs:
+            raise BenchError("pub runs without subscribers (pubsub and fanout have them)")
+        if self.scenario == "reqrep" and (self.subs, self.pubs) != (1, 1):
+            raise BenchError("reqrep runs one requester and one responder")
+        if self.scenario not in ("pub", "reqrep") and self.subs < 1:
+            raise BenchError(f"{self.scenario} needs at least one subscriber")
+        tokens = self.subject.split(".")
+        if any(t in ("", "*", ">") for t in tokens) or any(c.isspace() for c in self.subject):
+            raise BenchError(f"--subject must be a literal subject, not {self.subject!r}")
+        # Deliveries are counted by their "MSG " token and errors by "-ERR": the subject must not
+        # make either appear in a MSG line a second time.
+        if self.subject.endswith("MSG") or "-ERR" in self.subject:
+            raise BenchError(f"--subject {self.subject!r} would be miscounted; choose another")
+
+
+@attrs.frozen
+class Latency:
+    """Round-trip times in microseconds."""
+
+    p50: float
+    p99: float
+    mean: float
+
+    @classmethod
+    def of(cls, samples_ns: Sequence[int]) -> Latency:
+        micros = sorted(ns / 1000 for ns in samples_ns)
+        if len(micros) < 2:
+            only = micros[0] if micros else 0.0
+            return cls(only, only, only)
+        cuts = statistics.quantiles(micros, n=100, method="inclusive")
+        return cls(cuts[49], cuts[98], statistics.fmean(micros))
+
+
+@attrs.frozen
+class Result:
+    """The outcome of one run: what arrived, how long it took, and whether anything went wrong."""
+
+    spec: Spec
+    expected: int
+    """Deliveries the run must see (messages for publish-only, replies for request/reply)."""
+    received: int
+    seconds: float
+    per_worker: tuple[int, ...]
+    """Each subscriber's deliveries (each publisher's confirmed messages for publish-only)."""
+    errors: tuple[str, ...] = ()
+    latency: Latency | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.received == self.expected and not self.errors
+
+    @property
+    def rate(self) -> float:
+        """Messages (deliveries, replies) per second."""
+        return self.received / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def megabytes_per_second(self) -> float:
+        """Payload bytes moved per second, in MB (10^6 bytes)."""
+        return self.rate * self.spec.size / 1e6
+
+    def as_dict(self) -> dict[str, Any]:
+        spec = self.spec
+        out: dict[str, Any] = {
+            "scenario": spec.scenario,
+            "url": spec.endpoint.url,
+            "msgs": spec.msgs,
+            "size": spec.size,
+            "pubs": spec.pubs,
+            "subs": spec.subs,
+            "subject": spec.subject,
+            "expected": self.expected,
+            "received": self.received,
+            "per_worker": list(self.per_worker),
+            "seconds": self.seconds,
+            "msgs_per_sec": self.rate,
+            "mb_per_sec": self.megabytes_per_second,
+            "ok": self.ok,
+            "errors": list(self.errors),
+        }
+        if self.latency is not None:
+            out["latency_us"] = attrs.asdict(self.latency)
+        return out
+
+
+@attrs.frozen
+class _Plan:
+    """Who runs in a spec's run, and how its reports become a result."""
+
+    roles: list[tuple[Role, Job]]
+    starters: list[int]
+    """Slots that wait for GO (publishers, requesters)."""
+    counted: list[int]
+    """Slots whose counts make ``received`` (and the progress bar), and whose last event ends the
+    timed span."""
+    expected: int
+
+
+def _plan(spec: Spec) -> _Plan:
+    run_id = secrets.token_hex(4)
+    subject = spec.subject.encode()
+    base = Job(spec.endpoint, subject, spec.size, done=f"bench-done.{run_id}".encode())
+    if spec.scenario == "reqrep":
+        job = attrs.evolve(base, count=spec.msgs, inbox=f"_INBOX.{run_id}".encode())
+        return _Plan([(responder, job), (requester, job)], starters=[1], counted=[1], expected=spec.msgs)
+    queue = b"bench" if SCENARIOS[spec.scenario].queue else None
+    subs = spec.subs
+    roles: list[tuple[Role, Job]] = [
+        (subscriber, attrs.evolve(base, queue=queue, publishers=spec.pubs)) for _ in range(subs)
+    ]
+    share, extra = divmod(spec.msgs, spec.pubs)
+    for i in range(spec.pubs):
+        job = attrs.evolve(base, count=share + (i < extra), done=base.done if subs else b"")
+        roles.append((publisher, job))
+    publishers = list(range(subs, subs + spec.pubs))
+    if not subs:
+        return _Plan(roles, publishers, publishers, expected=spec.msgs)
+    expected = spec.msgs if queue else spec.msgs * subs
+    return _Plan(roles, publishers, list(range(subs)), expected=expected)
+
+
+def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
+    """Run one benchmark against a live server.
+
+    Raises:
+        BenchError: the spec is invalid, or the workers could not connect and subscribe.
+    """
+    spec.check()
+    plan = _plan(spec)
+    with _Crew(plan.roles) as crew:
+        crew.wait_ready()
+        crew.go(plan.starters)
+        reports = crew.reports(spec.timeout, plan.counted, plan.expected, on_progress)
+    starters = [reports[i] for i in plan.starters]
+    counted = [reports[i] for i in plan.counted]
+    start = min(r.start for r in starters)
+    end = max(r.end for r in counted)
+    latencies = [ns for r in starters for ns in r.latencies]
+    return Result(
+        spec,
+        expected=plan.expected,
+        received=sum(r.count for r in counted),
+        seconds=max(0.0, end - start),
+        per_worker=tuple(r.count for r in counted),
+        errors=tuple(dict.fromkeys(r.error for r in reports.values() if r.error)),
+        latency=Latency.of(latencies) if spec.scenario == "reqrep" else None,
+    )
+
+
+class _Crew:
+    """The worker processes of one run, from start to last report; none outlives the ``with``.
+
+    Workers are started with ``spawn``: a fresh interpreter is safe whatever other threads the
+    caller runs (an event loop, when a test drives the coordinator from a worker thread), which
+    ``fork`` is not.
+    """
+
+    def __init__(self, roles: list[tuple[Role, Job]]) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.progress: Progress = ctx.RawArray(ctypes.c_longlong, len(roles))
+        self.conns: list[Connection] = []
+        self.procs: list[multiprocessing.process.BaseProcess] = []
+        self._ends: list[Connection] = []
+        for slot, (role, job) in enumerate(roles):
+            ours, theirs = ctx.Pipe()
+            self.conns.append(ours)
+            self._ends.append(theirs)
+            self.procs.append(
+                ctx.Process(
+                    target=work,
+                    args=(role, theirs, job, self.progress, slot),
+                    name=f"bench-{role.__name__}-{slot}",
+                    daemon=True,
+                )
+            )
+
+    def __enter__(self) -> _Crew:
+        for proc in self.procs:
+            proc.start()
+        for end in self._ends:
+            end.close()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(5)
+        for conn in self.conns:
+            conn.close()
+
+    def wait_ready(self) -> None:
+        """Wait for every worker to connect and subscribe; the first failure ends the run."""
+        waiting = set(range(len(self.conns)))
+        deadline = time.monotonic() + READY_TIMEOUT
+        while waiting:
+            ready = self._wait([self.conns[i] for i in waiting], deadline - time.monotonic())
+            if not ready:
+                raise BenchError(f"workers not ready after {READY_TIMEOUT:.0f} s")
+            for conn in ready:
+                message = self._receive(conn)
+                if message != READY:
+                    error = message.error if isinstance(message, Report) else None
+                    raise BenchError(error or "a worker ended before the run started")
+                waiting.discard(self.conns.index(conn))
+
+    def go(self, slots: list[int]) -> None:
+        for slot in slots:
+            self.conns[slot].send(GO)
+
+    def reports(
+        self,
+        timeout: float,
+        counted: list[int],
+        total: int,
+        on_progress: ProgressCallback | None,
+    ) -> dict[int, Report]:
+        """Every worker's report by slot, in the order they came (so a failure's cause comes before
+        its consequences); a worker still busy at the deadline is reported as unfinished."""
+        reports: dict[int, Report] = {}
+        deadline = time.monotonic() + timeout
+        unfinished = f"timed out after {timeout:g} s"
+        while len(reports) < len(self.conns):
+            pending = [c for i, c in enumerate(self.conns) if i not in reports]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for i in range(len(self.conns)):
+                    reports.setdefault(i, Report(self.progress[i], error=unfinished))
+                break
+            for conn in self._wait(pending, min(left, POLL)):
+                slot = self.conns.index(conn)
+                message = self._receive(conn)
+                report = message if isinstance(message, Report) else self._lost(slot)
+                reports[slot] = report
+                if report.error and time.monotonic() + GRACE < deadline:
+                    deadline = time.monotonic() + GRACE
+                    unfinished = "stopped after another worker failed"
+            if on_progress is not None:
+                on_progress(sum(self.progress[i] for i in counted), total)
+        return reports
+
+    def _lost(self, slot: int) -> Report:
+        return Report(
+            self.progress[slot], error=f"worker {self.procs[slot].name} ended without a report"
+        )
+
+    @staticmethod
+    def _wait(conns: list[Connection], timeout: float) -> list[Connection]:
+        return [c for c in wait(conns, max(0.0, timeout)) if isinstance(c, Connection)]
+
+    @staticmethod
+    def _receive(conn: Connection) -> object:
+        try:
+            return conn.recv()
+        except EOFError:
+            return None

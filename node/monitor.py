@@ -1,0 +1,288 @@
+"""The node's HTTP monitoring server: nats-server's endpoints, served by hypercorn on trio.
+
+Operators point ``curl``, ``nats-top``, dashboards and Prometheus at a NATS server's monitoring port,
+so paths, query parameters, status codes and error texts follow nats-server: ``/varz``, ``/connz``,
+``/subsz`` (and its alias ``/subscriptionsz``), ``/routez``, ``/gatewayz``, ``/healthz``, plus
+``/metrics`` in the Prometheus text format. The server runs in the node's own trio run, so every
+document is read straight from the broker, with no locks and no copies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+from urllib.parse import parse_qs
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+
+from node import gojson, metrics
+from node.broker import VERSION, Broker
+from node.monitoring_views import (
+    DEFAULT_LIST_SIZE,
+    BadRequest,
+    ConnState,
+    ConnzOptions,
+    MonitorState,
+    SubszOptions,
+    connz,
+    gatewayz,
+    routez,
+    subsz,
+    varz,
+)
+
+__all__ = ["serve_monitoring"]
+
+GRACE = 1.0
+"""Seconds a request still being answered at shutdown may take to finish."""
+
+_TEXT = "text/plain; charset=utf-8"
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
+
+class Response(NamedTuple):
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+
+
+_JSON_HEADERS = ((b"content-type", b"application/json"), (b"access-control-allow-origin", b"*"))
+_HEALTHY = b'{"status":"ok"}'
+"""/healthz is the one document nats-server writes compactly."""
+
+
+def _json(doc: object) -> Response:
+    return Response(200, gojson.dumps(doc).encode(), _JSON_HEADERS)
+
+
+def _text(status: int, text: str, content_type: str = _TEXT) -> Response:
+    return Response(status, text.encode(), ((b"content-type", content_type.encode()),))
+
+
+_NOT_FOUND = Response(
+    404,
+    b"404 page not found\n",
+    ((b"content-type", _TEXT.encode()), (b"x-content-type-options", b"nosniff")),
+)
+
+
+# -- query parameters, decoded as nats-server's handlers decode them -------------------------------
+
+
+def _go_quote(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+class Query:
+    """One request's query parameters; the first value of a repeated name counts, and empty is absent.
+
+    Bad values raise ``BadRequest`` with the text nats-server sends, which quotes Go's ``strconv``.
+    """
+
+    def __init__(self, raw: bytes) -> None:
+        self._values = parse_qs(raw.decode("latin-1"), keep_blank_values=True)
+
+    def text(self, name: str) -> str:
+        values = self._values.get(name)
+        return values[0] if values else ""
+
+    def boolean(self, name: str) -> bool:
+        value = self.text(name)
+        if value in _TRUE:
+            return True
+        if not value or value in _FALSE:
+            return False
+        raise BadRequest(
+            f"Error decoding boolean for '{name}': strconv.ParseBool: parsing {_go_quote(value)}: "
+            "invalid syntax"
+        )
+
+    def _number(self, name: str, kind: str, func: str, signed: bool) -> int:
+        value = self.text(name)
+        if not value:
+            return 0
+        digits = value[1:] if signed and value[:1] in "+-" else value
+        problem = "invalid syntax"
+        if digits.isascii() and digits.isdigit():
+            number = int(value)
+            if -_INT64_MAX - 1 <= number <= (_INT64_MAX if signed else _UINT64_MAX):
+                return number
+            problem = "value out of range"
+        raise BadRequest(
+            f"Error decoding {kind} for '{name}': strconv.{func}: parsing {_go_quote(value)}: {problem}"
+        )
+
+    def integer(self, name: str) -> int:
+        return self._number(name, "int", "Atoi", signed=True)
+
+    def uint64(self, name: str) -> int:
+        return self._number(name, "uint64", "ParseUint", signed=False)
+
+    def subs(self) -> tuple[bool, bool]:
+        """``subs``: (list them, in detail); ``detail`` in any case, or a boolean."""
+        if self.text("subs").lower() == "detail":
+            return False, True
+        return self.boolean("subs"), False
+
+    def page(self) -> tuple[int, int]:
+        """``offset`` and ``limit``; a negative offset counts as 0, a limit under 1 as the default."""
+        offset, limit = self.integer("offset"), self.integer("limit")
+        return max(offset, 0), limit if limit > 0 else DEFAULT_LIST_SIZE
+
+    def state(self) -> ConnState:
+        value = self.text("state")
+        lowered = value.lower()
+        if not value or lowered == "open":
+            return ConnState.OPEN
+        if lowered == "closed":
+            return ConnState.CLOSED
+        if lowered in ("any", "all"):
+            return ConnState.ALL
+        raise BadRequest(f"Error decoding state for {value}")
+
+
+# -- endpoints -------------------------------------------------------------------------------------
+
+
+def _connz(state: MonitorState, query: Query) -> Response:
+    subs, detail = query.subs()
+    offset, limit = query.page()
+    opts = ConnzOptions(
+        sort=query.text("sort") or "cid",
+        auth=query.boolean("auth"),
+        subs=subs,
+        subs_detail=detail,
+        offset=offset,
+        limit=limit,
+        cid=query.uint64("cid"),
+        state=query.state(),
+        user=query.text("user"),
+        account=query.text("acc"),
+    )
+    return _json(connz(state.broker, opts))
+
+
+def _subsz(state: MonitorState, query: Query) -> Response:
+    offset, limit = query.page()
+    opts = SubszOptions(
+        subs=query.boolean("subs"),
+        offset=offset,
+        limit=limit,
+        test=query.text("test"),
+        account=query.text("acc"),
+    )
+    return _json(subsz(state.broker, opts))
+
+
+def _metrics(state: MonitorState, query: Query) -> Response:
+    return _text(200, metrics.exposition(state), metrics.CONTENT_TYPE)
+
+
+_LINKS = (
+    ("varz", "General"),
+    ("connz", "Connections"),
+    ("subsz", "Subscriptions"),
+    ("routez", "Routes"),
+    ("gatewayz", "Gateways"),
+    ("healthz", "Health"),
+    ("metrics", "Prometheus metrics"),
+)
+_INDEX = (
+    "<!DOCTYPE html>\n<html>\n<head><title>pubmesh monitoring</title></head>\n<body>\n"
+    f"<h1>pubmesh {VERSION}</h1>\n<ul>\n"
+    + "".join(f'<li><a href="{path}">{path}</a> {title}</li>\n' for path, title in _LINKS)
+    + "</ul>\n</body>\n</html>\n"
+)
+
+Handler = Callable[[MonitorState, Query], Response]
+# Each path: the name its requests are counted under in /varz's http_req_stats, and its handler.
+_ROUTES: dict[str, tuple[str, Handler]] = {
+    "/": ("/", lambda state, query: _text(200, _INDEX, "text/html; charset=utf-8")),
+    "/varz": ("/varz", lambda state, query: _json(varz(state))),
+    "/connz": ("/connz", _connz),
+    "/subsz": ("/subsz", _subsz),
+    "/subscriptionsz": ("/subsz", _subsz),
+    "/routez": ("/routez", lambda state, query: _json(routez(state.broker))),
+    "/gatewayz": ("/gatewayz", lambda state, query: _json(gatewayz(state.broker))),
+    "/healthz": ("/healthz", lambda state, query: Response(200, _HEALTHY, _JSON_HEADERS)),
+    "/metrics": ("/metrics", _metrics),
+}
+
+
+def respond(state: MonitorState, path: str, query_string: bytes) -> Response:
+    """The answer to one GET; requests are counted before their parameters are checked, as there."""
+    route = _ROUTES.get(path)
+    if route is None:
+        return _NOT_FOUND
+    counted_as, handler = route
+    state.requests[counted_as] += 1
+    try:
+        return handler(state, Query(query_string))
+    except BadRequest as exc:
+        return _text(400, str(exc))
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+class _App:
+    """The ASGI application hypercorn runs: lifespan events acknowledged, HTTP requests answered."""
+
+    def __init__(self, state: MonitorState) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] == "lifespan":
+            # hypercorn on trio fails to start with an app that ignores lifespan events.
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        elif scope["type"] == "http":
+            response = respond(self.state, scope["path"], scope["query_string"])
+            headers = (*response.headers, (b"content-length", str(len(response.body)).encode()))
+            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            await send({"type": "http.response.body", "body": response.body, "more_body": False})
+
+
+def _hypercorn_config(host: str, port: int) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.include_server_header = False
+    config.graceful_timeout = GRACE
+    return config
+
+
+async def serve_monitoring(
+    broker: Broker,
+    host: str,
+    port: int,
+    *,
+    shutdown: trio.Event,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the monitoring endpoints on ``host:port`` until ``shutdown`` is set.
+
+    Reports the port it listens on through ``task_status`` (the one picked when ``port`` is 0).
+    """
+    state = MonitorState(broker, host)
+    app = _App(state)
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(serve, app, _hypercorn_config(host, port), shutdown_trigger=shutdown.wait)
+        )
+        state.http_port = int(binds[0].rsplit(":", 1)[1])
+        task_status.started(state.http_port)

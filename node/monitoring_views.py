@@ -1,0 +1,393 @@
+"""The documents the monitoring endpoints serve, built from a broker's live state.
+
+Field names, their order, and which fields are left out when empty follow nats-server's structs
+(``Varz``, ``Connz``/``ConnInfo``, ``Subsz``/``SubDetail``, ``Routez``, ``Gatewayz``), because the
+tools that read them were written against nats-server. Everything is read synchronously on the trio
+thread that runs the broker, so each document is a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import os
+import platform
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from node.accounts import DEFAULT_ACCOUNT
+from node.broker import VERSION, Broker
+from node.client import ClientConnection
+from node.gofmt import go_duration, go_time, uptime
+from routing import SubListStats, Subscription, is_valid_literal_subject, subject_matches
+
+__all__ = [
+    "DEFAULT_LIST_SIZE",
+    "BadRequest",
+    "ConnState",
+    "ConnzOptions",
+    "CpuMeter",
+    "MonitorState",
+    "SubszOptions",
+    "connz",
+    "gatewayz",
+    "routez",
+    "subsz",
+    "varz",
+]
+
+DEFAULT_LIST_SIZE = 1024
+"""nats-server's page size for /connz and /subsz when ``limit`` is absent or not positive."""
+_SECOND = 10**9
+
+
+class BadRequest(ValueError):
+    """A query the endpoint cannot answer; the message is the 400 body, in nats-server's words."""
+
+
+class CpuMeter:
+    """Process CPU use in percent of one core, as /varz reports it.
+
+    nats-server samples every second in the background; here a new sample is taken when one is asked
+    for and the last is at least a second old, which gives the same figure without a timer task.
+    """
+
+    def __init__(self) -> None:
+        self._wall = time.monotonic()
+        self._cpu = time.process_time()
+        self._percent = 0.0
+
+    def read(self) -> float:
+        wall, cpu = time.monotonic(), time.process_time()
+        if wall - self._wall >= 1.0:
+            self._percent = round(100 * (cpu - self._cpu) / (wall - self._wall), 1)
+            self._wall, self._cpu = wall, cpu
+        return self._percent
+
+
+@attrs.define
+class MonitorState:
+    """What the monitoring server knows beyond the broker: its own address and request counts."""
+
+    broker: Broker
+    http_host: str
+    http_port: int = 0
+    requests: collections.Counter[str] = attrs.field(factory=collections.Counter)
+    cpu: CpuMeter = attrs.field(factory=CpuMeter)
+
+
+def _resident_bytes() -> int:
+    """Resident set size now; where /proc is missing, the peak the kernel reports instead."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _stats(broker: Broker, account: str = "") -> SubListStats:
+    return SubListStats.combine(
+        a.sublist.stats() for a in broker.accounts.values() if not account or a.name == account
+    )
+
+
+# A node runs standalone until the cluster package links it to others, so it reports no routes,
+# gateways or leaf nodes, in the shapes nats-server uses for a standalone server.
+_NO_LINKS = {"routes": 0, "gateways": 0, "leafs": 0}
+
+
+def varz(state: MonitorState) -> dict[str, Any]:
+    broker = state.broker
+    config = broker.config
+    now = time.time_ns()
+    in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
+    doc: dict[str, Any] = {
+        "server_id": broker.server_id,
+        "server_name": broker.server_name,
+        "version": VERSION,
+        "proto": 1,
+        "go": "python" + platform.python_version(),
+        "host": config.host,
+        "port": config.port,
+    }
+    if config.auth_required:
+        doc["auth_required"] = True
+    doc["max_connections"] = config.max_connections
+    if config.max_subscriptions:
+        doc["max_subscriptions"] = config.max_subscriptions
+    doc |= {
+        "ping_interval": round(config.ping_interval * _SECOND),
+        "ping_max": config.ping_max,
+        "http_host": state.http_host,
+        "http_port": state.http_port,
+        "http_base_path": "",
+        "https_port": 0,
+        "auth_timeout": config.auth_timeout,
+        "max_control_line": config.max_control_line,
+        "max_payload": config.max_payload,
+        "max_pending": config.max_pending,
+        "cluster": {},
+        "gateway": {},
+        "leaf": {},
+        "mqtt": {},
+        "websocket": {},
+        "jetstream": {},
+        "write_deadline": round(config.write_deadline * _SECOND),
+        "start": go_time(broker.start_ns),
+        "now": go_time(now),
+        "uptime": uptime(now - broker.start_ns),
+        "mem": _resident_bytes(),
+        "cores": os.cpu_count() or 1,
+        "gomaxprocs": 1,  # Python code runs on one thread at a time
+        "cpu": state.cpu.read(),
+        "connections": len(broker.clients),
+        "total_connections": broker.total_connections,
+        "routes": 0,
+        "remotes": 0,
+        "leafnodes": 0,
+        "in_msgs": in_msgs,
+        "in_bytes": in_bytes,
+        "out_msgs": out_msgs,
+        "out_bytes": out_bytes,
+        "slow_consumers": broker.slow_consumers,
+        "stale_connections": broker.stale_connections,
+        "subscriptions": _stats(broker).num_subscriptions,
+        "http_req_stats": dict(sorted(state.requests.items())),
+        "config_load_time": go_time(broker.start_ns),
+        "slow_consumer_stats": {"clients": broker.slow_consumers, **_NO_LINKS},
+        "stale_connection_stats": {"clients": broker.stale_connections, **_NO_LINKS},
+    }
+    return doc
+
+
+# -- /connz ----------------------------------------------------------------------------------------
+
+
+class ConnState(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+    ALL = "all"
+
+
+@attrs.frozen
+class ConnzOptions:
+    """The /connz query, decoded."""
+
+    sort: str = "cid"
+    auth: bool = False
+    subs: bool = False
+    subs_detail: bool = False
+    offset: int = 0
+    limit: int = DEFAULT_LIST_SIZE
+    cid: int = 0
+    state: ConnState = ConnState.OPEN
+    user: str = ""
+    account: str = ""
+
+
+def _end(conn: ClientConnection, now: int) -> int:
+    """When a connection's clock stops: now while open, at its close once closed."""
+    return conn.stop_ns or now
+
+
+_SortKey = Callable[[ClientConnection, int], Any]
+# Each sort: the key, and whether the largest comes first (nats-server's directions).
+_SORTS: dict[str, tuple[_SortKey, bool]] = {
+    "cid": (lambda c, now: c.cid, False),
+    "start": (lambda c, now: c.start_ns, False),
+    "subs": (lambda c, now: len(c.subs), True),
+    "pending": (lambda c, now: c.pending_bytes, True),
+    "msgs_to": (lambda c, now: c.out_msgs, True),
+    "msgs_from": (lambda c, now: c.in_msgs, True),
+    "bytes_to": (lambda c, now: c.out_bytes, True),
+    "bytes_from": (lambda c, now: c.in_bytes, True),
+    "last": (lambda c, now: c.last_activity_ns, True),
+    "idle": (lambda c, now: _end(c, now) - c.last_activity_ns, True),
+    "uptime": (lambda c, now: _end(c, now) - c.start_ns, False),
+    "stop": (lambda c, now: c.stop_ns, True),
+    "reason": (lambda c, now: c.closing or "", False),
+    "rtt": (lambda c, now: c.rtt_ns, True),
+}
+
+
+def _rtt(ns: int) -> str:
+    """nats-server shows round trips under a millisecond to the microsecond, others to the nanosecond."""
+    return go_duration(ns - ns % 1000 if 1000 < ns < 1_000_000 else ns)
+
+
+def _sub_detail(sub: Subscription, cid: int, account: str | None) -> dict[str, Any]:
+    detail: dict[str, Any] = {"account": account} if account else {}
+    detail["subject"] = sub.subject
+    if sub.queue:
+        detail["qgroup"] = sub.queue
+    detail |= {"sid": sub.sid.decode("utf-8", "replace"), "msgs": sub.delivered}
+    if sub.max_msgs:
+        detail["max"] = sub.max_msgs
+    detail["cid"] = cid
+    return detail
+
+
+def _conn_info(conn: ClientConnection, now: int, opts: ConnzOptions) -> dict[str, Any]:
+    end = _end(conn, now)
+    info: dict[str, Any] = {
+        "cid": conn.cid,
+        "kind": "Client",
+        "type": "nats",
+        "ip": conn.host,
+        "port": conn.port,
+        "start": go_time(conn.start_ns),
+        "last_activity": go_time(conn.last_activity_ns),
+    }
+    if conn.stop_ns:
+        info["stop"] = go_time(conn.stop_ns)
+    if conn.closing:
+        info["reason"] = conn.closing
+    info |= {
+        "rtt": _rtt(conn.rtt_ns),
+        "uptime": uptime(end - conn.start_ns),
+        "idle": uptime(end - conn.last_activity_ns),
+        "pending_bytes": conn.pending_bytes,
+        "in_msgs": conn.in_msgs,
+        "out_msgs": conn.out_msgs,
+        "in_bytes": conn.in_bytes,
+        "out_bytes": conn.out_bytes,
+        "subscriptions": len(conn.subs),
+    }
+    for key in ("name", "lang", "version"):
+        value = conn.options.get(key)
+        if value:
+            info[key] = str(value)
+    if opts.auth:
+        if conn.user is not None and conn.user.user:
+            info["authorized_user"] = conn.user.user
+        if conn.account.name != DEFAULT_ACCOUNT:
+            info["account"] = conn.account.name
+    if conn.subs and opts.subs_detail:
+        info["subscriptions_list_detail"] = [_sub_detail(s, conn.cid, None) for s in conn.subs.values()]
+    elif conn.subs and opts.subs:
+        info["subscriptions_list"] = [s.subject for s in conn.subs.values()]
+    return info
+
+
+def _connections(broker: Broker, state: ConnState) -> list[ClientConnection]:
+    """NATS client connections in the asked state, by connection id."""
+    found: list[object] = []
+    if state is not ConnState.CLOSED:
+        found += broker.clients.values()
+    if state is not ConnState.OPEN:
+        found += broker.closed
+    return sorted((c for c in found if isinstance(c, ClientConnection)), key=lambda c: c.cid)
+
+
+def connz(broker: Broker, opts: ConnzOptions) -> dict[str, Any]:
+    """/connz: connections in the asked state and filters, sorted, then paged.
+
+    Raises:
+        BadRequest: an unknown sort, or a sort that only closed connections have.
+    """
+    if opts.sort not in _SORTS:
+        raise BadRequest(f"invalid sorting option: {opts.sort}")
+    if opts.sort in ("stop", "reason") and opts.state is not ConnState.CLOSED:
+        raise BadRequest(f"sort by {opts.sort} only valid on closed connections")
+    now = time.time_ns()
+    conns = [
+        c
+        for c in _connections(broker, opts.state)
+        if (not opts.user or (c.user is not None and c.user.user == opts.user))
+        and (not opts.account or c.account.name == opts.account)
+    ]
+    total = len(conns)
+    limit = opts.limit
+    if opts.cid:
+        conns = [c for c in conns if c.cid == opts.cid]
+        limit = 1
+    key, descending = _SORTS[opts.sort]
+    conns.sort(key=lambda c: key(c, now), reverse=descending)
+    start = min(opts.offset, len(conns))
+    page = conns[start : start + limit]
+    return {
+        "server_id": broker.server_id,
+        "now": go_time(now),
+        "num_connections": len(page),
+        "total": total,
+        "offset": opts.offset,
+        "limit": limit,
+        "connections": [_conn_info(c, now, opts) for c in page],
+    }
+
+
+# -- /subsz ----------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SubszOptions:
+    """The /subsz query, decoded."""
+
+    subs: bool = False
+    offset: int = 0
+    limit: int = DEFAULT_LIST_SIZE
+    test: str = ""
+    account: str = ""
+
+
+def _natural(sid: bytes) -> tuple[int, bytes]:
+    """Order numeric sids by value (``2`` before ``10``), as clients number them."""
+    return len(sid), sid
+
+
+def subsz(broker: Broker, opts: SubszOptions) -> dict[str, Any]:
+    """/subsz: match statistics summed over accounts and, when asked, the subscriptions, paged.
+
+    Raises:
+        BadRequest: ``test`` is not a subject one could publish to.
+    """
+    if opts.test and not is_valid_literal_subject(opts.test):
+        raise BadRequest(f"invalid test subject, must be valid publish subject: {opts.test}")
+    stats = _stats(broker, opts.account)
+    doc: dict[str, Any] = {"server_id": broker.server_id, "now": go_time(time.time_ns())}
+    doc |= attrs.asdict(stats)
+    details: list[dict[str, Any]] = []
+    if opts.subs:
+        found = sorted(
+            (
+                (account.name, sub.owner.cid, _natural(sub.sid), sub)
+                for account, sub in broker.subscriptions()
+                if isinstance(sub.owner, ClientConnection)
+                and (not opts.account or account.name == opts.account)
+                and (not opts.test or subject_matches(sub.subject, opts.test))
+            ),
+            key=lambda entry: entry[:3],
+        )
+        details = [_sub_detail(sub, cid, name) for name, cid, _, sub in found]
+    start = min(opts.offset, len(details))
+    page = details[start : start + opts.limit]
+    doc |= {"total": len(details), "offset": opts.offset, "limit": opts.limit}
+    if page:
+        doc["subscriptions_list"] = page
+    return doc
+
+
+# -- links (none yet: see _NO_LINKS) ------------------------------------------------------------
+
+
+def routez(broker: Broker) -> dict[str, Any]:
+    return {
+        "server_id": broker.server_id,
+        "server_name": broker.server_name,
+        "now": go_time(time.time_ns()),
+        "num_routes": 0,
+        "routes": [],
+    }
+
+
+def gatewayz(broker: Broker) -> dict[str, Any]:
+    return {
+        "server_id": broker.server_id,
+        "now": go_time(time.time_ns()),
+        "outbound_gateways": {},
+        "inbound_gateways": {},
+    }
