@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import collections
 import os
+import platform
 import random
 import time
 from collections.abc import Collection, Iterator
@@ -26,6 +27,9 @@ __all__ = ["VERSION", "Broker", "Subscriber"]
 
 VERSION = "0.1.0"
 """pubmesh's version, reported in INFO and /varz (semver, which NATS clients parse)."""
+
+RUNTIME = "python" + platform.python_version()
+"""What INFO's and /varz's ``go`` field carries here: the runtime, as nats-server reports Go's."""
 
 CLOSED_KEPT = 10_000
 """Closed connections remembered for ``/connz?state=closed`` (nats-server's MaxClosedClients)."""
@@ -80,6 +84,8 @@ class Broker:
         self.config = config
         self.server_id = new_server_id()
         self.server_name = config.server_name or self.server_id
+        self.port = config.port
+        """The client port; the launcher replaces 0 with the one the system picked."""
         self.start_ns = time.time_ns()
         self.rng = rng or random.Random()
         self.auth = Authenticator(config)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from node.accounts import Account
-from node.broker import VERSION, Broker
+from node.broker import RUNTIME, VERSION, Broker
 from node.config import UserConfig
 from node.permissions import PermissionSet
 from node.protocol import (
@@ -158,9 +158,9 @@ class ClientConnection:
             "server_name": broker.server_name,
             "version": VERSION,
             "proto": 1,
-            "go": "python",
+            "go": RUNTIME,
             "host": config.host,
-            "port": config.port,
+            "port": broker.port,
             "headers": True,
             "max_payload": config.max_payload,
             "client_id": self.cid,
@@ -418,10 +418,10 @@ class ClientConnection:
         self.broker.congested.add(self)
         return False
 
-    def take_output(self) -> bytes:
+    def take_output(self) -> bytearray:
         """Everything queued for the client so far; the I/O side writes it, then ``output_sent``."""
-        data = bytes(self.outbound)
-        self.outbound.clear()
+        data = self.outbound
+        self.outbound = bytearray()  # a fresh buffer rather than a copy of the old one
         self._woken = False
         self._writing = len(data)
         return data

@@ -50,6 +50,7 @@ async def run_node(
     server = Server(config)
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     port = listeners[0].socket.getsockname()[1]
+    server.broker.port = port
     handle = NodeHandle(server, config.host, port)
     try:
         await _serve(server, config, listeners, handle, task_status)

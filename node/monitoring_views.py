@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import enum
 import os
-import platform
 import resource
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any
 import attrs
 
 from node.accounts import DEFAULT_ACCOUNT
-from node.broker import VERSION, Broker
+from node.broker import RUNTIME, VERSION, Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
 from routing import SubListStats, Subscription, is_valid_literal_subject, subject_matches
@@ -91,7 +90,7 @@ def _resident_bytes() -> int:
 
 def _stats(broker: Broker, account: str = "") -> SubListStats:
     return SubListStats.combine(
-        a.sublist.stats() for a in broker.accounts.values() if not account or a.name == account
+        a.stats() for a in broker.accounts.values() if not account or a.name == account
     )
 
 
@@ -110,9 +109,9 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "server_name": broker.server_name,
         "version": VERSION,
         "proto": 1,
-        "go": "python" + platform.python_version(),
+        "go": RUNTIME,
         "host": config.host,
-        "port": config.port,
+        "port": broker.port,
     }
     if config.auth_required:
         doc["auth_required"] = True

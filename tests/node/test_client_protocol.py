@@ -50,7 +50,7 @@ def out(conn: ClientConnection) -> bytes:
     """What the connection sent since last asked (as the writer would, confirmed written)."""
     data = conn.take_output()
     conn.output_sent()
-    return data
+    return bytes(data)
 
 
 def pub(subject: bytes, payload: bytes = b"hi", reply: bytes | None = None) -> bytes:
