@@ -426,9 +426,14 @@ class ClientConnection:
         self._writing = len(data)
         return data
 
-    def output_sent(self) -> None:
-        """The I/O side wrote what ``take_output`` gave it."""
+    def output_sent(self, data: bytearray, written: int) -> None:
+        """The I/O side wrote ``written`` bytes of what ``take_output`` gave it; the rest goes back
+        to the front of the queue."""
         self._writing = 0
+        if written < len(data):
+            rest = data[written:]
+            rest += self.outbound
+            self.outbound = rest
 
     def _error(self, message: str) -> None:
         """An error the connection survives."""

@@ -39,8 +39,7 @@ def connect(broker: Broker, data: bytes = b"") -> ClientConnection:
     conn = ClientConnection(broker, broker.next_cid(), host="127.0.0.1", port=50000)
     broker.add_client(conn)
     conn.greeting()
-    conn.take_output()
-    conn.output_sent()
+    out(conn)
     if data:
         conn.receive_data(data)
     return conn
@@ -49,7 +48,7 @@ def connect(broker: Broker, data: bytes = b"") -> ClientConnection:
 def out(conn: ClientConnection) -> bytes:
     """What the connection sent since last asked (as the writer would, confirmed written)."""
     data = conn.take_output()
-    conn.output_sent()
+    conn.output_sent(data, len(data))
     return bytes(data)
 
 
