@@ -11,7 +11,11 @@ STAMP := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml
+# The publish path is compiled (see setup.py): edits to those modules need a rebuild, so the install
+# step depends on every source file of the packages.
+SOURCES := $(wildcard routing/*.py node/*.py node/protocol/*.py)
+
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(SOURCES)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
@@ -37,4 +41,6 @@ run: $(STAMP)
 	$(BIN)/pubmesh serve -a 127.0.0.1 -p 4222 -m 8222
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	find routing node -name '*.so' -delete
+	rm -f *__mypyc*.so

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from node.accounts import Account
 from node.broker import RUNTIME, VERSION, Broker
@@ -41,22 +41,22 @@ __all__ = ["ClientConnection", "Reason"]
 class Reason:
     """Why a connection closed, in nats-server's words (``/connz`` shows them)."""
 
-    CLIENT_CLOSED = "Client Closed"
-    PROTOCOL_VIOLATION = "Protocol Violation"
-    PARSE_ERROR = "Parse Error"
-    BAD_CLIENT_PROTOCOL = "Bad Client Protocol Version"
-    NO_RESPONDERS_REQUIRES_HEADERS = "No Responders Requires Headers"
-    AUTH_VIOLATION = "Authentication Failure"
-    AUTH_TIMEOUT = "Authentication Timeout"
-    STALE = "Stale Connection"
-    SLOW_PENDING = "Slow Consumer (Pending Bytes)"
-    SLOW_DEADLINE = "Slow Consumer (Write Deadline)"
-    MAX_PAYLOAD = "Maximum Message Payload Exceeded"
-    MAX_CONTROL_LINE = "Maximum Control Line Exceeded"
-    MAX_CONNECTIONS = "Maximum Connections Exceeded"
-    SHUTDOWN = "Server Shutdown"
-    READ_ERROR = "Read Error"
-    WRITE_ERROR = "Write Error"
+    CLIENT_CLOSED: Final = "Client Closed"
+    PROTOCOL_VIOLATION: Final = "Protocol Violation"
+    PARSE_ERROR: Final = "Parse Error"
+    BAD_CLIENT_PROTOCOL: Final = "Bad Client Protocol Version"
+    NO_RESPONDERS_REQUIRES_HEADERS: Final = "No Responders Requires Headers"
+    AUTH_VIOLATION: Final = "Authentication Failure"
+    AUTH_TIMEOUT: Final = "Authentication Timeout"
+    STALE: Final = "Stale Connection"
+    SLOW_PENDING: Final = "Slow Consumer (Pending Bytes)"
+    SLOW_DEADLINE: Final = "Slow Consumer (Write Deadline)"
+    MAX_PAYLOAD: Final = "Maximum Message Payload Exceeded"
+    MAX_CONTROL_LINE: Final = "Maximum Control Line Exceeded"
+    MAX_CONNECTIONS: Final = "Maximum Connections Exceeded"
+    SHUTDOWN: Final = "Server Shutdown"
+    READ_ERROR: Final = "Read Error"
+    WRITE_ERROR: Final = "Write Error"
 
 
 AUTH_VIOLATION = "Authorization Violation"

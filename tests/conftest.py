@@ -5,7 +5,9 @@ need a tighter one say so with ``@pytest.mark.timeout``.
 """
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -15,3 +17,19 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+PACKAGE_DIRS = ("routing", "node", "node/protocol")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse to test stale compiled modules: an extension older than its source would run old code.
+
+    The publish path is compiled with mypyc (see setup.py); ``make`` rebuilds it when a source
+    changes, but a bare ``pytest`` after an edit would silently test the previous build.
+    """
+    root = Path(__file__).resolve().parent.parent
+    for source in (path for folder in PACKAGE_DIRS for path in (root / folder).glob("*.py")):
+        for built in source.parent.glob(source.stem + ".*.so"):
+            if built.stat().st_mtime < source.stat().st_mtime:
+                pytest.exit(f"{built.name} is older than {source.name}: rebuild with `make`", 2)

@@ -1,5 +1,7 @@
 """Interest tracking: which subscription changes become announcements, and that they add up."""
 
+from __future__ import annotations
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
