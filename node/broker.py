@@ -21,7 +21,7 @@ from typing import Protocol
 from node.accounts import DEFAULT_ACCOUNT, Account
 from node.auth import Authenticator
 from node.config import Config
-from routing import Origin, Subscription, plan_delivery
+from routing import Origin, SubListResult, Subscription, plan_delivery
 
 __all__ = ["VERSION", "Broker", "Subscriber"]
 
@@ -190,6 +190,28 @@ class Broker:
         local, _ = plan_delivery(origin, result, self.rng, queues=queues, exclude=exclude)
         delivered = False
         for sub in local:
-            if sub.owner.deliver(sub, subject, reply, headers, payload):
+            if sub.owner.deliver(sub, subject, reply, headers, payload) or (
+                sub.queue is not None
+                and self._another_member(result, sub, exclude, subject, reply, headers, payload)
+            ):
                 delivered = True
         return delivered
+
+    def _another_member(
+        self,
+        result: SubListResult,
+        failed: Subscription,
+        exclude: object,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+    ) -> bool:
+        """The picked member of a queue group could not take the message (closing, over its
+        auto-unsubscribe limit, filtered): try the others in random order, as nats-server does."""
+        for group in result.queues:
+            if group[0].queue == failed.queue:
+                others = [m for m in group if m is not failed and m.owner is not exclude]
+                self.rng.shuffle(others)
+                return any(m.owner.deliver(m, subject, reply, headers, payload) for m in others)
+        return False

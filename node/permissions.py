@@ -10,7 +10,7 @@ when they are delivered to it.
 from __future__ import annotations
 
 from node.config import Permissions, SubjectRule
-from routing import SubList, Subscription, subjects_collide
+from routing import SubList, Subscription, subject_matches, subjects_collide
 
 __all__ = ["PermissionSet"]
 
@@ -26,6 +26,11 @@ def _patterns(entries: tuple[str, ...]) -> SubList | None:
         subject, _, queue = entry.partition(" ")
         sl.insert(Subscription(subject, queue.strip() or None))
     return sl
+
+
+def _queue_matches(pattern: str | None, queue: str) -> bool:
+    """Queue names in permission entries may be wildcard patterns (``"jobs.> v1.*"``, ``"> >"``)."""
+    return pattern is not None and (pattern == queue or subject_matches(pattern, queue))
 
 
 class _Rule:
@@ -67,14 +72,14 @@ class PermissionSet:
             r = rule.allow.match(subject)
             allowed = bool(r.plain)
             if queue is not None and r.queues:
-                allowed = any(group[0].queue == queue for group in r.queues)
+                allowed = any(_queue_matches(group[0].queue, queue) for group in r.queues)
             if not allowed:
                 return False
         if rule.deny is not None:
             r = rule.deny.match(subject)
             if r.plain:
                 return False
-            if queue is not None and any(group[0].queue == queue for group in r.queues):
+            if queue is not None and any(_queue_matches(group[0].queue, queue) for group in r.queues):
                 return False
         return True
 

@@ -827,3 +827,28 @@ def test_a_closed_connection_ignores_timers_and_input() -> None:
     conn.auth_expired()
     conn.receive_data(b"PING\r\n")
     assert (out(conn), conn.closing) == (b"", Reason.PROTOCOL_VIOLATION)
+
+
+def test_queue_permission_entries_may_use_wildcards() -> None:
+    broker = restricted(subscribe=SubjectRule(allow=("jobs.> v1.*", "all >")))
+    conn = connect(broker, login("u", verbose=True))
+    assert out(conn) == OK
+    for line, allowed in (
+        (b"SUB jobs.a v1.blue 1", True),
+        (b"SUB jobs.a v2 2", False),
+        (b"SUB jobs.a 3", False),  # a queue entry permits queue subscriptions only
+        (b"SUB all anything 4", True),
+    ):
+        conn.receive_data(line + b"\r\n")
+        assert (out(conn) == OK) is allowed, line
+
+
+def test_a_queue_member_that_cannot_take_a_message_leaves_it_to_another() -> None:
+    # "u" may not receive foo.secret: deliveries to its wildcard member are filtered, and each of
+    # those messages must still reach the group's other member instead of being lost.
+    broker = restricted(subscribe=SubjectRule(deny=("foo.secret",)))
+    filtered = connect(broker, login("u") + b"SUB foo.* q 1\r\n")
+    member = connect(broker, login("free") + b"SUB foo.* q 2\r\n")
+    connect(broker, login("free") + b"".join(pub(b"foo.secret", b"%d" % i) for i in range(40)))
+    assert out(filtered) == b""
+    assert out(member) == msgs(b"2", range(40), subject=b"foo.secret")
