@@ -16,7 +16,7 @@ import platform
 import random
 import time
 from collections.abc import Collection, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from node.accounts import DEFAULT_ACCOUNT, Account
 from node.auth import Authenticator
@@ -102,6 +102,18 @@ class Broker:
         self.stale_connections = 0
         # Traffic of connections that have closed, so totals survive them.
         self._closed_traffic = [0, 0, 0, 0]
+
+    def identity(self) -> dict[str, Any]:
+        """Who this node is, in the fields (and order) INFO and /varz both start with."""
+        return {
+            "server_id": self.server_id,
+            "server_name": self.server_name,
+            "version": VERSION,
+            "proto": 1,
+            "go": RUNTIME,
+            "host": self.config.host,
+            "port": self.port,
+        }
 
     # -- connections -----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from node.accounts import Account
-from node.broker import RUNTIME, VERSION, Broker
+from node.broker import Broker
 from node.config import UserConfig
 from node.permissions import PermissionSet
 from node.protocol import (
@@ -151,21 +151,11 @@ class ClientConnection:
         self._send(w.info(self.info()))
 
     def info(self) -> dict[str, Any]:
-        broker = self.broker
-        config = broker.config
-        fields: dict[str, Any] = {
-            "server_id": broker.server_id,
-            "server_name": broker.server_name,
-            "version": VERSION,
-            "proto": 1,
-            "go": RUNTIME,
-            "host": config.host,
-            "port": broker.port,
-            "headers": True,
-            "max_payload": config.max_payload,
-            "client_id": self.cid,
-            "client_ip": self.host,
-        }
+        fields = self.broker.identity()
+        fields["headers"] = True
+        fields["max_payload"] = self.broker.config.max_payload
+        fields["client_id"] = self.cid
+        fields["client_ip"] = self.host
         if self.awaiting_connect and self.user is None:
             fields["auth_required"] = True
         return fields

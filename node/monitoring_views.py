@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from node.accounts import DEFAULT_ACCOUNT
-from node.broker import RUNTIME, VERSION, Broker
+from node.broker import Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
 from routing import SubListStats, Subscription, is_valid_literal_subject, subject_matches
@@ -104,15 +104,7 @@ def varz(state: MonitorState) -> dict[str, Any]:
     config = broker.config
     now = time.time_ns()
     in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
-    doc: dict[str, Any] = {
-        "server_id": broker.server_id,
-        "server_name": broker.server_name,
-        "version": VERSION,
-        "proto": 1,
-        "go": RUNTIME,
-        "host": config.host,
-        "port": broker.port,
-    }
+    doc = broker.identity()
     if config.auth_required:
         doc["auth_required"] = True
     doc["max_connections"] = config.max_connections
