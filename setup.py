@@ -19,6 +19,7 @@ HOT_PATH = [
     "routing/remote.py",
     "routing/interest.py",
     "routing/forwarding.py",
+    "cluster/outbox.py",
     "node/protocol/events.py",
     "node/protocol/errors.py",
     "node/protocol/parser.py",

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from cluster.outbox import Outbox
 from node.accounts import Account
 from node.broker import Broker
 from node.config import UserConfig
@@ -80,7 +81,7 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
-class ClientConnection:
+class ClientConnection(Outbox):
     """The protocol state of one client connection.
 
     Args:
@@ -100,23 +101,19 @@ class ClientConnection:
         port: int = 0,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
+        super().__init__(wake)
         config = broker.config
         self.broker = broker
         self.cid = cid
         self.host = host
         self.port = port
-        self._wake = wake
-        self._woken = False
         self.parser = ClientOpParser(
             max_control_line=config.max_control_line, max_payload=config.max_payload
         )
-        self.outbound = bytearray()
-        self.closing: str | None = None
         self.max_pending = config.max_pending
         # Past this a consumer is congested, and producers feeding it pause briefly (nats-server's
         # fast-producer stall): a consumer that is slower, but keeps up over time, survives.
         self.stall_at = config.max_pending * 3 // 4
-        self._writing = 0  # bytes handed to the I/O side and not yet confirmed written
         # Options in force before CONNECT are nats-server's defaults.
         self.options: dict[str, Any] = {"verbose": True, "pedantic": True, "echo": True}
         self.verbose = self.pedantic = self.echo = True
@@ -393,12 +390,6 @@ class ClientConnection:
             self._drop_subs([sub])
         return True
 
-    def _send(self, data: bytes) -> None:
-        self.outbound += data
-        if not self._woken:
-            self._woken = True
-            self._wake()
-
     def _congested(self, pending: int) -> bool:
         """Note a consumer falling behind; True if it is beyond saving (a slow consumer, closed)."""
         if pending > self.max_pending:
@@ -407,23 +398,6 @@ class ClientConnection:
             return True
         self.broker.congested.add(self)
         return False
-
-    def take_output(self) -> bytearray:
-        """Everything queued for the client so far; the I/O side writes it, then ``output_sent``."""
-        data = self.outbound
-        self.outbound = bytearray()  # a fresh buffer rather than a copy of the old one
-        self._woken = False
-        self._writing = len(data)
-        return data
-
-    def output_sent(self, data: bytearray, written: int) -> None:
-        """The I/O side wrote ``written`` bytes of what ``take_output`` gave it; the rest goes back
-        to the front of the queue."""
-        self._writing = 0
-        if written < len(data):
-            rest = data[written:]
-            rest += self.outbound
-            self.outbound = rest
 
     def _error(self, message: str) -> None:
         """An error the connection survives."""
@@ -482,17 +456,10 @@ class ClientConnection:
             self._deny_filtered.clear()
             self.broker.unsubscribe(self.account, subs)
         self.broker.remove_client(self)
-        if not self._woken:
-            self._woken = True
-            self._wake()
+        self._notify()
 
     # -- monitoring ------------------------------------------------------------------------------
 
     @property
     def name(self) -> str:
         return str(self.options.get("name") or "")
-
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes queued for the client and not yet written to its socket."""
-        return len(self.outbound) + self._writing

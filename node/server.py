@@ -1,21 +1,14 @@
 """The node on trio: accepts connections from any ``trio.abc.Listener`` and moves their bytes.
 
-Each connection runs three tasks: a reader feeding ``ClientConnection.receive_data``, a writer that
-sends whatever accumulated in its outbound buffer (one ``send_all`` per batch, however many messages
-arrived meanwhile), and its timers (ping, auth timeout). The protocol decisions all live in
-``node.client``; this module only moves bytes and keeps time.
-
-Handing output from the reader that produced it to another connection's writer task costs a trip
-through the scheduler, about 40 µs per hop on a small machine, which is most of a request's round
-trip. So a reader writes what its chunk of input produced itself, at once, with one non-blocking
-write per connection it touched, whenever that connection's writer is idle; only what the socket
-does not take goes to the writer task, which waits for room (under the write deadline).
+Each connection runs three tasks: a reader feeding ``ClientConnection.receive_data`` (through the
+node's ``Flusher``, which writes what that input produced straight to the sockets it reached), a
+writer for output that had to wait, and its timers (ping, auth timeout). The protocol decisions all
+live in ``node.client``; this module only moves bytes and keeps time.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
 from collections.abc import Sequence
 from functools import partial
@@ -23,6 +16,7 @@ from typing import Any
 
 import trio
 
+from cluster.sessions import Flusher, Session
 from node.broker import Broker
 from node.client import ClientConnection, Reason
 from node.config import Config
@@ -41,51 +35,6 @@ STALL_MAX = 0.01
 and a consumer that never drains reaches its pending limit and is cut off)."""
 
 
-class _Waker:
-    """A reusable wake-up flag for one waiting task."""
-
-    __slots__ = ("_event",)
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-        self._event = trio.Event()
-
-
-class _Session:
-    """The I/O side of one client connection: its stream and the state its tasks share."""
-
-    __slots__ = ("busy", "conn", "fd", "stream", "waker")
-
-    def __init__(self, stream: trio.abc.Stream, waker: _Waker) -> None:
-        self.stream = stream
-        self.waker = waker
-        self.conn: ClientConnection  # set once the connection exists
-        self.busy = False  # the writer task holds data it has not finished sending
-        self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
-
-    def write_now(self) -> None:
-        """Write pending output without waiting, if the writer is idle; hand it what is left."""
-        conn = self.conn
-        if self.fd >= 0 and not self.busy and conn.outbound:
-            data = conn.take_output()
-            try:
-                written = os.write(self.fd, data)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                conn.close(Reason.WRITE_ERROR, flush=False)
-                written = len(data)
-            conn.output_sent(data, written)
-        if conn.outbound or conn.closing is not None:
-            self.waker.set()
-
-
 class Server:
     """One node: the broker plus the tasks serving its connections.
 
@@ -100,11 +49,7 @@ class Server:
         self._shutdown = trio.Event()
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
-        self._wrote = trio.Event()  # set after every write, for producers stalled on a consumer
-        # While a reader processes input, connections given output are collected here and written
-        # by that reader when it is done, instead of waking their writer tasks.
-        self._in_batch = False
-        self._touched: list[_Session] = []
+        self.flusher = Flusher(Reason.WRITE_ERROR)
 
     async def serve(
         self,
@@ -143,58 +88,41 @@ class Server:
                 await stream.send_all(w.err("maximum connections exceeded"))
             await trio.aclose_forcefully(stream)
             return
-        session = _Session(stream, _Waker())
+        session = Session(stream)
         conn = ClientConnection(
-            broker, broker.next_cid(), host=host, port=port, wake=partial(self._wake, session)
+            broker, broker.next_cid(), host=host, port=port, wake=partial(self.flusher.wake, session)
         )
-        session.conn = conn
+        session.queue = conn
         broker.add_client(conn)
         log.debug("%s:%d - cid:%d - client connection created", host, port, conn.cid)
         conn.greeting()
         self._handlers += 1
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, session)
+                nursery.start_soon(self._read, conn, stream)
                 nursery.start_soon(self._timers, conn)
-                await self._write(session)
+                await self.flusher.write_loop(
+                    session, self.config.write_deadline, partial(self._write_deadline, conn)
+                )
                 nursery.cancel_scope.cancel()
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
             await trio.aclose_forcefully(stream)
             self._handlers -= 1
             self._handler_done.set()
-            self._wrote.set()
+            self.flusher.wrote.set()
             log.debug(
                 "%s:%d - cid:%d - client connection closed: %s", host, port, conn.cid, conn.closing
             )
 
-    def _wake(self, session: _Session) -> None:
-        """A connection has output: note it for the reader at work, or wake its writer."""
-        if self._in_batch:
-            self._touched.append(session)
-        else:
-            session.waker.set()
-
-    def _process(self, conn: ClientConnection, data: bytes) -> None:
-        """Feed one read to a connection, then write what it produced for everyone it reached."""
-        self._in_batch = True
-        try:
-            conn.receive_data(data)
-        finally:
-            self._in_batch = False
-            touched, self._touched = self._touched, []
-            for session in touched:
-                session.write_now()
-
-    async def _read(self, session: _Session) -> None:
-        conn = session.conn
+    async def _read(self, conn: ClientConnection, stream: trio.abc.Stream) -> None:
         try:
             while conn.closing is None:
-                data = await session.stream.receive_some(READ_SIZE)
+                data = await stream.receive_some(READ_SIZE)
                 if not data:
                     conn.close(Reason.CLIENT_CLOSED)
                     return
-                self._process(conn, bytes(data))
+                self.flusher.process(conn.receive_data, bytes(data))
                 if self.broker.congested:
                     await self._stall()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -205,35 +133,13 @@ class Server:
         congested = self.broker.congested
         with trio.move_on_after(STALL_MAX):
             while any(c.closing is None and c.pending_bytes > c.stall_at for c in congested):
-                self._wrote = trio.Event()
-                await self._wrote.wait()
+                self.flusher.wrote = trio.Event()
+                await self.flusher.wrote.wait()
         congested.clear()
 
-    async def _write(self, session: _Session) -> None:
-        conn, stream = session.conn, session.stream
-        deadline = self.config.write_deadline
-        while True:
-            if not conn.outbound and conn.closing is None:
-                await session.waker.wait()
-            data = conn.take_output()
-            if data:
-                session.busy = True
-                try:
-                    with trio.fail_after(deadline):
-                        await stream.send_all(data)
-                    conn.output_sent(data, len(data))
-                    self._wrote.set()
-                except trio.TooSlowError:
-                    self.broker.slow_consumers += 1
-                    conn.close(Reason.SLOW_DEADLINE, flush=False)
-                    return
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    conn.close(Reason.WRITE_ERROR, flush=False)
-                    return
-                finally:
-                    session.busy = False
-            if conn.closing is not None and not conn.outbound:
-                return
+    def _write_deadline(self, conn: ClientConnection) -> None:
+        self.broker.slow_consumers += 1
+        conn.close(Reason.SLOW_DEADLINE, flush=False)
 
     async def _timers(self, conn: ClientConnection) -> None:
         config = self.config

@@ -1,0 +1,58 @@
+"""How a node joins a cluster: where it listens for routes, whom it dials first, and the link rules."""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["ClusterConfig", "parse_url"]
+
+DEFAULT_CLUSTER_PORT = 6222
+
+
+@attrs.frozen
+class ClusterConfig:
+    """Route settings; all nodes of a cluster must agree on ``name`` and ``secret``.
+
+    Attributes:
+        name: the cluster's name; a node of another cluster is refused.
+        host, port: where to accept routes (port 0 picks a free one).
+        seeds: route URLs (``nats://host:port``) to dial at start; the rest of the mesh is learned
+            by gossip, so one seed is enough.
+        advertise: the route URL to tell peers (default: host:port as bound).
+        secret: a shared credential every route handshake must carry (empty: none required).
+        pool_size: connections per peer; each account's traffic uses one of them, always the same.
+        pinned_accounts: accounts given a connection of their own to every peer.
+        ping_interval: seconds between heartbeats on an idle connection.
+        ping_max: heartbeats that may go unanswered before a peer is declared dead (a partition
+            leaves TCP connections open, so silence is the only sign).
+        reconnect_min, reconnect_max: bounds of the exponential backoff between dials.
+        max_frame: the largest frame accepted; a bigger one closes the link.
+    """
+
+    name: str = "pubmesh"
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_CLUSTER_PORT
+    seeds: tuple[str, ...] = ()
+    advertise: str | None = None
+    secret: str = ""
+    pool_size: int = 3
+    pinned_accounts: tuple[str, ...] = ()
+    ping_interval: float = 1.0
+    ping_max: int = 3
+    reconnect_min: float = 0.05
+    reconnect_max: float = 2.0
+    max_frame: int = 64 * 1024 * 1024
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    """(host, port) of a route URL such as ``nats://10.0.0.1:6222`` or ``host:port``.
+
+    Raises:
+        ValueError: no usable host:port in it.
+    """
+    rest = url.split("://", 1)[-1].rstrip("/")
+    rest = rest.rsplit("@", 1)[-1]  # credentials in a URL are not used here
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"not a route URL: {url!r}")
+    return host.strip("[]"), int(port)
