@@ -15,13 +15,22 @@ import os
 import platform
 import random
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from node.accounts import DEFAULT_ACCOUNT, Account
 from node.auth import Authenticator
 from node.config import Config
-from routing import Origin, SubListResult, Subscription, plan_delivery
+from routing import (
+    EMPTY_MATCH,
+    InterestChange,
+    InterestTracker,
+    Origin,
+    RemoteInterest,
+    SubListResult,
+    Subscription,
+    plan_delivery,
+)
 
 __all__ = ["VERSION", "Broker", "Subscriber"]
 
@@ -89,9 +98,19 @@ class Broker:
         self.start_ns = time.time_ns()
         self.rng = rng or random.Random()
         self.auth = Authenticator(config)
-        self.accounts: dict[str, Account] = {DEFAULT_ACCOUNT: Account(DEFAULT_ACCOUNT)}
-        for account in config.accounts:
-            self.accounts.setdefault(account.name, Account(account.name))
+        self.route_interest: RemoteInterest[Any] = RemoteInterest()
+        """What this node's routes announced (written by the cluster, read by ``publish``)."""
+        self.gateway_interest: RemoteInterest[Any] = RemoteInterest()
+        """What remote clusters announced over gateways."""
+        self.gateway_order: Sequence[Any] = ()
+        """Gateways by preference (lowest round trip first) for queue groups served remotely."""
+        self.interest = InterestTracker()
+        """Local interest, counted per (account, subject, queue): what peers must be told."""
+        self.interest_listeners: list[Callable[[InterestChange], None]] = []
+        """Called with each change of local interest, in order (the cluster's links listen)."""
+        self.accounts: dict[str, Account] = {}
+        for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
+            self.account(name)
         self.clients: dict[int, Client] = {}
         self.congested: set[Client] = set()
         """Consumers past their stall threshold since the last producer paused for them."""
@@ -151,26 +170,46 @@ class Broker:
         """The account called ``name``, created on first use."""
         account = self.accounts.get(name)
         if account is None:
-            account = self.accounts[name] = Account(name)
+            account = Account(name, self.route_interest, self.gateway_interest)
+            self.accounts[name] = account
         return account
 
     # -- interest --------------------------------------------------------------------------------
 
     def subscribe(self, account: Account, sub: Subscription) -> None:
-        """Add a local subscription.
+        """Add a local subscription, and tell peers if it is the first interest of its kind.
 
         Raises:
             InvalidSubjectError: its subject breaks the token rules.
         """
         account.sublist.insert(sub)
+        change = self.interest.update(account.name, sub.subject, sub.queue)
+        if change is not None:
+            self._announce(change)
 
     def unsubscribe(self, account: Account, subs: Collection[Subscription]) -> None:
-        """Remove local subscriptions (one, or all of a closing connection's)."""
+        """Remove local subscriptions (one, or all of a closing connection's), telling peers about
+        interest that is gone, one announcement per key however many subscriptions it had."""
         if len(subs) == 1:
             for sub in subs:
                 account.sublist.remove(sub)
         else:
             account.sublist.remove_batch(subs)
+        deltas: dict[tuple[str, str | None], int] = {}
+        for sub in subs:
+            key = (sub.subject, sub.queue)
+            deltas[key] = deltas.get(key, 0) - 1
+        for change in self.interest.update_batch(account.name, deltas):
+            self._announce(change)
+
+    def _announce(self, change: InterestChange) -> None:
+        for listener in self.interest_listeners:
+            listener(change)
+
+    def local_interest(self, accounts: Iterable[str] | None = None) -> Iterator[InterestChange]:
+        """Local interest as announcements, for a peer whose link has just opened."""
+        changes: Iterator[InterestChange] = self.interest.snapshot(accounts)
+        return changes
 
     def subscriptions(self) -> Iterator[tuple[Account, Subscription]]:
         for account in self.accounts.values():
@@ -196,10 +235,23 @@ class Broker:
             exclude: an owner whose subscriptions must not receive it (a publisher with echo off).
             queues: for a message from another node, the queue groups it asked this node to serve.
         """
-        result = account.match(subject)
-        if not result.plain and not result.queues:
-            return False
-        local, _ = plan_delivery(origin, result, self.rng, queues=queues, exclude=exclude)
+        result, routes, gateways = account.match(subject)
+        links: Mapping[Any, tuple[str, ...]]
+        if routes is EMPTY_MATCH and gateways is EMPTY_MATCH:
+            if not result.plain and not result.queues:
+                return False
+            local, links = plan_delivery(origin, result, self.rng, queues=queues, exclude=exclude)
+        else:
+            local, links = plan_delivery(
+                origin,
+                result,
+                self.rng,
+                routes=routes,
+                gateways=gateways,
+                gateway_order=self.gateway_order,
+                queues=queues,
+                exclude=exclude,
+            )
         delivered = False
         for sub in local:
             if sub.owner.deliver(sub, subject, reply, headers, payload) or (
@@ -207,6 +259,11 @@ class Broker:
                 and self._another_member(result, sub, exclude, subject, reply, headers, payload)
             ):
                 delivered = True
+        if links:
+            name = account.name
+            for link, names in links.items():
+                link.forward(name, subject, reply, headers, payload, names)
+            delivered = True
         return delivered
 
     def _another_member(

@@ -290,8 +290,7 @@ class ClientConnection(Outbox):
 
     def _no_responders(self, subject: bytes, reply: bytes) -> None:
         """Tell a requester at once that nobody is listening (a 503 status on its reply sub)."""
-        result = self.account.match(reply)
-        for sub in result.plain:
+        for sub in self.account.match(reply)[0].plain:
             if sub.owner is self:
                 block = b"NATS/1.0 503\r\nNats-Subject: %b\r\n\r\n" % subject
                 self._send(

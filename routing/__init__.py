@@ -6,7 +6,7 @@ node and cluster packages wire it to sockets.
 
 from routing.forwarding import DeliveryPlan, Origin, plan_delivery
 from routing.interest import InterestChange, InterestTracker
-from routing.remote import RemoteEntry, RemoteInterest, RemoteMatch
+from routing.remote import EMPTY_MATCH, RemoteEntry, RemoteInterest, RemoteMatch
 from routing.stats import SubListStats
 from routing.subjects import (
     InvalidSubjectError,
@@ -21,6 +21,7 @@ from routing.sublist import SubList, SubListResult
 from routing.subscription import Subscription
 
 __all__ = [
+    "EMPTY_MATCH",
     "DeliveryPlan",
     "InterestChange",
     "InterestTracker",

@@ -86,14 +86,16 @@ class RemoteInterest(Generic[L]):
     connection object, a server id).
     """
 
-    __slots__ = ("_accounts", "_by_link", "_cache", "_count", "_genid")
+    __slots__ = ("_accounts", "_by_link", "_cache", "_count", "genid")
 
     def __init__(self, *, cache: bool = True) -> None:
         self._cache = cache
         self._accounts: dict[str, SubjectTrie[RemoteMatch[L]]] = {}
         self._by_link: dict[L, _Slice] = {}
         self._count = 0
-        self._genid = 0
+        self.genid = 0
+        """A number that grows with every change, in any account (tries come and go with accounts,
+        so their own counters could repeat a value; this one never does). Read it, never write it."""
 
     def apply_remote_sub(
         self,
@@ -127,7 +129,7 @@ class RemoteInterest(Generic[L]):
                 return False
             known.weight = weight
             self._accounts[account].invalidate(subject)
-            self._genid += 1
+            self.genid += 1
             return True
         trie = self._accounts.get(account)
         if trie is None:
@@ -137,7 +139,7 @@ class RemoteInterest(Generic[L]):
         self._accounts[account] = trie
         self._by_link.setdefault(link, {}).setdefault(account, {})[key] = sub
         self._count += 1
-        self._genid += 1
+        self.genid += 1
         return True
 
     def update_remote_qsub(self, link: L, account: str, subject: str, queue: str, weight: int) -> None:
@@ -153,7 +155,7 @@ class RemoteInterest(Generic[L]):
         if sub.weight != weight:
             sub.weight = weight
             self._accounts[account].invalidate(subject)
-            self._genid += 1
+            self.genid += 1
 
     def _remove(self, link: L, account: str, subject: str, queue: str | None) -> bool:
         slices = self._by_link.get(link)
@@ -165,7 +167,7 @@ class RemoteInterest(Generic[L]):
             return False
         self._accounts[account].remove(sub)
         self._count -= 1
-        self._genid += 1
+        self.genid += 1
         if not entries:
             self._forget(link, slices, account)
         return True
@@ -192,7 +194,7 @@ class RemoteInterest(Generic[L]):
         if not len(trie):
             del self._accounts[account]
         self._count -= removed
-        self._genid += 1
+        self.genid += 1
         return removed
 
     def _forget(self, link: L, slices: _Slice, account: str) -> None:
@@ -216,12 +218,6 @@ class RemoteInterest(Generic[L]):
         if trie is None:
             return EMPTY_MATCH
         return trie.match(subject)
-
-    @property
-    def genid(self) -> int:
-        """A number that grows with every change, in any account (tries come and go with accounts,
-        so their own counters could repeat a value; this one never does)."""
-        return self._genid
 
     def __len__(self) -> int:
         return self._count

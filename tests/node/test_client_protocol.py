@@ -385,7 +385,7 @@ def test_unsub_with_max_unsubscribes_after_exactly_that_many() -> None:
     publish_n(broker, b"foo", 5)
     assert out(conn) == msgs(b"1", range(2))
     assert conn.subs == {}
-    assert not broker.account("$G").match(b"foo").plain
+    assert not broker.account("$G").match(b"foo")[0].plain
 
 
 @pytest.mark.parametrize(
@@ -448,7 +448,7 @@ def test_a_connect_after_signing_in_as_no_auth_user_starts_afresh() -> None:
     connect(broker, login("alice") + pub(b"foo", b"A"))
     connect(broker, login("bob") + pub(b"foo", b"B"))
     assert out(conn) == b"MSG foo 2 1\r\nB\r\n"
-    assert not broker.account("A").match(b"foo").plain
+    assert not broker.account("A").match(b"foo")[0].plain
 
 
 # -- delivery --------------------------------------------------------------------------------------
@@ -760,7 +760,7 @@ def test_a_slow_consumer_is_cut_off_without_hurting_others() -> None:
     assert slow.closing == Reason.SLOW_PENDING
     assert out(slow) == b""  # no -ERR, and what was pending is dropped
     assert (publisher.closing, fast.closing, broker.slow_consumers) == (None, None, 1)
-    assert not any(sub.owner is slow for sub in broker.account("$G").match(b"foo").plain)
+    assert not any(sub.owner is slow for sub in broker.account("$G").match(b"foo")[0].plain)
 
 
 def test_stale_connection() -> None:
