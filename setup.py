@@ -20,6 +20,8 @@ HOT_PATH = [
     "routing/interest.py",
     "routing/forwarding.py",
     "cluster/outbox.py",
+    "cluster/frames.py",
+    "cluster/link.py",
     "node/protocol/events.py",
     "node/protocol/errors.py",
     "node/protocol/parser.py",

@@ -108,6 +108,8 @@ class Broker:
         """Local interest, counted per (account, subject, queue): what peers must be told."""
         self.interest_listeners: list[Callable[[InterestChange], None]] = []
         """Called with each change of local interest, in order (the cluster's links listen)."""
+        self.routes: Any = None
+        """The node's route manager when it is part of a cluster (for monitoring)."""
         self.accounts: dict[str, Account] = {}
         for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
             self.account(name)

@@ -15,8 +15,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+import attrs
 import trio
 
+from cluster.config import ClusterConfig, parse_url
 from node.broker import VERSION
 from node.config import Config, ConfigError, UserConfig, load
 from node.launch import run_node
@@ -50,6 +52,13 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--pass", dest="password", help="password required for connections")
     p.add_argument("--auth", help="authorization token required for connections")
     p.add_argument("--max_payload", type=int, help="largest message payload in bytes")
+    p.add_argument(
+        "--cluster", "--cluster_listen", dest="cluster_listen", metavar="URL",
+        help="accept routes at this URL (nats://host:port)",
+    )  # fmt: skip
+    p.add_argument("--routes", help="comma-separated route URLs to dial (seeds)")
+    p.add_argument("--cluster_name", help="the cluster's name (all its nodes must agree)")
+    p.add_argument("--cluster_advertise", help="the route URL to give peers")
     p.add_argument("-D", "--debug", action="store_true", help="debug logging")
     p.add_argument("-V", "--trace", action="store_true", help="trace logging")
     p.add_argument("-v", "--version", action="version", version=f"pubmesh {VERSION}")
@@ -73,6 +82,22 @@ def serve_config(args: argparse.Namespace) -> Config:
         changes["users"] = (UserConfig(user=args.user, password=args.password),)
     if args.auth:
         changes["users"] = (*changes.get("users", config.users), UserConfig(token=args.auth))
+    cluster = config.cluster
+    if args.cluster_listen or args.routes or args.cluster_name or args.cluster_advertise:
+        cluster = cluster or ClusterConfig()
+        if args.cluster_listen:
+            host, port = parse_url(args.cluster_listen)
+            cluster = attrs.evolve(cluster, host=host, port=port)
+        if args.routes:
+            seeds = tuple(url.strip() for url in args.routes.split(",") if url.strip())
+            for url in seeds:
+                parse_url(url)
+            cluster = attrs.evolve(cluster, seeds=seeds)
+        if args.cluster_name:
+            cluster = attrs.evolve(cluster, name=args.cluster_name)
+        if args.cluster_advertise:
+            cluster = attrs.evolve(cluster, advertise=args.cluster_advertise)
+        changes["cluster"] = cluster
     if args.debug or args.trace:
         changes["debug"] = True
         changes["trace"] = args.trace
@@ -108,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _serve_parser("pubmesh serve").parse_args(argv)
     try:
         config = serve_config(args)
-    except ConfigError as exc:
+    except (ConfigError, ValueError) as exc:
         print(f"pubmesh: {exc}", file=sys.stderr)
         return 2
     _configure_logging(config)

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from cluster.config import ClusterConfig, parse_url
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
 
 __all__ = ["AccountConfig", "Config", "ConfigError", "Permissions", "UserConfig"]
@@ -82,6 +83,8 @@ class Config:
     auth_timeout: float = 2.0
     write_deadline: float = 10.0
     users: tuple[UserConfig, ...] = ()
+    cluster: ClusterConfig | None = None
+    """Route settings; None runs a node on its own."""
     accounts: tuple[AccountConfig, ...] = ()
     no_auth_user: str | None = None
     debug: bool = False
@@ -144,6 +147,8 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             fields["http_host"], fields["http_port"] = http["host"], http["port"]
         elif key == "authorization":
             users += _authorization(_table(value, f"{where}: authorization"), f"{where}: authorization")
+        elif key == "cluster":
+            fields["cluster"] = _cluster(_table(value, f"{where}: cluster"), f"{where}: cluster")
         elif key == "accounts":
             for account, body in _table(value, f"{where}: accounts").items():
                 accounts.append(AccountConfig(account))
@@ -156,6 +161,46 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             raise ConfigError(f"{where}: unknown option {key!r}")
     _check_users(users, where)
     return Config(**fields, users=tuple(users), accounts=tuple(accounts))
+
+
+_CLUSTER_OPTIONS = {
+    "name": ("name", str),
+    "secret": ("secret", str),
+    "advertise": ("advertise", str),
+    "pool_size": ("pool_size", int),
+    "ping_interval": ("ping_interval", float),
+    "ping_max": ("ping_max", int),
+}
+
+
+def _cluster(body: dict[str, Any], where: str) -> ClusterConfig:
+    """nats-server's ``cluster`` block: listen, name, routes, pool_size, accounts (pinned)."""
+    fields: dict[str, Any] = {}
+    for key, value in body.items():
+        if key == "listen":
+            hostport = _host_port(value, f"{where}: listen")
+            fields["host"], fields["port"] = hostport["host"], hostport["port"]
+        elif key == "routes":
+            if not isinstance(value, list) or not all(isinstance(u, str) for u in value):
+                raise ConfigError(f"{where}: routes must be a list of URLs")
+            for url in value:
+                try:
+                    parse_url(url)
+                except ValueError as exc:
+                    raise ConfigError(f"{where}: {exc}") from exc
+            fields["seeds"] = tuple(value)
+        elif key == "accounts":
+            if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+                raise ConfigError(f"{where}: accounts must be a list of account names")
+            fields["pinned_accounts"] = tuple(value)
+        elif key in _CLUSTER_OPTIONS:
+            name, kind = _CLUSTER_OPTIONS[key]
+            fields[name] = _scalar(value, kind, f"{where}: {key}")
+        else:
+            raise ConfigError(f"{where}: unknown option {key!r}")
+    if fields.get("pool_size", 1) < 1:
+        raise ConfigError(f"{where}: pool_size must be at least 1")
+    return ClusterConfig(**fields)
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:

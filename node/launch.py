@@ -8,11 +8,14 @@ ports (port 0 picks a free one), reports what it bound through ``task_status``, 
 from __future__ import annotations
 
 import logging
+import socket
 from functools import partial
 
 import attrs
 import trio
 
+from cluster.config import ClusterConfig
+from cluster.routes import RouteManager
 from node.config import Config
 from node.server import Server
 
@@ -29,6 +32,8 @@ class NodeHandle:
     host: str
     port: int
     http_port: int | None = None
+    cluster_port: int | None = None
+    routes: RouteManager | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
     """Set once the node has stopped: ports released, connections closed."""
     _stopped: trio.Event = attrs.field(factory=trio.Event)
@@ -68,6 +73,8 @@ async def _serve(
 ) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve, listeners)
+        if config.cluster is not None:
+            handle.routes, handle.cluster_port = await _start_routes(nursery, server, config.cluster)
         if config.http_port is not None:
             from node.monitor import serve_monitoring  # hypercorn loads only when monitoring is on
 
@@ -85,3 +92,19 @@ async def _serve(
         log.info("Server is ready")
         task_status.started(handle)
         await handle._stopped.wait()
+
+
+async def _start_routes(
+    nursery: trio.Nursery, server: Server, cluster: ClusterConfig
+) -> tuple[RouteManager, int]:
+    listeners = await trio.open_tcp_listeners(cluster.port, host=cluster.host)
+    port = listeners[0].socket.getsockname()[1]
+    host = cluster.host if cluster.host not in ("0.0.0.0", "::", "") else socket.gethostname()
+    cluster = attrs.evolve(cluster, port=port, advertise=cluster.advertise or f"nats://{host}:{port}")
+    manager = RouteManager(server.broker, cluster, server.flusher)
+    server.broker.routes = manager
+    await nursery.start(manager.run, listeners)
+    log.info("Listening for route connections on %s:%d (cluster %s)", cluster.host, port, cluster.name)
+    for seed in cluster.seeds:
+        log.info("Route seed: %s", seed)
+    return manager, port

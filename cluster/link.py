@@ -1,0 +1,118 @@
+"""One connection between two nodes, without I/O: frames in and out, liveness, counters.
+
+A ``Link`` knows nothing of what frames mean; the route manager decides that. It keeps what every
+connection needs whatever it carries: the peer's HELLO once it came, when the peer was last heard
+from (any frame counts, so a busy link needs no pings), heartbeat state, the accounts whose interest
+arrived over it (what to forget if it drops), and traffic counters for monitoring.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgpack
+
+from cluster.frames import Frame, FrameDecoder, Ping, encode
+from cluster.outbox import Outbox
+
+__all__ = ["Link"]
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+class Link(Outbox):
+    """The protocol side of one route (or gateway) connection.
+
+    Args:
+        solicited: whether this node dialed it.
+        max_frame: the largest frame the peer may send.
+        wake: the I/O side's wake-up (see ``Outbox``).
+        address: the peer's (host, port), for monitoring.
+        clock: the time source for liveness (the I/O side's, so a test clock works).
+    """
+
+    def __init__(
+        self,
+        *,
+        solicited: bool,
+        max_frame: int,
+        wake: Callable[[], None],
+        address: tuple[str, int] = ("", 0),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(wake)
+        self.solicited = solicited
+        self.address = address
+        self.rid = 0
+        """The link's number on this node (``rid`` in /routez)."""
+        self.peer: Any = None
+        """Whom the manager registered this link for."""
+        self._clock = clock
+        self.decoder = FrameDecoder(max_frame)
+        self.remote: dict[str, Any] | None = None
+        """The peer's HELLO, once received."""
+        self.slot: int | str | None = None
+        """Which of the peer's pooled connections this is (an index, or a pinned account)."""
+        self.registered = False
+        """Whether this link is the one in use for its slot (a duplicate never is)."""
+        self.accounts: set[str] = set()
+        """Accounts whose interest arrived over this link: what to forget when it drops."""
+        self.last_heard = clock()
+        self.ping_sent = 0.0
+        self.rtt = 0.0
+        self.start_ns = self.last_activity_ns = time.time_ns()
+        self.stop_ns = 0
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+
+    def frames(self, data: bytes) -> Iterator[Frame]:
+        """The frames in ``data`` (raising ``LinkError`` at a bad one); the peer is alive."""
+        self.last_heard = self._clock()
+        self.last_activity_ns = time.time_ns()
+        self.decoder.receive_data(data)
+        return self.decoder.frames()
+
+    def send(self, frame: Frame) -> None:
+        self._send(encode(frame))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Queue a frame already encoded (one announcement going to many peers is encoded once)."""
+        self._send(data)
+
+    def send_message(
+        self,
+        account: str,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        queues: tuple[str, ...],
+    ) -> None:
+        """Queue a MSG frame (the hot path: packed directly, no frame object)."""
+        self.outbound += _packer.pack(["MSG", account, subject, reply, headers, payload, queues])
+        self.out_msgs += 1
+        self.out_bytes += len(payload)
+        self._notify()
+
+    def heartbeat(self, interval: float, allowed: int) -> bool:
+        """The heartbeat timer fired: ping, and say whether the peer is still alive.
+
+        A peer is dead when nothing at all came from it for ``allowed`` intervals: a partition
+        leaves the TCP connection open, and silence is then the only sign.
+        """
+        now = self._clock()
+        if now - self.last_heard > interval * allowed:
+            return False
+        self.ping_sent = now
+        self.send(Ping())
+        return True
+
+    def pong(self) -> None:
+        if self.ping_sent:
+            self.rtt = self._clock() - self.ping_sent
+
+    def close(self, reason: str, *, flush: bool = True) -> None:
+        if self.closing is None:
+            self.stop_ns = time.time_ns()
+        super().close(reason, flush=flush)

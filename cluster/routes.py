@@ -1,0 +1,548 @@
+"""Routes: the full mesh of links between the nodes of one cluster.
+
+**Who dials.** A node given one seed learns the rest of the cluster by gossip: every HELLO lists the
+peers its sender knows, and a newly joined peer is announced to all the others. Of two nodes, the
+one with the lower server id owns the pair's connections: it dials every pooled connection and
+redials any that drops. The other side dials only to introduce itself (a seed), so there is never
+a contest of redials; and should both dial the same slot at once, the one dialed by the lower id
+stays on both sides, since both apply the same rule.
+
+**Pooling.** Each peer is reached over ``pool_size`` connections ("slots"), plus one per pinned
+account. An account's interest and messages always travel on the same slot (a stable hash of its
+name), which keeps them in order. A slot that is not up carries nothing: when it comes up, each
+side sends the other a snapshot of its interest for that slot's accounts, so nothing announced
+meanwhile is missed, and whatever the previous connection had carried is forgotten first.
+
+**Failure.** Any frame counts as a sign of life; heartbeats keep an idle link talking, and a link
+silent for ``ping_max`` intervals is declared dead, because a partition leaves TCP connections open.
+When a connection drops, the interest that arrived over it (its accounts' slices of the peer's
+interest) is dropped at once, and its owner redials with exponential backoff and jitter.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from cluster.config import ClusterConfig, parse_url
+from cluster.frames import (
+    Err,
+    Frame,
+    Gossip,
+    Hello,
+    LinkError,
+    Message,
+    Ping,
+    Pong,
+    Snapshot,
+    SubAdd,
+    SubRemove,
+    encode,
+)
+from cluster.host import NodeHost
+from cluster.link import Link
+from cluster.sessions import Flusher, Session
+from routing import InterestChange, InvalidSubjectError, Origin
+
+__all__ = ["Peer", "RouteManager"]
+
+log = logging.getLogger("pubmesh")
+
+PROTOCOL_VERSION = 1
+READ_SIZE = 1 << 16
+SNAPSHOT_BATCH = 1000
+"""Interest entries per snapshot frame: 100k subscriptions are a hundred frames, not 100k."""
+DIAL_TIMEOUT = 2.0
+
+Slot = int | str
+Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
+
+def fnv1a32(text: str) -> int:
+    """The FNV-1a hash nats-server uses to spread accounts over pooled routes."""
+    h = 0x811C9DC5
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+@attrs.define(eq=False)
+class Peer:
+    """Another node of the cluster: its pooled links, and the way messages for it leave.
+
+    Peers are the "links" of the node's route-interest table: remote interest is recorded per peer
+    and account, whichever of the peer's connections it came over.
+    """
+
+    server_id: str
+    name: str
+    url: str
+    pool_size: int
+    pinned: frozenset[str]
+    slots: dict[Slot, Link] = attrs.Factory(dict)
+    disconnected: trio.Event = attrs.Factory(trio.Event)
+    """Set when the peer's last link drops (replaced when one comes up again)."""
+
+    def slot_of(self, account: str) -> Slot:
+        if account in self.pinned:
+            return account
+        return fnv1a32(account) % self.pool_size
+
+    def all_slots(self) -> list[Slot]:
+        return [*range(self.pool_size), *sorted(self.pinned)]
+
+    def forward(
+        self,
+        account: str,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        queues: tuple[str, ...],
+    ) -> None:
+        """Send a message on the account's slot (dropped if that slot is down: at most once)."""
+        link = self.slots.get(self.slot_of(account))
+        if link is not None:
+            link.send_message(account, subject, reply, headers, payload, queues)
+
+    def __repr__(self) -> str:
+        return f"Peer({self.name!r})"
+
+
+class RouteManager:
+    """A node's routes: accepting, dialing, registering and dropping links, and what flows over them.
+
+    Args:
+        host: the node.
+        config: the cluster settings.
+        flusher: the node's flusher (route input is delivered to client connections and back).
+        dial: opens a stream to (host, port); the in-process harness passes one over memory.
+        rng: the source of backoff jitter.
+    """
+
+    def __init__(
+        self,
+        host: NodeHost,
+        config: ClusterConfig,
+        flusher: Flusher,
+        *,
+        dial: Dial = trio.open_tcp_stream,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.host = host
+        self.config = config
+        self.flusher = flusher
+        self._dial = dial
+        self._rng = rng or random.Random()
+        self.url = config.advertise or f"nats://{config.host}:{config.port}"
+        self.peers: dict[str, Peer] = {}
+        self.links: list[Link] = []
+        self._dialing: set[tuple[str, Slot]] = set()
+        self._next_rid = 0
+        self._nursery: trio.Nursery | None = None
+        host.interest_listeners.append(self._on_interest)
+
+    @property
+    def server_id(self) -> str:
+        return self.host.server_id
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def run(
+        self,
+        listeners: Sequence[trio.abc.Listener[Any]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept routes on ``listeners`` and dial the seeds, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(
+                partial(trio.serve_listeners, self._accept, list(listeners), handler_nursery=nursery)
+            )
+            for seed in self.config.seeds:
+                nursery.start_soon(self._seed, seed)
+            task_status.started()
+
+    async def _accept(self, stream: trio.abc.Stream) -> None:
+        await self._serve(stream, solicited=False, slot=None)
+
+    async def _serve(self, stream: trio.abc.Stream, *, solicited: bool, slot: Slot | None) -> Link:
+        """Run one connection until it closes; return its link (its ``closing`` says why)."""
+        session = Session(stream)
+        link = Link(
+            solicited=solicited,
+            max_frame=self.config.max_frame,
+            wake=partial(self.flusher.wake, session),
+            address=_peer_address(stream),
+            clock=trio.current_time,
+        )
+        session.queue = link
+        link.slot = slot
+        self._next_rid += 1
+        link.rid = self._next_rid
+        self.links.append(link)
+        link.send(Hello(self._hello(slot)))
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read, link, stream)
+                nursery.start_soon(self._heartbeat, link)
+                await self.flusher.write_loop(
+                    session, 10.0, partial(link.close, "Write deadline exceeded", flush=False)
+                )
+                nursery.cancel_scope.cancel()
+        finally:
+            link.close("Connection closed")
+            await trio.aclose_forcefully(stream)
+            self.links.remove(link)
+            self._dropped(link)
+        return link
+
+    async def _read(self, link: Link, stream: trio.abc.Stream) -> None:
+        handle = partial(self._receive, link)
+        try:
+            while link.closing is None:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    link.close("Closed by peer")
+                    return
+                self.flusher.process(handle, bytes(data))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            link.close("Read error")
+
+    async def _heartbeat(self, link: Link) -> None:
+        config = self.config
+        while link.closing is None:
+            await trio.sleep(config.ping_interval)
+            if not link.heartbeat(config.ping_interval, config.ping_max):
+                log.info("%s - rid:%d - Route silent for too long, closing", _where(link), link.rid)
+                link.close("Stale Connection", flush=False)
+
+    # -- frames ------------------------------------------------------------------------------
+
+    def _receive(self, link: Link, data: bytes) -> None:
+        try:
+            for frame in link.frames(data):
+                self._on_frame(link, frame)
+                if link.closing is not None:
+                    return
+        except LinkError as exc:
+            log.warning("%s - rid:%d - Route protocol error: %s", _where(link), link.rid, exc)
+            link.send(Err(f"protocol error: {exc}"))
+            link.close(f"Protocol error: {exc}")
+
+    def _on_frame(self, link: Link, frame: Frame) -> None:
+        kind = type(frame)
+        if kind is Message:
+            if link.registered:
+                self._message(link, frame)  # type: ignore[arg-type]
+        elif link.remote is None:
+            if kind is not Hello:
+                raise LinkError("the first frame must be HELLO")
+            self._handshake(link, frame.info)  # type: ignore[union-attr]
+        elif kind is SubAdd or kind is SubRemove or kind is Snapshot:
+            if link.registered:
+                self._interest(link, frame)  # type: ignore[arg-type]
+        elif kind is Ping:
+            link.send(Pong())
+        elif kind is Pong:
+            link.pong()
+        elif kind is Gossip:
+            for info in frame.peers:  # type: ignore[union-attr]
+                self._learn(info)
+        elif kind is Err:
+            log.warning("%s - rid:%d - Route closed by peer: %s", _where(link), link.rid, frame.text)  # type: ignore[union-attr]
+            link.close(f"Closed by peer: {frame.text}")  # type: ignore[union-attr]
+        else:
+            raise LinkError("HELLO sent twice")
+
+    def _message(self, link: Link, frame: Message) -> None:
+        link.in_msgs += 1
+        link.in_bytes += len(frame.payload)
+        host = self.host
+        host.publish(
+            host.account(frame.account),
+            frame.subject,
+            frame.reply,
+            frame.headers,
+            frame.payload,
+            None,
+            Origin.ROUTE,
+            frame.queues,
+        )
+
+    def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
+        table = self.host.route_interest
+        peer = link.peer
+        link.accounts.add(frame.account)
+        try:
+            if isinstance(frame, SubAdd):
+                table.apply_remote_sub(peer, frame.account, frame.subject, frame.queue, frame.weight)
+            elif isinstance(frame, SubRemove):
+                table.apply_remote_sub(peer, frame.account, frame.subject, frame.queue, remove=True)
+            else:
+                for subject, queue, weight in frame.entries:
+                    table.apply_remote_sub(peer, frame.account, subject, queue, weight)
+        except InvalidSubjectError as exc:
+            log.warning(
+                "%s - rid:%d - Ignoring invalid remote interest: %s", _where(link), link.rid, exc
+            )
+
+    # -- handshake and registration ----------------------------------------------------------
+
+    def _hello(self, slot: Slot | None) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "kind": "route",
+            "version": PROTOCOL_VERSION,
+            "id": self.server_id,
+            "name": self.host.server_name,
+            "cluster": self.config.name,
+            "secret": self.config.secret,
+            "url": self.url,
+            "pool_size": self.config.pool_size,
+            "pinned": list(self.config.pinned_accounts),
+            "peers": self._known_peers(),
+        }
+        if slot is not None:
+            info["slot"] = slot
+        return info
+
+    def _known_peers(self) -> list[dict[str, str]]:
+        return [{"id": p.server_id, "name": p.name, "url": p.url} for p in self.peers.values()]
+
+    def _refuse(self, link: Link, reason: str) -> None:
+        log.warning("%s - rid:%d - Refusing route: %s", _where(link), link.rid, reason)
+        link.send(Err(reason))
+        link.close(f"Refused: {reason}")
+
+    def _handshake(self, link: Link, info: dict[str, Any]) -> None:
+        config = self.config
+        if info.get("kind") != "route":
+            self._refuse(link, f"expected a route, got {str(info.get('kind'))[:32]!r}")
+            return
+        if info.get("cluster") != config.name:
+            theirs = str(info.get("cluster"))[:64]
+            self._refuse(link, f'cluster name mismatch: this is "{config.name}", the peer "{theirs}"')
+            return
+        secret = info.get("secret", "")
+        if not isinstance(secret, str) or not hmac.compare_digest(
+            secret.encode(), config.secret.encode()
+        ):
+            self._refuse(link, "route credential refused")
+            return
+        peer_id, name, url = info.get("id"), info.get("name"), info.get("url")
+        pool = info.get("pool_size")
+        if not (isinstance(peer_id, str) and isinstance(name, str) and isinstance(url, str)):
+            raise LinkError("HELLO without id, name or url")
+        if not isinstance(pool, int) or not 1 <= pool <= 64:
+            raise LinkError(f"bad pool size {pool!r}")
+        link.remote = info
+        if peer_id == self.server_id:
+            link.close("Route to self")  # (gossip can list this node's own URL)
+            return
+        slot = link.slot if link.solicited else info.get("slot")
+        pinned = frozenset(config.pinned_accounts)
+        if not (
+            isinstance(slot, str) or (isinstance(slot, int) and 0 <= slot < max(pool, config.pool_size))
+        ):
+            raise LinkError(f"bad slot {slot!r}")
+        peer = self._peer(peer_id, name, url, max(pool, config.pool_size), pinned)
+        current = peer.slots.get(slot)
+        if current is not None and self._keeps(current, link, peer_id):
+            self._refuse(link, "duplicate route")
+            return
+        if current is not None:
+            current.registered = False  # replaced: its interest is reset below, not dropped
+            current.close("Replaced by a newer route")
+        self._register(peer, slot, link, current)
+        for known in info.get("peers", ()):
+            if isinstance(known, dict):
+                self._learn(known)
+
+    def _keeps(self, current: Link, new: Link, peer_id: str) -> bool:
+        """Whether ``current`` stays in its slot when ``new`` arrives for it: the connection dialed
+        by the lower server id wins; between two dialed by the same node, the newer one."""
+        lower = min(self.server_id, peer_id)
+
+        def dialer(link: Link) -> str:
+            return self.server_id if link.solicited else peer_id
+
+        if (dialer(current) == lower) != (dialer(new) == lower):
+            return dialer(current) == lower
+        return False
+
+    def _peer(self, peer_id: str, name: str, url: str, pool: int, pinned: frozenset[str]) -> Peer:
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            # A node that restarted comes back with a new id at an old URL: forget the old one.
+            for old in [p for p in self.peers.values() if p.url == url and not p.slots]:
+                del self.peers[old.server_id]
+            peer = Peer(peer_id, name, url, pool, pinned)
+            self.peers[peer_id] = peer
+            self._gossip_about(peer)
+        peer.name, peer.url, peer.pool_size = name, url, pool
+        return peer
+
+    def _register(self, peer: Peer, slot: Slot, link: Link, replaced: Link | None) -> None:
+        first = not peer.slots
+        peer.slots[slot] = link
+        link.slot, link.peer, link.registered = slot, peer, True
+        if first:
+            peer.disconnected = trio.Event()
+        table = self.host.route_interest
+        for account in replaced.accounts if replaced is not None else ():
+            table.remove_remote_subs_for_account(peer, account)
+        self._send_snapshot(link, peer, slot)
+        link.send(Gossip(self._known_peers()))
+        log.info(
+            "%s - rid:%d - Route connection created (%s, slot %s)",
+            _where(link),
+            link.rid,
+            peer.name,
+            slot,
+        )
+        self._dial_missing(peer)
+
+    def _send_snapshot(self, link: Link, peer: Peer, slot: Slot) -> None:
+        """This node's interest for the slot's accounts, in batches of frames."""
+        batches: dict[str, list[tuple[str, str | None, int]]] = {}
+        for change in self.host.local_interest():
+            if peer.slot_of(change.account) != slot:
+                continue
+            entries = batches.setdefault(change.account, [])
+            entries.append((change.subject, change.queue, change.weight))
+            if len(entries) >= SNAPSHOT_BATCH:
+                link.send(Snapshot(change.account, entries))
+                batches[change.account] = []
+        for account, entries in batches.items():
+            if entries:
+                link.send(Snapshot(account, entries))
+
+    def _dropped(self, link: Link) -> None:
+        """A connection ended: forget what came over it, and redial it if this node owns it."""
+        if not link.registered:
+            return
+        link.registered = False
+        peer = link.peer
+        del peer.slots[link.slot]
+        table = self.host.route_interest
+        for account in link.accounts:
+            table.remove_remote_subs_for_account(peer, account)
+        log.info("%s - rid:%d - Route connection closed: %s", _where(link), link.rid, link.closing)
+        if not peer.slots:
+            table.remove_remote_subs(peer)
+            peer.disconnected.set()
+        self._dial_missing(peer)
+
+    # -- dialing -----------------------------------------------------------------------------
+
+    def _learn(self, info: dict[str, Any]) -> None:
+        """A peer was named in gossip: make sure someone will connect the pair."""
+        peer_id, name, url = info.get("id"), info.get("name"), info.get("url")
+        if not (isinstance(peer_id, str) and isinstance(name, str) and isinstance(url, str)):
+            return
+        if peer_id == self.server_id or peer_id in self.peers:
+            return
+        peer = self._peer(
+            peer_id, name, url, self.config.pool_size, frozenset(self.config.pinned_accounts)
+        )
+        self._dial_missing(peer)
+
+    def _gossip_about(self, peer: Peer) -> None:
+        """Tell every connected peer about a newcomer, so the mesh closes without waiting."""
+        frame = encode(Gossip([{"id": peer.server_id, "name": peer.name, "url": peer.url}]))
+        for other in self.peers.values():
+            if other is not peer:
+                for link in other.slots.values():
+                    link.send_bytes(frame)
+                    break
+
+    def _dial_missing(self, peer: Peer) -> None:
+        """Dial every slot of ``peer`` that is down, if this node owns the pair's connections."""
+        if self._nursery is None or self.server_id > peer.server_id:
+            return
+        for slot in peer.all_slots():
+            key = (peer.server_id, slot)
+            if slot not in peer.slots and key not in self._dialing:
+                self._dialing.add(key)
+                self._nursery.start_soon(self._dial_slot, peer, slot)
+
+    async def _dial_slot(self, peer: Peer, slot: Slot) -> None:
+        key = (peer.server_id, slot)
+        delay = 0.0
+        try:
+            while slot not in peer.slots and self.peers.get(peer.server_id) is peer:
+                await trio.sleep(delay * (0.5 + self._rng.random()))
+                delay = min(max(delay * 2, self.config.reconnect_min), self.config.reconnect_max)
+                stream = await self._connect(peer.url)
+                if stream is None:
+                    continue
+                link = await self._serve(stream, solicited=True, slot=slot)
+                if link.peer is peer and link.closing == "Replaced by a newer route":
+                    return  # the peer's own connection took the slot; it is not ours to redial
+        finally:
+            self._dialing.discard(key)
+
+    async def _seed(self, url: str) -> None:
+        """Keep introducing this node at a seed URL until the seed's node owns the connections,
+        and again whenever that node is lost entirely."""
+        delay = 0.0
+        while True:
+            await trio.sleep(delay * (0.5 + self._rng.random()))
+            delay = min(max(delay * 2, self.config.reconnect_min), self.config.reconnect_max)
+            stream = await self._connect(url)
+            if stream is None:
+                continue
+            link = await self._serve(stream, solicited=True, slot=0)
+            # Refused or replaced, the link still said who is there: while that node is connected
+            # (over links its side dialed, say), there is nothing to introduce.
+            peer = self.peers.get(str(link.remote.get("id"))) if link.remote else None
+            if peer is not None and peer.slots:
+                delay = 0.0
+                await peer.disconnected.wait()
+
+    async def _connect(self, url: str) -> trio.abc.Stream | None:
+        try:
+            host, port = parse_url(url)
+            with trio.fail_after(DIAL_TIMEOUT):
+                return await self._dial(host, port)
+        except (OSError, ValueError, trio.TooSlowError) as exc:
+            log.debug("Error trying to connect to route %s: %s", url, exc)
+            return None
+
+    # -- interest ----------------------------------------------------------------------------
+
+    def _on_interest(self, change: InterestChange) -> None:
+        """Local interest changed: tell every peer, on the account's slot, right away."""
+        if not self.peers:
+            return
+        if change.withdrawn:
+            frame = encode(SubRemove(change.account, change.subject, change.queue))
+        else:
+            frame = encode(SubAdd(change.account, change.subject, change.queue, change.weight))
+        for peer in self.peers.values():
+            link = peer.slots.get(peer.slot_of(change.account))
+            if link is not None:
+                link.send_bytes(frame)
+
+
+def _peer_address(stream: trio.abc.Stream) -> tuple[str, int]:
+    if isinstance(stream, trio.SocketStream):
+        try:
+            host, port, *_ = stream.socket.getpeername()
+        except OSError:
+            return "", 0
+        return str(host), int(port)
+    return "", 0
+
+
+def _where(link: Link) -> str:
+    host, port = link.address
+    return f"{host}:{port}" if host else "memory"
