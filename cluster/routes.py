@@ -193,7 +193,7 @@ class RouteManager:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read, link, stream)
-                nursery.start_soon(self._heartbeat, link)
+                nursery.start_soon(self._heartbeat, link, nursery.cancel_scope)
                 await self.flusher.write_loop(
                     session, 10.0, partial(link.close, "Write deadline exceeded", flush=False)
                 )
@@ -217,13 +217,14 @@ class RouteManager:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             link.close("Read error")
 
-    async def _heartbeat(self, link: Link) -> None:
+    async def _heartbeat(self, link: Link, io: trio.CancelScope) -> None:
         config = self.config
         while link.closing is None:
             await trio.sleep(config.ping_interval)
             if not link.heartbeat(config.ping_interval, config.ping_max):
                 log.info("%s - rid:%d - Route silent for too long, closing", _where(link), link.rid)
                 link.close("Stale Connection", flush=False)
+                io.cancel()  # its writer may be stuck on a socket nobody reads: abandon it
 
     # -- frames ------------------------------------------------------------------------------
 
@@ -315,7 +316,10 @@ class RouteManager:
         return info
 
     def _known_peers(self) -> list[dict[str, str]]:
-        return [{"id": p.server_id, "name": p.name, "url": p.url} for p in self.peers.values()]
+        """Peers worth telling others about: connected ones (a dead one would only haunt them)."""
+        return [
+            {"id": p.server_id, "name": p.name, "url": p.url} for p in self.peers.values() if p.slots
+        ]
 
     def _refuse(self, link: Link, reason: str) -> None:
         log.warning("%s - rid:%d - Refusing route: %s", _where(link), link.rid, reason)
@@ -450,6 +454,8 @@ class RouteManager:
             return
         if peer_id == self.server_id or peer_id in self.peers:
             return
+        if any(p.url == url and p.slots for p in self.peers.values()):
+            return  # that address answers as another node now (the named one restarted)
         peer = self._peer(
             peer_id, name, url, self.config.pool_size, frozenset(self.config.pinned_accounts)
         )
