@@ -37,6 +37,7 @@ from contextlib import asynccontextmanager
 
 import attrs
 import trio
+import trio.testing
 
 from cluster.config import ClusterConfig
 from cluster.network import MemoryNetwork
@@ -166,8 +167,8 @@ class Cluster:
             advertise=f"nats://{name}:{ROUTE_PORT}",
         )
         config = self._node_config.evolve(server_name=name, cluster=cluster, port=CLIENT_PORT)
-        server = Server(config)
         self._seed += 1
+        server = Server(config, broker=Broker(config, rng=random.Random(self._seed)))
         routes = RouteManager(
             server.broker,
             cluster,
@@ -235,6 +236,11 @@ class Cluster:
                 if peer is None or set(peer.slots) != set(peer.all_slots()):
                     problems.append(f"{x.name} is not fully connected to {y.name}")
                     continue
+                back = y.routes.peers.get(x.server_id)
+                for slot, link in peer.slots.items():
+                    other = back.slots.get(slot) if back is not None else None
+                    if other is None or other.connection != link.connection:
+                        problems.append(f"{x.name} and {y.name} use different connections, slot {slot}")
                 peers.add(peer)
                 got = {
                     (e.account, e.subject, e.queue, e.weight)
@@ -252,8 +258,14 @@ class Cluster:
         return problems
 
     async def wait_converged(self, step: float = 0.01) -> None:
-        """Wait until ``disagreements()`` is empty (bound it with ``trio.fail_after``)."""
+        """Wait until ``disagreements()`` is empty (bound it with ``trio.fail_after``).
+
+        Every look comes after all the nodes' tasks have caught up, so a fault that has happened
+        but has not been noticed yet (a cut connection nobody has read from) is not mistaken for
+        calm.
+        """
         while True:
+            await trio.testing.wait_all_tasks_blocked()
             if not self.disagreements():
                 return
             await trio.sleep(step)

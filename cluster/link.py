@@ -49,6 +49,8 @@ class Link(Outbox):
         """The link's number on this node (``rid`` in /routez)."""
         self.peer: Any = None
         """Whom the manager registered this link for."""
+        self.connection = ""
+        """A name both ends give this connection (chosen by the dialer), to tell them apart."""
         self._clock = clock
         self.decoder = FrameDecoder(max_frame)
         self.remote: dict[str, Any] | None = None

@@ -188,8 +188,10 @@ class RouteManager:
         link.slot = slot
         self._next_rid += 1
         link.rid = self._next_rid
+        if solicited:
+            link.connection = f"{self._rng.getrandbits(64):016x}"
         self.links.append(link)
-        link.send(Hello(self._hello(slot)))
+        link.send(Hello(self._hello(slot, link.connection)))
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read, link, stream)
@@ -298,7 +300,7 @@ class RouteManager:
 
     # -- handshake and registration ----------------------------------------------------------
 
-    def _hello(self, slot: Slot | None) -> dict[str, Any]:
+    def _hello(self, slot: Slot | None, connection: str) -> dict[str, Any]:
         info: dict[str, Any] = {
             "kind": "route",
             "version": PROTOCOL_VERSION,
@@ -313,6 +315,7 @@ class RouteManager:
         }
         if slot is not None:
             info["slot"] = slot
+            info["connection"] = connection
         return info
 
     def _known_peers(self) -> list[dict[str, str]]:
@@ -348,6 +351,8 @@ class RouteManager:
         if not isinstance(pool, int) or not 1 <= pool <= 64:
             raise LinkError(f"bad pool size {pool!r}")
         link.remote = info
+        if not link.solicited:
+            link.connection = str(info.get("connection", ""))
         if peer_id == self.server_id:
             link.close("Route to self")  # (gossip can list this node's own URL)
             return
@@ -390,8 +395,7 @@ class RouteManager:
                 del self.peers[old.server_id]
             peer = Peer(peer_id, name, url, pool, pinned)
             self.peers[peer_id] = peer
-            self._gossip_about(peer)
-        peer.name, peer.url, peer.pool_size = name, url, pool
+        peer.name, peer.url, peer.pool_size, peer.pinned = name, url, pool, pinned
         return peer
 
     def _register(self, peer: Peer, slot: Slot, link: Link, replaced: Link | None) -> None:
@@ -400,6 +404,8 @@ class RouteManager:
         link.slot, link.peer, link.registered = slot, peer, True
         if first:
             peer.disconnected = trio.Event()
+            # (Back) up: tell the others, who may never have heard of it, or only while it was away.
+            self._gossip_about(peer)
         table = self.host.route_interest
         for account in replaced.accounts if replaced is not None else ():
             table.remove_remote_subs_for_account(peer, account)
@@ -462,7 +468,7 @@ class RouteManager:
         self._dial_missing(peer)
 
     def _gossip_about(self, peer: Peer) -> None:
-        """Tell every connected peer about a newcomer, so the mesh closes without waiting."""
+        """Tell every connected peer about one that just came up, so the mesh closes at once."""
         frame = encode(Gossip([{"id": peer.server_id, "name": peer.name, "url": peer.url}]))
         for other in self.peers.values():
             if other is not peer:

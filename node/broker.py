@@ -76,9 +76,11 @@ class Client(Subscriber, Protocol):
     def close(self, reason: str) -> None: ...
 
 
-def new_server_id() -> str:
-    """A 56-character id shaped like nats-server's (an 'N' and base32), unique per process start."""
-    return "N" + base64.b32encode(os.urandom(35)).decode()[:55]
+def new_server_id(rng: random.Random | None = None) -> str:
+    """A 56-character id shaped like nats-server's (an 'N' and base32), unique per process start
+    (or, from a seeded ``rng``, the same in every run of a reproducible test)."""
+    noise = rng.randbytes(35) if rng is not None else os.urandom(35)
+    return "N" + base64.b32encode(noise).decode()[:55]
 
 
 class Broker:
@@ -86,12 +88,13 @@ class Broker:
 
     Args:
         config: the node's configuration.
-        rng: where queue-group picks come from (seed it to make a run reproducible).
+        rng: where queue-group picks and the server id come from (seed it to make a run
+            reproducible).
     """
 
     def __init__(self, config: Config, *, rng: random.Random | None = None) -> None:
         self.config = config
-        self.server_id = new_server_id()
+        self.server_id = new_server_id(rng)
         self.server_name = config.server_name or self.server_id
         self.port = config.port
         """The client port; the launcher replaces 0 with the one the system picked."""

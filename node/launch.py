@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import attrs
@@ -73,8 +74,13 @@ async def _serve(
 ) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve, listeners)
+        # Links run until cancelled; clients and monitoring stop when asked (below, and through
+        # the same event), flushing what they hold.
+        links = trio.CancelScope()
         if config.cluster is not None:
-            handle.routes, handle.cluster_port = await _start_routes(nursery, server, config.cluster)
+            handle.routes, handle.cluster_port = await _start_routes(
+                nursery, links, server, config.cluster
+            )
         if config.http_port is not None:
             from node.monitor import serve_monitoring  # hypercorn loads only when monitoring is on
 
@@ -92,10 +98,11 @@ async def _serve(
         log.info("Server is ready")
         task_status.started(handle)
         await handle._stopped.wait()
+        links.cancel()
 
 
 async def _start_routes(
-    nursery: trio.Nursery, server: Server, cluster: ClusterConfig
+    nursery: trio.Nursery, scope: trio.CancelScope, server: Server, cluster: ClusterConfig
 ) -> tuple[RouteManager, int]:
     listeners = await trio.open_tcp_listeners(cluster.port, host=cluster.host)
     port = listeners[0].socket.getsockname()[1]
@@ -103,8 +110,19 @@ async def _start_routes(
     cluster = attrs.evolve(cluster, port=port, advertise=cluster.advertise or f"nats://{host}:{port}")
     manager = RouteManager(server.broker, cluster, server.flusher)
     server.broker.routes = manager
-    await nursery.start(manager.run, listeners)
+    await nursery.start(_within, scope, partial(manager.run, listeners))
     log.info("Listening for route connections on %s:%d (cluster %s)", cluster.host, port, cluster.name)
     for seed in cluster.seeds:
         log.info("Route seed: %s", seed)
     return manager, port
+
+
+async def _within(
+    scope: trio.CancelScope,
+    run: Callable[..., Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a ``task_status`` task inside ``scope``, so cancelling the scope stops just that task."""
+    with scope:
+        await run(task_status=task_status)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.monitoring_views import ConnzOptions, MonitorState, SubszOptions, connz, routez, subsz, varz
+from node.monitoring_views import ConnzOptions, MonitorState, SubszOptions, connz, subsz, varz
 
 __all__ = ["CONTENT_TYPE", "exposition"]
 
@@ -20,8 +20,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _VARZ = {
     "connections": "Client connections open now",
     "total_connections": "Client connections accepted since start",
-    "routes": "Route connections open now",
-    "remotes": "Gateway connections open now",
+    "routes": "Route connections in use now, each pooled connection counted",
+    "remotes": "Cluster peers connected now",
     "leafnodes": "Leaf node connections open now",
     "in_msgs": "Messages received since start",
     "out_msgs": "Messages sent since start",
@@ -100,6 +100,11 @@ def exposition(state: MonitorState) -> str:
     out.add("gnatsd_varz_config_load_time", start_ms, "When the configuration was loaded, in Unix ms")
     out.add("gnatsd_varz_version", 1, "The server's version", value=doc["version"])
     out.add("gnatsd_varz_server_name", 1, "The server's name", value=doc["server_name"])
+    cluster = doc["cluster"]  # {} when standalone: the exporter then writes no cluster series
+    if "name" in cluster:
+        out.add("gnatsd_varz_cluster_name", 1, "The cluster's name", value=cluster["name"])
+    if "pool_size" in cluster:
+        out.add("gnatsd_varz_cluster_pool_size", cluster["pool_size"], "Route connections per peer")
     for kind, count in doc["slow_consumer_stats"].items():
         out.add(f"gnatsd_varz_slow_consumer_stats_{kind}", count, f"Slow consumers among {kind}")
     for path, count in doc["http_req_stats"].items():
@@ -120,7 +125,7 @@ def exposition(state: MonitorState) -> str:
     stats = subsz(broker, SubszOptions())
     for key, help_text in _SUBSZ.items():
         out.add(f"gnatsd_subsz_{key}", stats[key], help_text)
-    out.add("gnatsd_routez_num_routes", routez(broker)["num_routes"], "Route connections open now")
+    out.add("gnatsd_routez_num_routes", doc["routes"], "Route connections in use now (as /routez lists)")
     out.add("gnatsd_healthz_status", 0, "Health: 0 when the server is ok, 1 when it is not")
     out.add("gnatsd_healthz_status_value", 1, "Health as a label: 1 for the status named", value="ok")
     return "\n".join(out.lines) + "\n"

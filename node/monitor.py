@@ -28,6 +28,7 @@ from node.monitoring_views import (
     ConnState,
     ConnzOptions,
     MonitorState,
+    RoutezOptions,
     SubszOptions,
     connz,
     gatewayz,
@@ -182,6 +183,11 @@ def _subsz(state: MonitorState, query: Query) -> Response:
     return _json(subsz(state.broker, opts))
 
 
+def _routez(state: MonitorState, query: Query) -> Response:
+    subs, detail = query.subs()
+    return _json(routez(state.broker, RoutezOptions(subs=subs, subs_detail=detail)))
+
+
 def _metrics(state: MonitorState, query: Query) -> Response:
     return _text(200, metrics.exposition(state), metrics.CONTENT_TYPE)
 
@@ -210,7 +216,7 @@ _ROUTES: dict[str, tuple[str, Handler]] = {
     "/connz": ("/connz", _connz),
     "/subsz": ("/subsz", _subsz),
     "/subscriptionsz": ("/subsz", _subsz),
-    "/routez": ("/routez", lambda state, query: _json(routez(state.broker))),
+    "/routez": ("/routez", _routez),
     "/gatewayz": ("/gatewayz", lambda state, query: _json(gatewayz(state.broker))),
     "/healthz": ("/healthz", lambda state, query: Response(200, _HEALTHY, _JSON_HEADERS)),
     "/metrics": ("/metrics", _metrics),

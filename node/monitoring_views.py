@@ -1,9 +1,9 @@
 """The documents the monitoring endpoints serve, built from a broker's live state.
 
 Field names, their order, and which fields are left out when empty follow nats-server's structs
-(``Varz``, ``Connz``/``ConnInfo``, ``Subsz``/``SubDetail``, ``Routez``, ``Gatewayz``), because the
-tools that read them were written against nats-server. Everything is read synchronously on the trio
-thread that runs the broker, so each document is a consistent snapshot.
+(``Varz``, ``Connz``/``ConnInfo``, ``Subsz``/``SubDetail``, ``Routez``/``RouteInfo``, ``Gatewayz``),
+because the tools that read them were written against nats-server. Everything is read synchronously
+on the trio thread that runs the broker and its routes, so each document is a consistent snapshot.
 """
 
 from __future__ import annotations
@@ -18,11 +18,14 @@ from typing import Any
 
 import attrs
 
+from cluster.config import parse_url
+from cluster.link import Link
+from cluster.routes import Peer, RouteManager
 from node.accounts import DEFAULT_ACCOUNT
 from node.broker import Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
-from routing import SubListStats, Subscription, is_valid_literal_subject, subject_matches
+from routing import RemoteEntry, SubListStats, Subscription, is_valid_literal_subject, subject_matches
 
 __all__ = [
     "DEFAULT_LIST_SIZE",
@@ -31,6 +34,7 @@ __all__ = [
     "ConnzOptions",
     "CpuMeter",
     "MonitorState",
+    "RoutezOptions",
     "SubszOptions",
     "connz",
     "gatewayz",
@@ -94,8 +98,8 @@ def _stats(broker: Broker, account: str = "") -> SubListStats:
     )
 
 
-# A node runs standalone until the cluster package links it to others, so it reports no routes,
-# gateways or leaf nodes, in the shapes nats-server uses for a standalone server.
+# Only client connections are counted as slow or stale: routes keep no such counts, and gateways and
+# leaf nodes are not there, so those kinds report zero, in the shape nats-server uses.
 _NO_LINKS = {"routes": 0, "gateways": 0, "leafs": 0}
 
 
@@ -104,6 +108,8 @@ def varz(state: MonitorState) -> dict[str, Any]:
     config = broker.config
     now = time.time_ns()
     in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
+    cluster: RouteManager | None = broker.routes
+    routes, remotes = _route_counts(cluster)
     doc = broker.identity()
     if config.auth_required:
         doc["auth_required"] = True
@@ -121,7 +127,7 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "max_control_line": config.max_control_line,
         "max_payload": config.max_payload,
         "max_pending": config.max_pending,
-        "cluster": {},
+        "cluster": _cluster_options(cluster),
         "gateway": {},
         "leaf": {},
         "mqtt": {},
@@ -137,8 +143,8 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "cpu": state.cpu.read(),
         "connections": len(broker.clients),
         "total_connections": broker.total_connections,
-        "routes": 0,
-        "remotes": 0,
+        "routes": routes,
+        "remotes": remotes,
         "leafnodes": 0,
         "in_msgs": in_msgs,
         "in_bytes": in_bytes,
@@ -362,17 +368,140 @@ def subsz(broker: Broker, opts: SubszOptions) -> dict[str, Any]:
     return doc
 
 
-# -- links (none yet: see _NO_LINKS) ------------------------------------------------------------
+# -- /routez, and the cluster in /varz -------------------------------------------------------------
 
 
-def routez(broker: Broker) -> dict[str, Any]:
+@attrs.frozen
+class RoutezOptions:
+    """The /routez query, decoded."""
+
+    subs: bool = False
+    subs_detail: bool = False
+
+
+def _links_in_use(routes: RouteManager | None) -> list[Link]:
+    """The route connections that carry traffic, by rid: every pooled connection to every peer, as
+    nats-server lists and counts them. A duplicate refused at the handshake, or a connection being
+    replaced, carries nothing and is left out."""
+    if routes is None:
+        return []
+    return [link for link in routes.links if link.registered]
+
+
+def _route_counts(routes: RouteManager | None) -> tuple[int, int]:
+    """/varz's ``routes`` (connections, pooled ones each counted) and ``remotes`` (peers reached)."""
+    if routes is None:
+        return 0, 0
+    return len(_links_in_use(routes)), sum(1 for peer in routes.peers.values() if peer.slots)
+
+
+def _host_port(url: str) -> str:
+    """A route URL as nats-server shows configured routes (host:port); one that does not parse,
+    as given."""
+    try:
+        host, port = parse_url(url)
+    except ValueError:
+        return url
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _cluster_options(routes: RouteManager | None) -> dict[str, Any]:
+    """/varz's ``cluster`` (nats-server's ``ClusterOptsVarz``): every field is left out when empty,
+    so a standalone node shows ``{}``."""
+    if routes is None:
+        return {}
+    config = routes.config
+    doc = {
+        "name": config.name,
+        "addr": config.host,
+        "cluster_port": config.port,
+        "urls": [_host_port(url) for url in config.seeds],
+        "pool_size": config.pool_size,
+    }
+    return {key: value for key, value in doc.items() if value}
+
+
+def _interest_by_account(broker: Broker, peer: Peer) -> dict[str, list[RemoteEntry[Any]]]:
+    found: dict[str, list[RemoteEntry[Any]]] = {}
+    for entry in broker.route_interest.entries(peer):
+        found.setdefault(entry.account, []).append(entry)
+    return found
+
+
+def _remote_sub_detail(entry: RemoteEntry[Any]) -> dict[str, Any]:
+    detail = {"account": entry.account, "subject": entry.subject}
+    if entry.queue:
+        detail["qgroup"] = entry.queue
+    return detail
+
+
+def _route_info(
+    link: Link, entries: list[RemoteEntry[Any]], configured: bool, now: int, opts: RoutezOptions
+) -> dict[str, Any]:
+    peer: Peer = link.peer
+    end = link.stop_ns or now
+    host, port = link.address
+    info: dict[str, Any] = {
+        "rid": link.rid,
+        "remote_id": peer.server_id,
+        "remote_name": peer.name,
+        "did_solicit": link.solicited,
+        "is_configured": configured,
+        "ip": host,
+        "port": port,
+        "start": go_time(link.start_ns),
+        "last_activity": go_time(link.last_activity_ns),
+        "rtt": _rtt(round(link.rtt * _SECOND)),
+        "uptime": uptime(end - link.start_ns),
+        "idle": uptime(end - link.last_activity_ns),
+        "pending_size": link.pending_bytes,
+        "in_msgs": link.in_msgs,
+        "out_msgs": link.out_msgs,
+        "in_bytes": link.in_bytes,
+        "out_bytes": link.out_bytes,
+        "subscriptions": len(entries),
+    }
+    if entries and opts.subs_detail:
+        info["subscriptions_list_detail"] = [_remote_sub_detail(e) for e in entries]
+    elif entries and opts.subs:
+        info["subscriptions_list"] = [e.subject for e in entries]
+    if isinstance(link.slot, str):
+        info["account"] = link.slot  # a pinned account's own connection
+    return info
+
+
+def routez(broker: Broker, opts: RoutezOptions) -> dict[str, Any]:
+    """/routez: every route connection in use, with its traffic and the interest it brought.
+
+    Remote interest is recorded per peer and account, and each account travels on one connection
+    of its peer, so a connection's subscriptions are its peer's entries for the accounts it carried.
+    """
+    routes: RouteManager | None = broker.routes
+    now = time.time_ns()
+    links = _links_in_use(routes)
+    seeds = {_host_port(url) for url in routes.config.seeds} if routes is not None else set()
+    interest: dict[Peer, dict[str, list[RemoteEntry[Any]]]] = {}
+    infos = []
+    for link in links:
+        peer: Peer = link.peer
+        if peer not in interest:
+            interest[peer] = _interest_by_account(broker, peer)
+        by_account = interest[peer]
+        entries = sorted(
+            (entry for account in link.accounts for entry in by_account.get(account, ())),
+            key=lambda e: (e.account, e.subject, e.queue or ""),
+        )
+        infos.append(_route_info(link, entries, _host_port(peer.url) in seeds, now, opts))
     return {
         "server_id": broker.server_id,
         "server_name": broker.server_name,
-        "now": go_time(time.time_ns()),
-        "num_routes": 0,
-        "routes": [],
+        "now": go_time(now),
+        "num_routes": len(links),
+        "routes": infos,
     }
+
+
+# -- /gatewayz (no gateways yet) -------------------------------------------------------------------
 
 
 def gatewayz(broker: Broker) -> dict[str, Any]:
