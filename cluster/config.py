@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 __all__ = ["ClusterConfig", "parse_url"]
@@ -42,6 +44,9 @@ class ClusterConfig:
     reconnect_min: float = 0.05
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
+
+    def evolve(self, **changes: Any) -> ClusterConfig:
+        return attrs.evolve(self, **changes)
 
 
 def parse_url(url: str) -> tuple[str, int]:
