@@ -38,7 +38,7 @@ bench: $(STAMP)
 	$(BIN)/pubmesh bench compare
 
 run: $(STAMP)
-	$(BIN)/pubmesh serve -a 127.0.0.1 -p 4222 -m 8222
+	$(BIN)/pubmesh local --nodes 3
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks

@@ -1,4 +1,4 @@
-"""The ``pubmesh`` command: ``pubmesh serve`` (the default) and ``pubmesh bench``.
+"""The ``pubmesh`` command: ``pubmesh serve`` (the default), ``pubmesh local`` and ``pubmesh bench``.
 
 ``serve`` takes the flags nats-server users know (``-p``, ``-a``, ``-m``, ``--user``, ``--pass``,
 ``--auth``, ``-c``, ``-DV`` ...), so scripts and test harnesses written for nats-server can start
@@ -128,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from node.bench.cli import main as bench_main  # the load generator loads only when asked
 
         return bench_main(argv[1:])
+    if argv and argv[0] == "local":
+        from node.local import main as local_main
+
+        return local_main(argv[1:])
     if argv and argv[0] == "serve":
         argv = argv[1:]
     args = _serve_parser("pubmesh serve").parse_args(argv)
