@@ -1,4 +1,4 @@
-"""``pubmesh bench SCENARIO [options]`` and ``pubmesh bench compare``.
+"""``pubmesh bench SCENARIO [options]``, the cluster measurements, and ``pubmesh bench compare``.
 
 The options follow ``nats bench`` where it has one (``--msgs``, ``--size``, ``--pubs``, ``--subs``),
 so numbers from either tool are set up the same way. Exit status: 0 when every message was counted,
@@ -12,11 +12,13 @@ import json
 import sys
 
 from node.bench.compare import compare
+from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.progress import ProgressBar
 from node.bench.scenarios import DEFAULT_TIMEOUT, SCENARIOS, Result, Scenario, Spec, run
+from node.bench.servers import PUBMESH, nats_server
 from node.bench.wire import BenchError, parse_url
 
-__all__ = ["describe", "main"]
+__all__ = ["describe", "describe_convergence", "describe_resync", "main"]
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 
@@ -31,6 +33,23 @@ def _parser() -> argparse.ArgumentParser:
     for scenario in SCENARIOS.values():
         command = commands.add_parser(scenario.name, help=scenario.summary, formatter_class=defaults)
         _scenario_options(command, scenario)
+    v = commands.add_parser(
+        "convergence",
+        help="how soon a subscription on one server is served by a publish on another",
+        formatter_class=defaults,
+    )
+    v.add_argument("--url", "--server", dest="url", default=DEFAULT_URL, help="publishers' server URL")
+    v.add_argument("--sub-url", required=True, help="subscriber's server URL (another cluster node)")
+    v.add_argument("--samples", type=int, default=200, help="subscriptions, each on a fresh subject")
+    v.add_argument("--json", action="store_true", help="print the result as JSON")
+    r = commands.add_parser(
+        "resync",
+        help="start two nodes on 127.0.0.1; time how soon the second learns the first's subscriptions",
+        formatter_class=defaults,
+    )
+    r.add_argument("--subs", type=int, default=100_000, help="subscriptions the first node holds")
+    r.add_argument("--nats-server", action="store_true", help="measure nats-server (from PATH) instead")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
     c = commands.add_parser(
         "compare",
         help="start pubmesh and nats-server on 127.0.0.1 and run the same scenarios against both",
@@ -47,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
 def _scenario_options(p: argparse.ArgumentParser, scenario: Scenario) -> None:
     p.description = scenario.summary
     p.add_argument("--url", "--server", dest="url", default=DEFAULT_URL, help="server URL")
+    p.add_argument(
+        "--sub-url",
+        help="the subscribers' (responder's) server, if not --url: another node of its cluster",
+    )
     p.add_argument("--msgs", type=int, default=scenario.msgs, help="messages (requests) in total")
     p.add_argument("--size", type=int, default=16, help="payload bytes")
     p.add_argument("--subs", type=int, default=scenario.subs, help="subscribers")
@@ -61,6 +84,8 @@ def main(argv: list[str]) -> int:
     try:
         if args.command == "compare":
             return compare(runs=args.runs, scale=args.scale, as_json=args.json)
+        if args.command in ("convergence", "resync"):
+            return _interest(args)
         spec = Spec(
             args.command,
             parse_url(args.url),
@@ -70,6 +95,7 @@ def main(argv: list[str]) -> int:
             pubs=args.pubs,
             subject=args.subject,
             timeout=args.timeout,
+            sub_endpoint=parse_url(args.sub_url) if args.sub_url else None,
         )
         with ProgressBar.on_terminal(args.command) as bar:
             result = run(spec, bar)
@@ -82,6 +108,26 @@ def main(argv: list[str]) -> int:
     return 0 if result.ok else 1
 
 
+def _interest(args: argparse.Namespace) -> int:
+    """Run the convergence or resync measurement, print it, and say whether it passed its check."""
+    outcome: Convergence | Resync
+    with ProgressBar.on_terminal(args.command) as bar:
+        if args.command == "convergence":
+            outcome = converge(parse_url(args.url), parse_url(args.sub_url), args.samples, bar)
+        else:
+            flavor = nats_server() if args.nats_server else PUBMESH
+            if flavor is None:
+                raise BenchError("nats-server was not found on PATH")
+            outcome = resync(flavor, args.subs, bar)
+    if args.json:
+        print(json.dumps(outcome.as_dict()))
+    elif isinstance(outcome, Convergence):
+        print(describe_convergence(outcome))
+    else:
+        print(describe_resync(outcome))
+    return 0 if outcome.ok else 1
+
+
 def describe(result: Result) -> str:
     """The human-readable report of one run."""
     spec = result.spec
@@ -92,9 +138,10 @@ def describe(result: Result) -> str:
         who, what = _plural(spec.pubs, "publisher"), f"{spec.msgs:,} msgs"
         if spec.subs:
             who += " -> " + _plural(spec.subs, "queue member" if queue else "subscriber")
-    lines = [
-        f"{spec.scenario}: {who}, {what} of {spec.size} B on {spec.subject!r} at {spec.endpoint.url}"
-    ]
+    where = spec.endpoint.url
+    if spec.across and spec.sub_endpoint is not None:
+        where += f" -> {spec.sub_endpoint.url}"
+    lines = [f"{spec.scenario}: {who}, {what} of {spec.size} B on {spec.subject!r} at {where}"]
     if result.latency is not None:
         lat = result.latency
         lines.append(
@@ -119,3 +166,30 @@ def describe(result: Result) -> str:
 
 def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def describe_convergence(outcome: Convergence) -> str:
+    lat = outcome.latency
+    lines = [
+        f"convergence: SUB at {outcome.sub.url}, publishes at {outcome.pub.url},"
+        f" {outcome.requested:,} fresh subjects",
+        f"  first delivery after the SUB: p50 {lat.p50 / 1000:,.2f} ms  p99 {lat.p99 / 1000:,.2f} ms"
+        f"  mean {lat.mean / 1000:,.2f} ms",
+    ]
+    return "\n".join([*lines, _check(outcome.ok, f"{len(outcome.samples_ns):,} samples", outcome.error)])
+
+
+def describe_resync(outcome: Resync) -> str:
+    lines = [
+        f"resync: a {outcome.server} node joins one holding {outcome.subs:,} subscriptions",
+        f"  all known {outcome.seconds:.3f} s after its first route connection"
+        f" ({outcome.since_start:.3f} s after it was started;"
+        f" confirmed by the sweep at {outcome.confirmed:.3f} s)",
+    ]
+    swept = f"{outcome.swept:,} of {outcome.subs:,} subjects reached by a publish on the new node"
+    return "\n".join([*lines, _check(outcome.ok, swept, outcome.error)])
+
+
+def _check(ok: bool, what: str, error: str | None) -> str:
+    line = f"  check: {what}  {'OK' if ok else 'FAILED'}"
+    return line + (f"\n  error: {error}" if error else "")

@@ -1,84 +1,173 @@
 """``pubmesh bench compare``: pubmesh and nats-server side by side, under the same load.
 
-Both servers are started here on 127.0.0.1 with their default settings (a free port each, read from
-their startup log) and stopped here. Runs alternate between the servers, so whatever else the machine
-is doing weighs on both alike, and each figure is the median of several runs, which a single slow
-run cannot move. The result is a markdown table, ready to paste into a README or an issue.
+Each server is started here on 127.0.0.1 with its default settings, both as a single node and as a
+3-node cluster, and stopped here (see ``node.bench.servers``). Runs alternate between the servers, so
+whatever else the machine is doing weighs on both alike, and each figure is the median of several
+runs, which a single slow run cannot move. The result is a markdown table, ready to paste into a
+README or an issue.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import Any, Protocol
 
 import attrs
 
+from node.bench import interest
 from node.bench.progress import ProgressBar
-from node.bench.scenarios import Result, Spec, run
+from node.bench.scenarios import Spec, run
+from node.bench.servers import PUBMESH, Flavor, Servers, nats_server
 from node.bench.wire import BenchError, Endpoint
 
-__all__ = ["CASES", "Case", "compare", "render"]
+__all__ = [
+    "CASES",
+    "ConvergenceCase",
+    "LoadCase",
+    "Outcome",
+    "ResyncCase",
+    "Target",
+    "compare",
+    "render",
+]
 
-PUBMESH_ARGS = ["-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", "0"]
-NATS_ARGS = ["-a", "127.0.0.1", "-p", "-1"]  # nats-server's "-p -1" is our "-p 0": any free port
-LISTENING = re.compile(rb"Listening for client connections on [\d.]+:(\d+)")
-VERSION = re.compile(rb"(?:Starting pubmesh|Version:)\s+(\S+)")
-START_TIMEOUT = 20.0
-STOP_TIMEOUT = 10.0
 RUN_TIMEOUT = 120.0
 SIZE = 16
+CLUSTER_SIZE = 3
+
+
+class Outcome(Protocol):
+    """What one run of a case produced, whatever the case measures."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def failure(self) -> str: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+Metric = tuple[str, str, Callable[[Any], float]]
+"""A table row a case fills: what is measured, its number format, and how to read it from an
+outcome (of the type the case's ``measure`` returns)."""
 
 
 @attrs.frozen
-class Case:
-    """One scenario as the comparison runs it, on both servers alike."""
+class Target:
+    """One server under test, in every shape the cases need: a single node, and a cluster's nodes."""
+
+    name: str
+    version: str
+    flavor: Flavor
+    node: Endpoint
+    cluster: tuple[Endpoint, ...]
+
+
+def _scaled(n: int, scale: float) -> int:
+    return max(1, round(n * scale))
+
+
+@attrs.frozen
+class LoadCase:
+    """A ``pubmesh bench`` scenario, on one node or (``across``) from one cluster node to another."""
 
     label: str
     scenario: str
     msgs: int
     subs: int
+    across: bool = False
+    """Publisher on the cluster's first node, subscribers on its second."""
+    baseline: str | None = None
+    """The label of a case this one is also shown as a fraction of."""
 
-    def spec(self, endpoint: Endpoint, scale: float) -> Spec:
-        msgs = max(1, round(self.msgs * scale))
-        return Spec(self.scenario, endpoint, msgs, SIZE, self.subs, timeout=RUN_TIMEOUT)
+    def amount(self, scale: float) -> str:
+        noun = "requests" if self.scenario == "reqrep" else "msgs"
+        return f"{_scaled(self.msgs, scale):,} {noun}"
 
-    def metrics(self) -> list[tuple[str, Callable[[Result], float]]]:
-        """The table rows this case fills: (what is measured, how to read it from a result)."""
+    def spec(self, target: Target, scale: float) -> Spec:
+        pub, sub = target.cluster[:2] if self.across else (target.node, None)
+        msgs = _scaled(self.msgs, scale)
+        return Spec(self.scenario, pub, msgs, SIZE, self.subs, timeout=RUN_TIMEOUT, sub_endpoint=sub)
+
+    def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
+        return run(self.spec(target, scale), bar)
+
+    def metrics(self) -> list[Metric]:
         if self.scenario == "reqrep":
             return [
-                ("latency p50 (µs)", lambda r: r.latency.p50 if r.latency else 0.0),
-                ("latency p99 (µs)", lambda r: r.latency.p99 if r.latency else 0.0),
-                ("req/s", lambda r: r.rate),
+                ("latency p50 (µs)", ",.1f", lambda r: r.latency.p50 if r.latency else 0.0),
+                ("latency p99 (µs)", ",.1f", lambda r: r.latency.p99 if r.latency else 0.0),
+                ("req/s", ",.0f", lambda r: r.rate),
             ]
         unit = "deliveries/s" if self.scenario == "fanout" else "msgs/s"
-        return [(unit, lambda r: r.rate)]
-
-
-CASES = (
-    Case("publish only", "pub", 1_500_000, subs=0),
-    Case("pub/sub 1:1", "pubsub", 800_000, subs=1),
-    Case("fan-out 1→10", "fanout", 200_000, subs=10),
-    Case("queue group of 4", "queue", 400_000, subs=4),
-    Case("request/reply", "reqrep", 5_000, subs=1),
-)
-"""Sized so a pubmesh run takes one to two seconds and a nats-server run still a few tenths."""
+        return [(unit, ",.0f", lambda r: r.rate)]
 
 
 @attrs.frozen
-class _Server:
-    name: str
-    version: str
-    endpoint: Endpoint
+class ConvergenceCase:
+    """Interest convergence between the cluster's first two nodes (``node.bench.interest``)."""
+
+    label: str
+    samples: int
+    scenario: str = "convergence"
+    baseline: None = None
+
+    def amount(self, scale: float) -> str:
+        return f"{_scaled(self.samples, scale):,} subscriptions"
+
+    def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
+        pub, sub = target.cluster[:2]
+        return interest.converge(pub, sub, _scaled(self.samples, scale), bar)
+
+    def metrics(self) -> list[Metric]:
+        return [
+            ("p50 (ms)", ",.2f", lambda c: c.latency.p50 / 1000),
+            ("p99 (ms)", ",.2f", lambda c: c.latency.p99 / 1000),
+        ]
+
+
+@attrs.frozen
+class ResyncCase:
+    """A node joining a node that holds many subscriptions (``node.bench.interest``); the servers
+    for it are started afresh each run."""
+
+    label: str
+    subs: int
+    scenario: str = "resync"
+    baseline: None = None
+
+    def amount(self, scale: float) -> str:
+        return f"{_scaled(self.subs, scale):,} subscriptions"
+
+    def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
+        return interest.resync(target.flavor, _scaled(self.subs, scale), bar)
+
+    def metrics(self) -> list[Metric]:
+        return [("s from first route (pubmesh target < 2)", ",.2f", lambda r: r.seconds)]
+
+
+Case = LoadCase | ConvergenceCase | ResyncCase
+
+CASES: tuple[Case, ...] = (
+    LoadCase("publish only", "pub", 1_500_000, subs=0),
+    LoadCase("pub/sub 1:1", "pubsub", 800_000, subs=1),
+    LoadCase("fan-out 1→10", "fanout", 200_000, subs=10),
+    LoadCase("queue group of 4", "queue", 400_000, subs=4),
+    LoadCase("request/reply", "reqrep", 5_000, subs=1),
+    LoadCase(
+        "pub/sub 1:1 through a route", "pubsub", 800_000, subs=1, across=True, baseline="pub/sub 1:1"
+    ),
+    ConvergenceCase("interest convergence across a route", samples=200),
+    ResyncCase("route resync of a joining node", subs=100_000),
+)
+"""Sized so a pubmesh run takes one to two seconds and a nats-server run still a few tenths."""
+BASELINE_TARGET = 0.5
+"""What a case with a baseline should reach, as a fraction of it (pubmesh's target)."""
+
+Results = dict[tuple[str, str], list[Outcome]]
 
 
 def compare(*, runs: int = 3, scale: float = 1.0, as_json: bool = False) -> int:
@@ -88,48 +177,73 @@ def compare(*, runs: int = 3, scale: float = 1.0, as_json: bool = False) -> int:
     """
     if runs < 1 or scale <= 0:
         raise BenchError("--runs and --scale must be positive")
-    nats = shutil.which("nats-server")
+    nats = nats_server()
+    flavors = [PUBMESH] if nats is None else [PUBMESH, nats]
     started = time.monotonic()
-    results: dict[tuple[str, str], list[Result]] = {}
-    with contextlib.ExitStack() as stack:
-        servers = [stack.enter_context(_running("pubmesh", [sys.executable, *PUBMESH_ARGS]))]
-        if nats:
-            servers.append(stack.enter_context(_running("nats-server", [nats, *NATS_ARGS])))
+    results: Results = {}
+    with Servers() as servers:
+        targets = [_target(servers, flavor) for flavor in flavors]
         for case in CASES:
             for i in range(runs):
-                for server in servers:
-                    label = f"{case.label} on {server.name} ({i + 1}/{runs})"
+                for target in targets:
+                    label = f"{case.label} on {target.name} ({i + 1}/{runs})"
                     with ProgressBar.on_terminal(label) as bar:
-                        result = run(case.spec(server.endpoint, scale), bar)
-                    results.setdefault((case.label, server.name), []).append(result)
-    versions = {s.name: s.version for s in servers}
+                        outcome = case.measure(target, scale, bar)
+                    results.setdefault((case.label, target.name), []).append(outcome)
+    versions = {t.name: t.version for t in targets}
     elapsed = time.monotonic() - started
     if as_json:
         print(json.dumps(_as_json(results, versions, runs, scale)))
     else:
         print(render(results, versions, runs, scale, elapsed))
-        if not nats:
+        if nats is None:
             print("\nnats-server was not found on PATH: only pubmesh was measured.")
     return 0 if all(r.ok for rs in results.values() for r in rs) else 1
 
 
-def _median(results: list[Result], metric: Callable[[Result], float]) -> float | None:
+def _target(servers: Servers, flavor: Flavor) -> Target:
+    node = servers.start(flavor)
+    cluster = servers.cluster(flavor, CLUSTER_SIZE)
+    endpoints = tuple(n.endpoint for n in cluster)
+    return Target(flavor.name, node.version, flavor, node.endpoint, endpoints)
+
+
+def _median(outcomes: list[Outcome], metric: Callable[[Any], float]) -> float | None:
     """The median over the runs, or None when any run failed its check (its figure means nothing)."""
-    if not all(r.ok for r in results):
+    if not all(r.ok for r in outcomes):
         return None
-    return statistics.median(metric(r) for r in results)
+    return statistics.median(metric(r) for r in outcomes)
 
 
-def _rows(
-    results: dict[tuple[str, str], list[Result]], servers: list[str]
-) -> Iterator[tuple[Case, str, list[float | None]]]:
+@attrs.frozen
+class _Row:
+    case: Case
+    what: str
+    fmt: str
+    values: list[float | None]
+    """One per server, in the order of the table's columns."""
+    comparable: bool = True
+    """Whether the servers' figures measure the same thing (a ratio between them means something)."""
+
+
+def _rows(results: Results, servers: list[str]) -> Iterator[_Row]:
+    first: dict[str, list[float | None]] = {}
     for case in CASES:
-        for what, metric in case.metrics():
-            yield case, what, [_median(results[case.label, s], metric) for s in servers]
+        for what, fmt, metric in case.metrics():
+            values = [_median(results[case.label, s], metric) for s in servers]
+            first.setdefault(case.label, values)
+            yield _Row(case, what, fmt, values)
+        if case.baseline is not None:
+            shares = [
+                mine / base if mine is not None and base else None
+                for mine, base in zip(first[case.label], first[case.baseline], strict=True)
+            ]
+            what = f"÷ {case.baseline} (pubmesh target ≥ {BASELINE_TARGET})"
+            yield _Row(case, what, ".2f", shares, comparable=False)
 
 
 def render(
-    results: dict[tuple[str, str], list[Result]],
+    results: Results,
     versions: dict[str, str],
     runs: int,
     scale: float,
@@ -146,19 +260,26 @@ def render(
         "| scenario | " + " | ".join(servers) + (" | pubmesh / nats-server |" if both else " |"),
         "|---|" + "---:|" * (len(servers) + both),
     ]
-    for case, what, values in _rows(results, servers):
-        count = max(1, round(case.msgs * scale))
-        noun = "requests" if case.scenario == "reqrep" else "msgs"
-        cells = [_number(v, what) for v in values]
+    for row in _rows(results, servers):
+        cells = ["failed" if v is None else format(v, row.fmt) for v in row.values]
         if both:
-            mine, theirs = values
-            cells.append(f"{mine / theirs:.2f}" if mine is not None and theirs else "—")
-        lines.append(f"| {case.label}, {count:,} {noun}: {what} | " + " | ".join(cells) + " |")
+            mine, theirs = row.values
+            cells.append(
+                f"{mine / theirs:.2f}" if row.comparable and mine is not None and theirs else "—"
+            )
+        label = f"{row.case.label}, {row.case.amount(scale)}: {row.what}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Through a route: publisher on one node of a {CLUSTER_SIZE}-node cluster, subscriber on"
+        " another.",
+    ]
     if both:
-        lines += ["", "Ratio above 1: pubmesh has more throughput, or (latency rows) takes longer."]
+        lines.append(
+            "Ratio above 1: pubmesh has more throughput, or (latency and time rows) takes longer."
+        )
     failures = [
-        f"- {server}, {label}: received {r.received:,} of {r.expected:,}"
-        + "".join(f" ({e})" for e in r.errors)
+        f"- {server}, {label}: {r.failure()}"
         for (label, server), rs in results.items()
         for r in rs
         if not r.ok
@@ -170,80 +291,19 @@ def render(
     return "\n".join(lines)
 
 
-def _number(value: float | None, what: str) -> str:
-    if value is None:
-        return "failed"
-    return f"{value:,.1f}" if "µs" in what else f"{value:,.0f}"
-
-
-def _as_json(
-    results: dict[tuple[str, str], list[Result]], versions: dict[str, str], runs: int, scale: float
-) -> dict[str, Any]:
+def _as_json(results: Results, versions: dict[str, str], runs: int, scale: float) -> dict[str, Any]:
     servers = list(versions)
     rows = []
-    for case, what, values in _rows(results, servers):
-        row: dict[str, Any] = {"case": case.label, "scenario": case.scenario, "metric": what}
-        row.update(zip(servers, values, strict=True))
-        rows.append(row)
+    for row in _rows(results, servers):
+        out: dict[str, Any] = {"case": row.case.label, "scenario": row.case.scenario, "metric": row.what}
+        out.update(zip(servers, row.values, strict=True))
+        rows.append(out)
     runs_out = [{"server": server, **r.as_dict()} for (_, server), rs in results.items() for r in rs]
-    ok = all(r["ok"] for r in runs_out)
     return {
         "servers": versions,
         "runs": runs,
         "scale": scale,
-        "ok": ok,
+        "ok": all(r["ok"] for r in runs_out),
         "rows": rows,
         "results": runs_out,
     }
-
-
-@contextlib.contextmanager
-def _running(name: str, argv: list[str]) -> Iterator[_Server]:
-    """A server process for the length of the ``with``, stopped with SIGTERM (killed if it hangs)."""
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        try:
-            yield _started(name, proc, log)
-        finally:
-            _stop(name, proc, log)
-
-
-def _started(name: str, proc: subprocess.Popen[bytes], log: IO[bytes]) -> _Server:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        text = _read(log)
-        listening = LISTENING.search(text)
-        if listening:
-            version = VERSION.search(text)
-            return _Server(
-                name,
-                version.group(1).decode() if version else "",
-                Endpoint("127.0.0.1", int(listening.group(1))),
-            )
-        if proc.poll() is not None:
-            raise BenchError(f"{name} exited with status {proc.returncode}: {_tail(log)}")
-        time.sleep(0.05)
-    raise BenchError(f"{name} did not start listening within {START_TIMEOUT:.0f} s: {_tail(log)}")
-
-
-def _stop(name: str, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        print(f"{name} ignored SIGTERM and was killed: {_tail(log)}", file=sys.stderr)
-
-
-def _read(log: IO[bytes]) -> bytes:
-    """The log so far, read without moving the offset the server writes at (it shares it)."""
-    fd = log.fileno()
-    return os.pread(fd, os.fstat(fd).st_size, 0)
-
-
-def _tail(log: IO[bytes]) -> str:
-    lines = _read(log).decode(errors="replace").strip().splitlines()
-    return " | ".join(lines[-3:]) or "(no output)"

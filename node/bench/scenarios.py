@@ -2,14 +2,18 @@
 
 A run measures end to end: from the moment the first message is sent to the moment the last
 subscriber has received everything (or, publishing alone, the server has confirmed it read the last
-message). Workers connect and subscribe before the clock starts, so connection setup is not timed.
+message). Workers connect and subscribe before the clock starts, so connection setup is not timed;
+when subscribers use another server than publishers (two nodes of a cluster), neither is the time
+their interest takes to cross the route (see ``node.bench.workers`` on probes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import secrets
+import socket
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from node.bench.wire import BenchError, Endpoint
+from node.bench.wire import BenchError, Endpoint, Reader, connect, flush
 from node.bench.workers import (
     GO,
     READY,
@@ -32,6 +36,7 @@ from node.bench.workers import (
     subscriber,
     work,
 )
+from node.protocol import writer as w
 
 __all__ = ["DEFAULT_TIMEOUT", "SCENARIOS", "Latency", "Result", "Scenario", "Spec", "run"]
 
@@ -40,6 +45,9 @@ READY_TIMEOUT = 30.0
 """Time for the worker processes to start, connect and subscribe."""
 POLL = 0.1
 """How often the coordinator looks at progress while it waits."""
+PROBE_INTERVAL = 0.005
+"""How often probes go out while workers wait for their interest to cross a route."""
+PROBE_FLUSH_TIMEOUT = 10.0
 GRACE = 2.0
 """How long the other workers may go on once one has failed: a subscriber whose publisher died
 would otherwise wait for its marker until the run's timeout."""
@@ -86,6 +94,13 @@ class Spec:
     subject: str = "bench"
     timeout: float = DEFAULT_TIMEOUT
     """Seconds the run may take once started; what has not arrived by then counts as lost."""
+    sub_endpoint: Endpoint | None = None
+    """Where subscribers (the responder) connect, when not to ``endpoint`` with the publishers."""
+
+    @property
+    def across(self) -> bool:
+        """Whether publishers and subscribers use different servers."""
+        return self.sub_endpoint is not None and self.sub_endpoint != self.endpoint
 
     def check(self) -> None:
         """Refuse a spec that cannot run, or that the counting could not measure faithfully."""
@@ -93,7 +108,7 @@ class Spec:
             raise BenchError(f"unknown scenario {self.scenario!r}")
         if self.msgs < 1 or self.size < 0 or self.pubs < 1 or self.subs < 0:
             raise BenchError("--msgs and --pubs must be positive, --size and --subs not negative")
-        if self.scenario == "pub" and self.subs:
+        if self.scenario == "pub" and (self.subs or self.across):
             raise BenchError("pub runs without subscribers (pubsub and fanout have them)")
         if self.scenario == "reqrep" and (self.subs, self.pubs) != (1, 1):
             raise BenchError("reqrep runs one requester and one responder")
@@ -154,11 +169,18 @@ class Result:
         """Payload bytes moved per second, in MB (10^6 bytes)."""
         return self.rate * self.spec.size / 1e6
 
+    def failure(self) -> str:
+        """Why the run failed its check, in a line."""
+        return f"received {self.received:,} of {self.expected:,}" + "".join(
+            f" ({e})" for e in self.errors
+        )
+
     def as_dict(self) -> dict[str, Any]:
         spec = self.spec
         out: dict[str, Any] = {
             "scenario": spec.scenario,
             "url": spec.endpoint.url,
+            "sub_url": (spec.sub_endpoint or spec.endpoint).url,
             "msgs": spec.msgs,
             "size": spec.size,
             "pubs": spec.pubs,
@@ -189,19 +211,30 @@ class _Plan:
     """Slots whose counts make ``received`` (and the progress bar), and whose last event ends the
     timed span."""
     expected: int
+    probes: list[tuple[Endpoint, bytes]] = attrs.Factory(list)
+    """What to publish, and where, until every worker's interest has crossed (PUB lines)."""
 
 
 def _plan(spec: Spec) -> _Plan:
     run_id = secrets.token_hex(4)
     subject = spec.subject.encode()
-    base = Job(spec.endpoint, subject, spec.size, done=f"bench-done.{run_id}".encode())
+    done = f"bench-done.{run_id}".encode()
+    probe = f"bench-probe.{run_id}".encode() if spec.across else b""
+    base = Job(spec.endpoint, subject, spec.size, done=done, probe=probe)
+    far = spec.sub_endpoint or spec.endpoint
+    probes = [(spec.endpoint, w.pub(subject, b"", probe) + w.pub(done, b"", probe))] if probe else []
     if spec.scenario == "reqrep":
-        job = attrs.evolve(base, count=spec.msgs, inbox=f"_INBOX.{run_id}".encode())
-        return _Plan([(responder, job), (requester, job)], starters=[1], counted=[1], expected=spec.msgs)
+        inbox = f"_INBOX.{run_id}".encode()
+        job = attrs.evolve(base, count=spec.msgs, inbox=inbox)
+        if probe:
+            probes.append((far, w.pub(inbox, b"", probe)))
+        roles: list[tuple[Role, Job]] = [(responder, attrs.evolve(job, endpoint=far)), (requester, job)]
+        return _Plan(roles, starters=[1], counted=[1], expected=spec.msgs, probes=probes)
     queue = b"bench" if SCENARIOS[spec.scenario].queue else None
     subs = spec.subs
-    roles: list[tuple[Role, Job]] = [
-        (subscriber, attrs.evolve(base, queue=queue, publishers=spec.pubs)) for _ in range(subs)
+    roles = [
+        (subscriber, attrs.evolve(base, endpoint=far, queue=queue, publishers=spec.pubs))
+        for _ in range(subs)
     ]
     share, extra = divmod(spec.msgs, spec.pubs)
     for i in range(spec.pubs):
@@ -211,7 +244,7 @@ def _plan(spec: Spec) -> _Plan:
     if not subs:
         return _Plan(roles, publishers, publishers, expected=spec.msgs)
     expected = spec.msgs if queue else spec.msgs * subs
-    return _Plan(roles, publishers, list(range(subs)), expected=expected)
+    return _Plan(roles, publishers, list(range(subs)), expected=expected, probes=probes)
 
 
 def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
@@ -223,7 +256,8 @@ def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
     spec.check()
     plan = _plan(spec)
     with _Crew(plan.roles) as crew:
-        crew.wait_ready()
+        with _Prober(plan.probes) as prober:
+            crew.wait_ready(prober.send)
         crew.go(plan.starters)
         reports = crew.reports(spec.timeout, plan.counted, plan.expected, on_progress)
     starters = [reports[i] for i in plan.starters]
@@ -240,6 +274,43 @@ def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
         errors=tuple(dict.fromkeys(r.error for r in reports.values() if r.error)),
         latency=Latency.of(latencies) if spec.scenario == "reqrep" else None,
     )
+
+
+class _Prober:
+    """The coordinator's connections that publish probes while workers wait for them to arrive.
+
+    It sends a round every ``PROBE_INTERVAL`` and, when the workers are ready, makes sure each server
+    has read all it was sent before hanging up (see ``flush``).
+    """
+
+    def __init__(self, probes: list[tuple[Endpoint, bytes]]) -> None:
+        self._probes = probes
+        self._socks: list[tuple[socket.socket, Reader, bytes]] = []
+        self._stack = contextlib.ExitStack()
+        self._next = 0.0
+
+    def __enter__(self) -> _Prober:
+        with self._stack:
+            for endpoint, lines in self._probes:
+                sock = self._stack.enter_context(connect(endpoint))
+                self._socks.append((sock, Reader(sock), lines))
+            self._stack = self._stack.pop_all()
+        return self
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        with self._stack:
+            if exc_type is None:
+                for sock, _, _ in self._socks:
+                    flush(sock, PROBE_FLUSH_TIMEOUT)
+
+    def send(self) -> None:
+        """A round of probes, if one is due; and the servers' PINGs answered."""
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + PROBE_INTERVAL
+        for sock, reader, lines in self._socks:
+            sock.sendall(lines)
+            reader.poll()
 
 
 class _Crew:
@@ -285,14 +356,17 @@ class _Crew:
         for conn in self.conns:
             conn.close()
 
-    def wait_ready(self) -> None:
-        """Wait for every worker to connect and subscribe; the first failure ends the run."""
+    def wait_ready(self, tick: Callable[[], None]) -> None:
+        """Wait for every worker to connect and subscribe, calling ``tick`` every ``PROBE_INTERVAL``
+        meanwhile; the first failure ends the run."""
         waiting = set(range(len(self.conns)))
         deadline = time.monotonic() + READY_TIMEOUT
         while waiting:
-            ready = self._wait([self.conns[i] for i in waiting], deadline - time.monotonic())
-            if not ready:
+            tick()
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise BenchError(f"workers not ready after {READY_TIMEOUT:.0f} s")
+            ready = self._wait([self.conns[i] for i in waiting], min(left, PROBE_INTERVAL))
             for conn in ready:
                 message = self._receive(conn)
                 if message != READY:

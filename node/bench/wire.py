@@ -113,14 +113,23 @@ def connect(endpoint: Endpoint) -> socket.socket:
     return sock
 
 
-def flush(sock: socket.socket) -> None:
+def flush(sock: socket.socket, timeout: float | None = None) -> None:
     """Wait until the server has processed everything sent so far (its PONG answers our PING).
 
     A publisher must do this before closing: the kernel resets a connection closed with unread data
-    in its receive queue, and the server would lose whatever it had not read yet.
+    in its receive queue, and the server would lose whatever it had not read yet. With a ``timeout``
+    (seconds), a server that does not answer in time is an error rather than a hang.
     """
-    sock.sendall(PING)
-    _read_until(sock, PONG)
+    previous = sock.gettimeout()
+    if timeout is not None:
+        sock.settimeout(timeout)
+    try:
+        sock.sendall(PING)
+        _read_until(sock, PONG)
+    except TimeoutError as exc:
+        raise BenchError(f"no answer to PING within {sock.gettimeout():g} s") from exc
+    finally:
+        sock.settimeout(previous)
 
 
 def _read_until(sock: socket.socket, token: bytes) -> None:

@@ -13,6 +13,13 @@ last message each publisher publishes one empty message to the run's ``done`` su
 subscriber also holds: a connection receives one publisher's messages in the order sent, so when a
 subscriber has seen every publisher's marker it has received all it is going to, even as a member of
 a queue group that cannot know its share in advance.
+
+When subscribers (or the responder) use another server than publishers, a SUB answered by its own
+server has not yet reached the publishers' one: interest crosses the route a little later, and what is
+published before that is dropped. So the coordinator publishes probes on every subject a worker
+subscribes to, from the other server, with the run's ``probe`` subject as their reply; a worker sends
+``READY`` only once a probe has arrived on each of its subscriptions. Probes still in flight when the
+clock starts are told apart by that reply subject, so the counts stay exact.
 """
 
 from __future__ import annotations
@@ -69,6 +76,8 @@ class Job:
     """Markers a subscriber waits for."""
     inbox: bytes = b""
     """Where the requester takes replies."""
+    probe: bytes = b""
+    """The reply subject of probes (see the module docstring); empty when nothing needs probing."""
 
     @property
     def payload(self) -> bytes:
@@ -111,6 +120,28 @@ def _describe(exc: BenchError | OSError) -> str:
     return f"connection lost: {exc.strerror or exc}"
 
 
+def _probes(job: Job, *subscriptions: tuple[bytes, bytes]) -> tuple[bytes, ...]:
+    """How a probe arrives on each of the worker's (subject, sid) subscriptions: none without probes."""
+    if not job.probe:
+        return ()
+    return tuple(b"MSG %b %b %b " % (subject, sid, job.probe) for subject, sid in subscriptions)
+
+
+def _await_probes(reader: Reader, probes: int) -> None:
+    """Read until a probe has arrived on every subscription (the reader's last ``probes`` tokens);
+    before ``GO``, probes are all that can arrive."""
+    missing = [True] * probes
+    while any(missing):
+        counts = reader.read()[-probes:]
+        missing = [m and not n for m, n in zip(missing, counts, strict=True)]
+
+
+def _marker(done: bytes) -> bytes:
+    """A publisher's end-of-run marker as delivered on sid 2: exactly, since probes on the same
+    subject must not count as one."""
+    return w.msg(done, b"2", None, b"")
+
+
 def publisher(conn: Connection, job: Job, progress: Progress, slot: int) -> Report:
     line = len(w.pub(job.subject, job.payload))
     per_batch = max(1, BATCH_BYTES // line)
@@ -137,15 +168,18 @@ def subscriber(conn: Connection, job: Job, progress: Progress, slot: int) -> Rep
     with connect(job.endpoint) as sock:
         sock.sendall(w.sub(job.subject, b"1", job.queue) + w.sub(job.done, b"2"))
         flush(sock)
-        reader = Reader(sock, MSG, MSG + job.done + b" ")
+        probes = _probes(job, (job.subject, b"1"), (job.done, b"2"))
+        reader = Reader(sock, MSG, _marker(job.done), *probes)
+        _await_probes(reader, len(probes))
         conn.send(READY)
         received = markers = 0
         last = 0.0
         while markers < job.publishers:
-            msgs, done = reader.read()
-            if msgs > done:
+            msgs, done, *probed = reader.read()
+            msgs -= done + sum(probed)
+            if msgs:
                 last = time.perf_counter()
-                received += msgs - done
+                received += msgs
                 progress[slot] = received
             markers += done
         return Report(received, end=last, error=reader.error)
@@ -157,7 +191,9 @@ def requester(conn: Connection, job: Job, progress: Progress, slot: int) -> Repo
     with connect(job.endpoint) as sock:
         sock.sendall(w.sub(job.inbox, b"1"))
         flush(sock)
-        reader = Reader(sock, w.msg(job.inbox, b"1", None, job.payload))
+        probes = _probes(job, (job.inbox, b"1"))
+        reader = Reader(sock, w.msg(job.inbox, b"1", None, job.payload), *probes)
+        _await_probes(reader, len(probes))
         conn.send(READY)
         conn.recv()  # GO
         latencies: list[int] = []
@@ -184,11 +220,14 @@ def responder(conn: Connection, job: Job, progress: Progress, slot: int) -> Repo
     with connect(job.endpoint) as sock:
         sock.sendall(w.sub(job.subject, b"1") + w.sub(job.done, b"2"))
         flush(sock)
-        reader = Reader(sock, w.msg(job.subject, b"1", job.inbox, job.payload), MSG + job.done + b" ")
+        probes = _probes(job, (job.subject, b"1"), (job.done, b"2"))
+        request = w.msg(job.subject, b"1", job.inbox, job.payload)
+        reader = Reader(sock, request, _marker(job.done), *probes)
+        _await_probes(reader, len(probes))
         conn.send(READY)
         answered = done = 0
         while not done:
-            requests, done = reader.read()
+            requests, done, *_ = reader.read()
             if requests:
                 sock.sendall(reply * requests)
                 answered += requests

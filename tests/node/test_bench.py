@@ -1,8 +1,9 @@
-"""``pubmesh bench`` against a live node: every scenario counts exactly what it must.
+"""``pubmesh bench`` against live nodes: every scenario counts exactly what it must.
 
-The node runs in the test's trio nursery; the load generator (which blocks, and starts worker
-processes) runs in a worker thread. Counts are asserted, never timings: how fast a run is depends on
-the machine, whether it lost a message does not.
+Nodes run in the test's trio nursery (a cluster of two, joined over real routes, for the runs that
+cross a route); the load generator (which blocks, and starts worker processes) runs in a worker
+thread. The measurements that start servers of their own start them as processes. Counts are
+asserted, never timings: how fast a run is depends on the machine, whether it lost a message does not.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cluster.config import ClusterConfig
 from node.bench import cli
-from node.bench.compare import CASES, render
+from node.bench.compare import CASES, LoadCase, Outcome, Target, render
+from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.scenarios import Result, Spec, run
+from node.bench.servers import PUBMESH, Flavor, Servers, nats_server
 from node.bench.wire import BenchError, Endpoint, Reader, Tally, parse_url
 from node.config import Config
 from node.launch import NodeHandle
@@ -31,13 +35,56 @@ pytestmark = pytest.mark.timeout(60)
 MSGS = 2_000
 
 
+NATS_SERVER = nats_server()
+FLAVORS = [
+    pytest.param(PUBMESH, id="pubmesh"),
+    pytest.param(
+        NATS_SERVER,
+        marks=pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not on PATH"),
+        id="nats-server",
+    ),
+]
+
+
+def endpoint(node: NodeHandle) -> Endpoint:
+    return Endpoint(node.host, node.port)
+
+
 async def bench(
-    node: NodeHandle, scenario: str, *, msgs: int = MSGS, size: int = 16, subs: int = 1, pubs: int = 1
+    node: NodeHandle,
+    scenario: str,
+    *,
+    msgs: int = MSGS,
+    size: int = 16,
+    subs: int = 1,
+    pubs: int = 1,
+    far: NodeHandle | None = None,
 ) -> Result:
-    spec = Spec(scenario, Endpoint(node.host, node.port), msgs, size, subs, pubs, timeout=30)
+    sub_endpoint = endpoint(far) if far is not None else None
+    spec = Spec(scenario, endpoint(node), msgs, size, subs, pubs, timeout=30, sub_endpoint=sub_endpoint)
     result: Result = await trio.to_thread.run_sync(run, spec)
     assert not result.errors
     return result
+
+
+@pytest.fixture
+async def pair(nursery: trio.Nursery) -> tuple[NodeHandle, NodeHandle]:
+    """Two nodes of one cluster, every pooled route connection between them up."""
+    config = ClusterConfig(name="bench", host="127.0.0.1", port=0)
+    first = await start_node(nursery, Config(cluster=config))
+    seed = f"nats://127.0.0.1:{first.cluster_port}"
+    second = await start_node(nursery, Config(cluster=attrs.evolve(config, seeds=(seed,))))
+    with trio.fail_after(20):
+        while True:
+            if _meshed(first) and _meshed(second):
+                return first, second
+            await trio.sleep(0.01)
+
+
+def _meshed(node: NodeHandle) -> bool:
+    assert node.routes is not None
+    peers = list(node.routes.peers.values())
+    return len(peers) == 1 and all(len(p.slots) == len(p.all_slots()) for p in peers)
 
 
 async def test_publish_only_is_confirmed_by_the_server(node: NodeHandle) -> None:
@@ -71,6 +118,69 @@ async def test_request_reply_gets_every_reply(node: NodeHandle) -> None:
     assert result.ok
     assert result.received == result.expected == 200
     assert result.latency is not None
+
+
+@pytest.mark.parametrize(
+    ("scenario", "subs"), [("pubsub", 1), ("fanout", 2), ("queue", 3), ("reqrep", 1)]
+)
+async def test_runs_across_a_route_count_exactly(
+    pair: tuple[NodeHandle, NodeHandle], scenario: str, subs: int
+) -> None:
+    near, far = pair
+    msgs = 200 if scenario == "reqrep" else MSGS
+    result = await bench(near, scenario, msgs=msgs, subs=subs, far=far)
+    assert result.ok
+    once = scenario in ("queue", "reqrep")
+    assert result.received == result.expected == (msgs if once else msgs * subs)
+
+
+async def test_across_a_route_from_the_command_line(
+    pair: tuple[NodeHandle, NodeHandle], capsys: pytest.CaptureFixture[str]
+) -> None:
+    near, far = pair
+    argv = ["pubsub", "--url", near.url, "--sub-url", far.url, "--msgs", "300"]
+    status = await trio.to_thread.run_sync(cli.main, argv)
+    out = capsys.readouterr().out
+    assert status == 0
+    assert f"at {near.url} -> {far.url}" in out
+    assert "check: received 300 == expected 300  OK" in out
+
+
+async def test_convergence_takes_every_sample(pair: tuple[NodeHandle, NodeHandle]) -> None:
+    near, far = pair
+    outcome = await trio.to_thread.run_sync(converge, endpoint(near), endpoint(far), 25)
+    assert outcome.ok
+    assert len(outcome.samples_ns) == outcome.requested == 25
+
+
+async def test_convergence_json(
+    pair: tuple[NodeHandle, NodeHandle], capsys: pytest.CaptureFixture[str]
+) -> None:
+    near, far = pair
+    argv = ["convergence", "--url", near.url, "--sub-url", far.url, "--samples", "10", "--json"]
+    status = await trio.to_thread.run_sync(cli.main, argv)
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert out["ok"] is True
+    assert out["samples"] == out["requested"] == 10
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_resync_sweeps_every_subscription(flavor: Flavor) -> None:
+    outcome = resync(flavor, 300)
+    assert outcome.ok
+    assert outcome.swept == outcome.subs == 300
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_a_started_cluster_carries_runs_across_its_routes(flavor: Flavor) -> None:
+    with Servers() as servers:
+        first, second, third = servers.cluster(flavor, 3)
+        spec = Spec("pubsub", first.endpoint, 1000, timeout=30, sub_endpoint=third.endpoint)
+        result = run(spec)
+        assert result.ok
+        assert result.received == 1000
+        assert converge(second.endpoint, third.endpoint, 5).ok
 
 
 async def test_json_output_parses(node: NodeHandle, capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,6 +229,7 @@ def test_unreachable_server_is_a_one_line_error(capsys: pytest.CaptureFixture[st
         ("pubsub", {"subject": "x-ERR"}),
         ("pubsub", {"subs": 0}),
         ("pub", {"subs": 2}),
+        ("pub", {"sub_endpoint": Endpoint("127.0.0.1", 4223)}),
         ("reqrep", {"pubs": 2}),
         ("fanout", {"msgs": 0}),
         ("nosuch", {}),
@@ -180,30 +291,56 @@ def test_reader_answers_pings_and_keeps_the_first_error() -> None:
         assert reader.error == "server error: Slow Consumer"
 
 
+NEAR, FAR = Endpoint("127.0.0.1", 4223), Endpoint("127.0.0.1", 4224)
+TARGET = Target("pubmesh", "0.1.0", PUBMESH, Endpoint("127.0.0.1", 4222), (NEAR, FAR))
+
+
+def made_up(case: Any, seconds: float) -> Outcome:
+    """A run of ``case`` that passed its check, its figures all derived from ``seconds``."""
+    if isinstance(case, LoadCase):
+        return Result(
+            case.spec(TARGET, 1.0), expected=10, received=10, seconds=seconds, per_worker=(10,)
+        )
+    if case.scenario == "convergence":
+        return Convergence(NEAR, FAR, requested=1, samples_ns=(round(seconds * 1e6),))
+    return Resync("pubmesh", case.subs, seconds, seconds, seconds, swept=case.subs)
+
+
 def test_compare_table_shows_both_servers_and_the_ratio() -> None:
-    endpoint = Endpoint("127.0.0.1", 4222)
-    results = {}
+    results: dict[tuple[str, str], list[Outcome]] = {}
     for case in CASES:
-        spec = case.spec(endpoint, 1.0)
-        mine = Result(spec, expected=10, received=10, seconds=2.0, per_worker=(10,))
-        theirs = Result(spec, expected=10, received=10, seconds=1.0, per_worker=(10,))
-        if case.scenario == "fanout":
-            mine = Result(spec, expected=10, received=9, seconds=2.0, per_worker=(9,), errors=("lost",))
-        results[case.label, "pubmesh"] = [mine]
-        results[case.label, "nats-server"] = [theirs]
+        results[case.label, "pubmesh"] = [made_up(case, 2.0)]
+        results[case.label, "nats-server"] = [made_up(case, 1.0)]
+    fanout = next(c for c in CASES if isinstance(c, LoadCase) and c.scenario == "fanout")
+    spec = fanout.spec(TARGET, 1.0)
+    lost = Result(spec, expected=10, received=9, seconds=2.0, per_worker=(9,), errors=("lost",))
+    results["fan-out 1→10", "pubmesh"] = [lost]
+    late = Convergence(NEAR, FAR, requested=3, samples_ns=(5,), error="too slow")
+    results["interest convergence across a route", "pubmesh"] = [late]
     table = render(results, {"pubmesh": "0.1.0", "nats-server": "2.9.10"}, 1, 1.0, 10.0)
     assert "| scenario | pubmesh | nats-server | pubmesh / nats-server |" in table
     assert "| pub/sub 1:1, 800,000 msgs: msgs/s | 5 | 10 | 0.50 |" in table
     assert "| fan-out 1→10, 200,000 msgs: deliveries/s | failed | 10 | — |" in table
+    assert "| pub/sub 1:1 through a route, 800,000 msgs: msgs/s | 5 | 10 | 0.50 |" in table
+    assert (
+        "| pub/sub 1:1 through a route, 800,000 msgs: ÷ pub/sub 1:1 (pubmesh target ≥ 0.5)"
+        " | 1.00 | 1.00 | — |"
+    ) in table
+    assert (
+        "| interest convergence across a route, 200 subscriptions: p99 (ms) | failed | 1.00 | — |"
+        in table
+    )
+    assert (
+        "| route resync of a joining node, 100,000 subscriptions: s from first route"
+        " (pubmesh target < 2) | 2.00 | 1.00 | 2.00 |"
+    ) in table
     assert "- pubmesh, fan-out 1→10: received 9 of 10 (lost)" in table
+    assert "- pubmesh, interest convergence across a route: 1 of 3 samples (too slow)" in table
 
 
 def test_compare_table_without_nats_server() -> None:
-    spec = CASES[0].spec(Endpoint("127.0.0.1", 4222), 1.0)
-    results = {
-        (case.label, "pubmesh"): [Result(spec, expected=1, received=1, seconds=1.0, per_worker=(1,))]
-        for case in CASES
-    }
+    results = {(case.label, "pubmesh"): [made_up(case, 1.0)] for case in CASES}
     table = render(results, {"pubmesh": "0.1.0"}, 1, 1.0, 1.0)
     assert "| scenario | pubmesh |\n|---|---:|" in table
+    assert "| route resync of a joining node, 100,000 subscriptions" in table
     assert "nats-server" not in table
