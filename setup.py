@@ -22,6 +22,7 @@ HOT_PATH = [
     "cluster/outbox.py",
     "cluster/frames.py",
     "cluster/link.py",
+    "cluster/peer.py",
     "node/protocol/events.py",
     "node/protocol/errors.py",
     "node/protocol/parser.py",

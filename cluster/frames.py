@@ -183,7 +183,7 @@ def _decode(obj: Any) -> Frame:
             raise LinkError("bad queue list")
         return Message(
             _str(obj[1]), _bytes(obj[2]), _opt_bytes(obj[3]), _opt_bytes(obj[4]), _bytes(obj[5]),
-            tuple(_str(q) for q in queues),
+            tuple([_str(q) for q in queues]) if queues else (),
         )  # fmt: skip
     if op == "RS+" and n == 5:
         return SubAdd(_str(obj[1]), _str(obj[2]), _opt_str(obj[3]), _weight(obj[4]))

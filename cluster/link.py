@@ -14,8 +14,10 @@ from typing import Any
 
 import msgpack
 
-from cluster.frames import Frame, FrameDecoder, Ping, encode
+from cluster.frames import Frame, FrameDecoder, Message, Ping, encode
+from cluster.host import NodeHost
 from cluster.outbox import Outbox
+from routing import Origin
 
 __all__ = ["Link"]
 
@@ -74,6 +76,33 @@ class Link(Outbox):
         self.last_activity_ns = time.time_ns()
         self.decoder.receive_data(data)
         return self.decoder.frames()
+
+    def receive(self, data: bytes, host: NodeHost, control: Callable[[Link, Frame], None]) -> None:
+        """Act on what the peer sent: messages straight into the node (the hot path, kept here),
+        every other frame to ``control`` (the route manager). Raises ``LinkError`` at a bad frame.
+
+        A message arriving on a connection that is not (or no longer) the one in use for its slot
+        is dropped: its peer will resend the slot's interest on the connection that is.
+        """
+        for frame in self.frames(data):
+            if type(frame) is Message:
+                if self.registered:
+                    self.in_msgs += 1
+                    self.in_bytes += len(frame.payload)
+                    host.publish(
+                        host.account(frame.account),
+                        frame.subject,
+                        frame.reply,
+                        frame.headers,
+                        frame.payload,
+                        None,
+                        Origin.ROUTE,
+                        frame.queues,
+                    )
+            else:
+                control(self, frame)
+            if self.closing is not None:
+                return
 
     def send(self, frame: Frame) -> None:
         self._send(encode(frame))

@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
-import attrs
 import trio
 
 from cluster.config import ClusterConfig, parse_url
@@ -38,7 +37,6 @@ from cluster.frames import (
     Gossip,
     Hello,
     LinkError,
-    Message,
     Ping,
     Pong,
     Snapshot,
@@ -48,10 +46,11 @@ from cluster.frames import (
 )
 from cluster.host import NodeHost
 from cluster.link import Link
+from cluster.peer import Peer, Slot
 from cluster.sessions import Flusher, Session
-from routing import InterestChange, InvalidSubjectError, Origin
+from routing import InterestChange, InvalidSubjectError
 
-__all__ = ["Peer", "RouteManager"]
+__all__ = ["RouteManager"]
 
 log = logging.getLogger("pubmesh")
 
@@ -61,59 +60,7 @@ SNAPSHOT_BATCH = 1000
 """Interest entries per snapshot frame: 100k subscriptions are a hundred frames, not 100k."""
 DIAL_TIMEOUT = 2.0
 
-Slot = int | str
 Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
-
-
-def fnv1a32(text: str) -> int:
-    """The FNV-1a hash nats-server uses to spread accounts over pooled routes."""
-    h = 0x811C9DC5
-    for byte in text.encode():
-        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return h
-
-
-@attrs.define(eq=False)
-class Peer:
-    """Another node of the cluster: its pooled links, and the way messages for it leave.
-
-    Peers are the "links" of the node's route-interest table: remote interest is recorded per peer
-    and account, whichever of the peer's connections it came over.
-    """
-
-    server_id: str
-    name: str
-    url: str
-    pool_size: int
-    pinned: frozenset[str]
-    slots: dict[Slot, Link] = attrs.Factory(dict)
-    disconnected: trio.Event = attrs.Factory(trio.Event)
-    """Set when the peer's last link drops (replaced when one comes up again)."""
-
-    def slot_of(self, account: str) -> Slot:
-        if account in self.pinned:
-            return account
-        return fnv1a32(account) % self.pool_size
-
-    def all_slots(self) -> list[Slot]:
-        return [*range(self.pool_size), *sorted(self.pinned)]
-
-    def forward(
-        self,
-        account: str,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        queues: tuple[str, ...],
-    ) -> None:
-        """Send a message on the account's slot (dropped if that slot is down: at most once)."""
-        link = self.slots.get(self.slot_of(account))
-        if link is not None:
-            link.send_message(account, subject, reply, headers, payload, queues)
-
-    def __repr__(self) -> str:
-        return f"Peer({self.name!r})"
 
 
 class RouteManager:
@@ -232,21 +179,16 @@ class RouteManager:
 
     def _receive(self, link: Link, data: bytes) -> None:
         try:
-            for frame in link.frames(data):
-                self._on_frame(link, frame)
-                if link.closing is not None:
-                    return
+            link.receive(data, self.host, self._on_frame)
         except LinkError as exc:
             log.warning("%s - rid:%d - Route protocol error: %s", _where(link), link.rid, exc)
             link.send(Err(f"protocol error: {exc}"))
             link.close(f"Protocol error: {exc}")
 
     def _on_frame(self, link: Link, frame: Frame) -> None:
+        """Everything but messages (which ``Link.receive`` delivers itself)."""
         kind = type(frame)
-        if kind is Message:
-            if link.registered:
-                self._message(link, frame)  # type: ignore[arg-type]
-        elif link.remote is None:
+        if link.remote is None:
             if kind is not Hello:
                 raise LinkError("the first frame must be HELLO")
             self._handshake(link, frame.info)  # type: ignore[union-attr]
@@ -265,21 +207,6 @@ class RouteManager:
             link.close(f"Closed by peer: {frame.text}")  # type: ignore[union-attr]
         else:
             raise LinkError("HELLO sent twice")
-
-    def _message(self, link: Link, frame: Message) -> None:
-        link.in_msgs += 1
-        link.in_bytes += len(frame.payload)
-        host = self.host
-        host.publish(
-            host.account(frame.account),
-            frame.subject,
-            frame.reply,
-            frame.headers,
-            frame.payload,
-            None,
-            Origin.ROUTE,
-            frame.queues,
-        )
 
     def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
         table = self.host.route_interest
@@ -395,7 +322,7 @@ class RouteManager:
                 del self.peers[old.server_id]
             peer = Peer(peer_id, name, url, pool, pinned)
             self.peers[peer_id] = peer
-        peer.name, peer.url, peer.pool_size, peer.pinned = name, url, pool, pinned
+        peer.update(name, url, pool, pinned)
         return peer
 
     def _register(self, peer: Peer, slot: Slot, link: Link, replaced: Link | None) -> None:

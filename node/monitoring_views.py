@@ -20,7 +20,8 @@ import attrs
 
 from cluster.config import parse_url
 from cluster.link import Link
-from cluster.routes import Peer, RouteManager
+from cluster.peer import Peer
+from cluster.routes import RouteManager
 from node.accounts import DEFAULT_ACCOUNT
 from node.broker import Broker
 from node.client import ClientConnection

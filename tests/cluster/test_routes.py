@@ -19,7 +19,8 @@ from cluster.config import ClusterConfig
 from cluster.frames import Err, Hello, Message, SubAdd, encode
 from cluster.harness import Cluster, HarnessNode, open_cluster
 from cluster.link import Link
-from cluster.routes import RouteManager, fnv1a32
+from cluster.peer import fnv1a32
+from cluster.routes import RouteManager
 from node.config import AccountConfig, Config
 from routing import Origin
 

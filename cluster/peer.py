@@ -1,0 +1,78 @@
+"""A peer node as its routes see it: pooled links, and which of them each account travels on.
+
+Every message a node forwards over routes goes through ``Peer.forward``, so the account-to-slot
+mapping is remembered per account rather than hashed per message.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from cluster.link import Link
+
+__all__ = ["Peer", "Slot", "fnv1a32"]
+
+Slot = int | str
+"""A pooled connection: an index, or the name of an account pinned to its own connection."""
+
+
+def fnv1a32(text: str) -> int:
+    """The FNV-1a hash nats-server uses to spread accounts over pooled routes."""
+    h = 0x811C9DC5
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+class Peer:
+    """Another node of the cluster: its pooled links, and the way messages for it leave.
+
+    Peers are the "links" of the node's route-interest table: remote interest is recorded per peer
+    and account, whichever of the peer's connections it came over.
+    """
+
+    def __init__(
+        self, server_id: str, name: str, url: str, pool_size: int, pinned: frozenset[str]
+    ) -> None:
+        self.server_id = server_id
+        self.name = name
+        self.url = url
+        self.pool_size = pool_size
+        self.pinned = pinned
+        self.slots: dict[Slot, Link] = {}
+        self.disconnected = trio.Event()
+        """Set when the peer's last link drops (replaced when one comes up again)."""
+        self._slot_of: dict[str, Slot] = {}
+
+    def update(self, name: str, url: str, pool_size: int, pinned: frozenset[str]) -> None:
+        """What the peer's latest HELLO says of it (the slot mapping follows pool and pins)."""
+        if (pool_size, pinned) != (self.pool_size, self.pinned):
+            self._slot_of.clear()
+        self.name, self.url, self.pool_size, self.pinned = name, url, pool_size, pinned
+
+    def slot_of(self, account: str) -> Slot:
+        slot = self._slot_of.get(account)
+        if slot is None:
+            slot = account if account in self.pinned else fnv1a32(account) % self.pool_size
+            self._slot_of[account] = slot
+        return slot
+
+    def all_slots(self) -> list[Slot]:
+        return [*range(self.pool_size), *sorted(self.pinned)]
+
+    def forward(
+        self,
+        account: str,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        queues: tuple[str, ...],
+    ) -> None:
+        """Send a message on the account's slot (dropped if that slot is down: at most once)."""
+        link = self.slots.get(self.slot_of(account))
+        if link is not None:
+            link.send_message(account, subject, reply, headers, payload, queues)
+
+    def __repr__(self) -> str:
+        return f"Peer({self.name!r})"
