@@ -374,3 +374,28 @@ def test_fnv1a32_matches_the_reference_values() -> None:
 def test_account_slots_spread() -> None:
     counts = Counter(fnv1a32(f"account-{i}") % 3 for i in range(300))
     assert min(counts.values()) > 60
+
+
+async def test_a_pinned_account_has_a_connection_of_its_own(autojump_clock: MockClock) -> None:
+    pinned = ClusterConfig(name="test", ping_interval=0.5, ping_max=3, pinned_accounts=("VIP",))
+    node_config = Config(accounts=(AccountConfig("VIP"), AccountConfig("other")))
+    async with open_cluster(2, config=pinned, node_config=node_config) as cluster:
+        a, b = cluster.nodes
+        vip, other = b.subscribe("news", account="VIP"), b.subscribe("news", account="other")
+        await converged(cluster)
+        assert sorted(registered(a, b), key=str) == [0, 1, 2, "VIP"]
+        vip_link = registered(a, b)["VIP"]
+        assert vip_link.accounts == {"VIP"}  # the account's interest came over its own connection
+        a.publish("news", b"for VIP", account="VIP")
+        with trio.fail_after(5):
+            await vip.wait_for(1)
+        assert vip_link.out_msgs == 1
+        vip_link.close("test: dropping the pinned connection", flush=False)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not a.broker.route_interest.has_remote_interest("VIP", "news")
+        assert a.broker.route_interest.has_remote_interest("other", "news")
+        await converged(cluster)
+        a.publish("news", b"again", account="VIP")
+        with trio.fail_after(5):
+            await vip.wait_for(2)
+        assert other.messages == []
