@@ -15,6 +15,8 @@ Operations:
 * ``MSG account subject reply headers payload [queue, ...]``: a message and the queue groups the
   receiver must serve.
 * ``GOSSIP [{id, name, url}, ...]``: peers the sender knows, so the full mesh can form.
+* ``GATEWAYS {cluster: [url, ...]}``: the gateway URLs of other clusters the sender knows, so
+  every node of a cluster dials every cluster any of them has heard of.
 * ``ERR text``: why the sender is about to close.
 """
 
@@ -30,6 +32,7 @@ __all__ = [
     "Err",
     "Frame",
     "FrameDecoder",
+    "Gateways",
     "Gossip",
     "Hello",
     "LinkError",
@@ -99,11 +102,16 @@ class Gossip:
 
 
 @attrs.define(slots=True)
+class Gateways:
+    known: dict[str, list[str]]
+
+
+@attrs.define(slots=True)
 class Err:
     text: str
 
 
-Frame = Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | Message | Gossip | Err
+Frame = Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | Message | Gossip | Gateways | Err
 
 _PING: bytes = msgpack.packb(["PING"])
 _PONG: bytes = msgpack.packb(["PONG"])
@@ -130,6 +138,8 @@ def encode(frame: Frame) -> bytes:
         return _pack(["HELLO", frame.info])
     if isinstance(frame, Gossip):
         return _pack(["GOSSIP", frame.peers])
+    if isinstance(frame, Gateways):
+        return _pack(["GATEWAYS", frame.known])
     return _pack(["ERR", frame.text])
 
 
@@ -173,6 +183,18 @@ def _entry(value: Any) -> tuple[str, str | None, int]:
     return _str(value[0]), _opt_str(value[1]), _weight(value[2])
 
 
+def _gateways(value: Any) -> dict[str, list[str]]:
+    if type(value) is not dict:
+        raise LinkError("bad gateway list")
+    return {_str(name): [_str(url) for url in _list(urls)] for name, urls in value.items()}
+
+
+def _list(value: Any) -> list[Any]:
+    if type(value) is not list:
+        raise LinkError(f"expected an array, got {type(value).__name__}")
+    return value
+
+
 def _decode(obj: Any) -> Frame:
     if type(obj) is not list or not obj:
         raise LinkError("a frame must be a non-empty array")
@@ -202,6 +224,8 @@ def _decode(obj: Any) -> Frame:
         if not all(type(p) is dict and all(type(v) is str for v in p.values()) for p in peers):
             raise LinkError("bad gossip")
         return Gossip(peers)
+    if op == "GATEWAYS" and n == 2:
+        return Gateways(_gateways(obj[1]))
     if op == "ERR" and n == 2:
         return Err(_str(obj[1]))
     raise LinkError(f"unknown or malformed frame {str(op)[:16]!r}/{n}")

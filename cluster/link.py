@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 
-from cluster.frames import Frame, FrameDecoder, Message, Ping, encode
+from cluster.frames import Frame, FrameDecoder, LinkError, Message, Ping, encode
 from cluster.host import NodeHost
 from cluster.outbox import Outbox
 from routing import Origin
@@ -33,6 +33,8 @@ class Link(Outbox):
         wake: the I/O side's wake-up (see ``Outbox``).
         address: the peer's (host, port), for monitoring.
         clock: the time source for liveness (the I/O side's, so a test clock works).
+        origin: what kind of link this is, as the publish path needs to know.
+        takes_messages: False where a peer sending messages breaks the protocol.
     """
 
     def __init__(
@@ -43,8 +45,14 @@ class Link(Outbox):
         wake: Callable[[], None],
         address: tuple[str, int] = ("", 0),
         clock: Callable[[], float] = time.monotonic,
+        origin: Origin = Origin.ROUTE,
+        takes_messages: bool = True,
     ) -> None:
         super().__init__(wake)
+        self.origin = origin
+        """Where messages arriving here come from, for the forwarding rules."""
+        self.takes_messages = takes_messages
+        """Whether the peer may send messages here (a gateway's outbound side carries none in)."""
         self.solicited = solicited
         self.address = address
         self.rid = 0
@@ -86,6 +94,8 @@ class Link(Outbox):
         """
         for frame in self.frames(data):
             if type(frame) is Message:
+                if not self.takes_messages:
+                    raise LinkError("a message on a link that carries none this way")
                 if self.registered:
                     self.in_msgs += 1
                     self.in_bytes += len(frame.payload)
@@ -96,7 +106,7 @@ class Link(Outbox):
                         frame.headers,
                         frame.payload,
                         None,
-                        Origin.ROUTE,
+                        self.origin,
                         frame.queues,
                     )
             else:

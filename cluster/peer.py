@@ -1,7 +1,7 @@
-"""A peer node as its routes see it: pooled links, and which of them each account travels on.
+"""Where forwarded messages go: a peer node of this cluster, or another cluster.
 
-Every message a node forwards over routes goes through ``Peer.forward``, so the account-to-slot
-mapping is remembered per account rather than hashed per message.
+Every message a node forwards goes through ``Peer.forward`` or ``Gateway.forward``, so these are
+compiled, and the account-to-slot mapping is remembered per account rather than hashed per message.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ import trio
 
 from cluster.link import Link
 
-__all__ = ["Peer", "Slot", "fnv1a32"]
+__all__ = ["REPLY_PREFIX", "Gateway", "Peer", "Slot", "fnv1a32"]
+
+REPLY_PREFIX = b"_GR_."
+"""Reply subjects that crossed a gateway: ``_GR_.<cluster hash>.<node hash>.<original reply>``."""
 
 Slot = int | str
 """A pooled connection: an index, or the name of an account pinned to its own connection."""
@@ -40,6 +43,8 @@ class Peer:
         self.pool_size = pool_size
         self.pinned = pinned
         self.slots: dict[Slot, Link] = {}
+        self.gateway_url = ""
+        """Where this peer accepts gateway links, if it does: how other clusters learn of it."""
         self.disconnected = trio.Event()
         """Set when the peer's last link drops (replaced when one comes up again)."""
         self._slot_of: dict[str, Slot] = {}
@@ -76,3 +81,47 @@ class Peer:
 
     def __repr__(self) -> str:
         return f"Peer({self.name!r})"
+
+
+class Gateway:
+    """Another cluster, as this node's gateways see it: its messages leave on one outbound link.
+
+    A reply subject leaving this way is rewritten to name this cluster and node, so that the answer
+    can come straight back even before this cluster's interest in it has reached the other side.
+
+    Args:
+        name: the remote cluster's gateway name.
+        reply_prefix: ``_GR_.<this cluster's hash>.<this node's hash>.``.
+    """
+
+    def __init__(self, name: str, reply_prefix: bytes) -> None:
+        self.name = name
+        self.reply_prefix = reply_prefix
+        self.urls: list[str] = []
+        """Gateway URLs of the remote cluster's nodes, configured or learned."""
+        self.configured = False
+        self.outbound: Link | None = None
+        self.inbound: dict[str, Link] = {}
+        """Links the remote cluster's nodes dialed to this node, by their server id."""
+
+    def forward(
+        self,
+        account: str,
+        subject: bytes,
+        reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        queues: tuple[str, ...],
+    ) -> None:
+        link = self.outbound
+        if link is not None:
+            if reply is not None and not reply.startswith(REPLY_PREFIX):
+                reply = self.reply_prefix + reply
+            link.send_message(account, subject, reply, headers, payload, queues)
+
+    @property
+    def rtt(self) -> float:
+        return self.outbound.rtt if self.outbound is not None else float("inf")
+
+    def __repr__(self) -> str:
+        return f"Gateway({self.name!r})"

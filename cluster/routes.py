@@ -24,21 +24,19 @@ from __future__ import annotations
 import hmac
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
-from cluster.config import ClusterConfig, parse_url
+from cluster.config import ClusterConfig
+from cluster.connections import Dial, LinkManager
 from cluster.frames import (
-    Err,
     Frame,
+    Gateways,
     Gossip,
-    Hello,
     LinkError,
-    Ping,
-    Pong,
     Snapshot,
     SubAdd,
     SubRemove,
@@ -47,23 +45,30 @@ from cluster.frames import (
 from cluster.host import NodeHost
 from cluster.link import Link
 from cluster.peer import Peer, Slot
-from cluster.sessions import Flusher, Session
+from cluster.sessions import Flusher
 from routing import InterestChange, InvalidSubjectError
 
-__all__ = ["RouteManager"]
-
-log = logging.getLogger("pubmesh")
+__all__ = ["GatewayDirectory", "RouteManager"]
 
 PROTOCOL_VERSION = 1
-READ_SIZE = 1 << 16
-SNAPSHOT_BATCH = 1000
-"""Interest entries per snapshot frame: 100k subscriptions are a hundred frames, not 100k."""
-DIAL_TIMEOUT = 2.0
-
-Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 
-class RouteManager:
+class GatewayDirectory(Protocol):
+    """What routes carry for a node's gateways: its gateway URL, and the other clusters known."""
+
+    @property
+    def url(self) -> str: ...
+
+    def known(self) -> dict[str, list[str]]:
+        """Gateway URLs of the other clusters, by cluster name."""
+        ...
+
+    def learn(self, known: dict[str, list[str]]) -> None:
+        """A peer told of clusters (maybe some this node has not heard of)."""
+        ...
+
+
+class RouteManager(LinkManager):
     """A node's routes: accepting, dialing, registering and dropping links, and what flows over them.
 
     Args:
@@ -74,6 +79,8 @@ class RouteManager:
         rng: the source of backoff jitter.
     """
 
+    kind = "Route"
+
     def __init__(
         self,
         host: NodeHost,
@@ -83,22 +90,17 @@ class RouteManager:
         dial: Dial = trio.open_tcp_stream,
         rng: random.Random | None = None,
     ) -> None:
-        self.host = host
+        super().__init__(host, config, flusher, dial=dial, rng=rng)
         self.config = config
-        self.flusher = flusher
-        self._dial = dial
-        self._rng = rng or random.Random()
         self.url = config.advertise or f"nats://{config.host}:{config.port}"
         self.peers: dict[str, Peer] = {}
-        self.links: list[Link] = []
         self._dialing: set[tuple[str, Slot]] = set()
-        self._next_rid = 0
-        self._nursery: trio.Nursery | None = None
+        self.gateways: GatewayDirectory | None = None
+        """The node's gateways, if it has any: routes tell peers about them."""
+        self.interest_listeners: list[Callable[[InterestChange], None]] = []
+        """Called as any peer's piece of interest appears (weight 1) or goes (weight 0); the
+        gateways count these with local interest into the cluster's own."""
         host.interest_listeners.append(self._on_interest)
-
-    @property
-    def server_id(self) -> str:
-        return self.host.server_id
 
     # -- running -----------------------------------------------------------------------------
 
@@ -119,115 +121,68 @@ class RouteManager:
             task_status.started()
 
     async def _accept(self, stream: trio.abc.Stream) -> None:
-        await self._serve(stream, solicited=False, slot=None)
+        await self._serve(stream, solicited=False)
 
-    async def _serve(self, stream: trio.abc.Stream, *, solicited: bool, slot: Slot | None) -> Link:
-        """Run one connection until it closes; return its link (its ``closing`` says why)."""
-        session = Session(stream)
-        link = Link(
-            solicited=solicited,
-            max_frame=self.config.max_frame,
-            wake=partial(self.flusher.wake, session),
-            address=_peer_address(stream),
-            clock=trio.current_time,
-        )
-        session.queue = link
-        link.slot = slot
-        self._next_rid += 1
-        link.rid = self._next_rid
-        if solicited:
-            link.connection = f"{self._rng.getrandbits(64):016x}"
-        self.links.append(link)
-        link.send(Hello(self._hello(slot, link.connection)))
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, link, stream)
-                nursery.start_soon(self._heartbeat, link, nursery.cancel_scope)
-                await self.flusher.write_loop(
-                    session, 10.0, partial(link.close, "Write deadline exceeded", flush=False)
-                )
-                nursery.cancel_scope.cancel()
-        finally:
-            link.close("Connection closed")
-            await trio.aclose_forcefully(stream)
-            self.links.remove(link)
-            self._dropped(link)
-        return link
+    async def _dial_link(self, stream: trio.abc.Stream, slot: Slot) -> Link:
+        def mark(link: Link) -> None:
+            link.slot = slot
 
-    async def _read(self, link: Link, stream: trio.abc.Stream) -> None:
-        handle = partial(self._receive, link)
-        try:
-            while link.closing is None:
-                data = await stream.receive_some(READ_SIZE)
-                if not data:
-                    link.close("Closed by peer")
-                    return
-                self.flusher.process(handle, bytes(data))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            link.close("Read error")
-
-    async def _heartbeat(self, link: Link, io: trio.CancelScope) -> None:
-        config = self.config
-        while link.closing is None:
-            await trio.sleep(config.ping_interval)
-            if not link.heartbeat(config.ping_interval, config.ping_max):
-                log.info("%s - rid:%d - Route silent for too long, closing", _where(link), link.rid)
-                link.close("Stale Connection", flush=False)
-                io.cancel()  # its writer may be stuck on a socket nobody reads: abandon it
+        return await self._serve(stream, solicited=True, setup=mark)
 
     # -- frames ------------------------------------------------------------------------------
 
-    def _receive(self, link: Link, data: bytes) -> None:
-        try:
-            link.receive(data, self.host, self._on_frame)
-        except LinkError as exc:
-            log.warning("%s - rid:%d - Route protocol error: %s", _where(link), link.rid, exc)
-            link.send(Err(f"protocol error: {exc}"))
-            link.close(f"Protocol error: {exc}")
-
-    def _on_frame(self, link: Link, frame: Frame) -> None:
-        """Everything but messages (which ``Link.receive`` delivers itself)."""
+    def _control(self, link: Link, frame: Frame) -> None:
         kind = type(frame)
-        if link.remote is None:
-            if kind is not Hello:
-                raise LinkError("the first frame must be HELLO")
-            self._handshake(link, frame.info)  # type: ignore[union-attr]
-        elif kind is SubAdd or kind is SubRemove or kind is Snapshot:
+        if kind is SubAdd or kind is SubRemove or kind is Snapshot:
             if link.registered:
                 self._interest(link, frame)  # type: ignore[arg-type]
-        elif kind is Ping:
-            link.send(Pong())
-        elif kind is Pong:
-            link.pong()
         elif kind is Gossip:
             for info in frame.peers:  # type: ignore[union-attr]
                 self._learn(info)
-        elif kind is Err:
-            log.warning("%s - rid:%d - Route closed by peer: %s", _where(link), link.rid, frame.text)  # type: ignore[union-attr]
-            link.close(f"Closed by peer: {frame.text}")  # type: ignore[union-attr]
+        elif kind is Gateways:
+            if self.gateways is not None:
+                self.gateways.learn(frame.known)  # type: ignore[union-attr]
         else:
-            raise LinkError("HELLO sent twice")
+            raise LinkError(f"unexpected {kind.__name__} frame on a route")
 
     def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
-        table = self.host.route_interest
-        peer = link.peer
-        link.accounts.add(frame.account)
+        peer, account = link.peer, frame.account
+        link.accounts.add(account)
         try:
             if isinstance(frame, SubAdd):
-                table.apply_remote_sub(peer, frame.account, frame.subject, frame.queue, frame.weight)
+                self._add(peer, account, frame.subject, frame.queue, frame.weight)
             elif isinstance(frame, SubRemove):
-                table.apply_remote_sub(peer, frame.account, frame.subject, frame.queue, remove=True)
+                table = self.host.route_interest
+                if table.apply_remote_sub(peer, account, frame.subject, frame.queue, remove=True):
+                    self._tell(InterestChange(account, frame.subject, frame.queue, 0))
             else:
                 for subject, queue, weight in frame.entries:
-                    table.apply_remote_sub(peer, frame.account, subject, queue, weight)
+                    self._add(peer, account, subject, queue, weight)
         except InvalidSubjectError as exc:
-            log.warning(
-                "%s - rid:%d - Ignoring invalid remote interest: %s", _where(link), link.rid, exc
-            )
+            self._log(logging.WARNING, link, f"Ignoring invalid remote interest: {exc}")
+
+    def _add(self, peer: Peer, account: str, subject: str, queue: str | None, weight: int) -> None:
+        table = self.host.route_interest
+        new = not table.weight(peer, account, subject, queue)
+        table.apply_remote_sub(peer, account, subject, queue, weight)
+        if new:
+            self._tell(InterestChange(account, subject, queue, 1))
+
+    def _forget(self, peer: Peer, account: str) -> None:
+        """Drop one account's slice of a peer's interest, telling listeners what went."""
+        table = self.host.route_interest
+        gone = list(table.entries(peer, account)) if self.interest_listeners else []
+        table.remove_remote_subs_for_account(peer, account)
+        for entry in gone:
+            self._tell(InterestChange(account, entry.subject, entry.queue, 0))
+
+    def _tell(self, change: InterestChange) -> None:
+        for listener in self.interest_listeners:
+            listener(change)
 
     # -- handshake and registration ----------------------------------------------------------
 
-    def _hello(self, slot: Slot | None, connection: str) -> dict[str, Any]:
+    def _hello(self, link: Link) -> dict[str, Any]:
         info: dict[str, Any] = {
             "kind": "route",
             "version": PROTOCOL_VERSION,
@@ -239,10 +194,11 @@ class RouteManager:
             "pool_size": self.config.pool_size,
             "pinned": list(self.config.pinned_accounts),
             "peers": self._known_peers(),
+            "gateway_url": self.gateways.url if self.gateways is not None else "",
         }
-        if slot is not None:
-            info["slot"] = slot
-            info["connection"] = connection
+        if link.slot is not None:
+            info["slot"] = link.slot
+            info["connection"] = link.connection
         return info
 
     def _known_peers(self) -> list[dict[str, str]]:
@@ -250,11 +206,6 @@ class RouteManager:
         return [
             {"id": p.server_id, "name": p.name, "url": p.url} for p in self.peers.values() if p.slots
         ]
-
-    def _refuse(self, link: Link, reason: str) -> None:
-        log.warning("%s - rid:%d - Refusing route: %s", _where(link), link.rid, reason)
-        link.send(Err(reason))
-        link.close(f"Refused: {reason}")
 
     def _handshake(self, link: Link, info: dict[str, Any]) -> None:
         config = self.config
@@ -290,6 +241,8 @@ class RouteManager:
         ):
             raise LinkError(f"bad slot {slot!r}")
         peer = self._peer(peer_id, name, url, max(pool, config.pool_size), pinned)
+        gateway_url = info.get("gateway_url", "")
+        peer.gateway_url = gateway_url if isinstance(gateway_url, str) else ""
         current = peer.slots.get(slot)
         if current is not None and self._keeps(current, link, peer_id):
             self._refuse(link, "duplicate route")
@@ -333,34 +286,18 @@ class RouteManager:
             peer.disconnected = trio.Event()
             # (Back) up: tell the others, who may never have heard of it, or only while it was away.
             self._gossip_about(peer)
-        table = self.host.route_interest
         for account in replaced.accounts if replaced is not None else ():
-            table.remove_remote_subs_for_account(peer, account)
-        self._send_snapshot(link, peer, slot)
-        link.send(Gossip(self._known_peers()))
-        log.info(
-            "%s - rid:%d - Route connection created (%s, slot %s)",
-            _where(link),
-            link.rid,
-            peer.name,
-            slot,
+            self._forget(peer, account)
+        self._send_snapshot(
+            link, (c for c in self.host.local_interest() if peer.slot_of(c.account) == slot)
         )
+        link.send(Gossip(self._known_peers()))
+        if first and self.gateways is not None:
+            known = self.gateways.known()
+            if known:
+                link.send(Gateways(known))
+        self._log(logging.INFO, link, f"Route connection created ({peer.name}, slot {slot})")
         self._dial_missing(peer)
-
-    def _send_snapshot(self, link: Link, peer: Peer, slot: Slot) -> None:
-        """This node's interest for the slot's accounts, in batches of frames."""
-        batches: dict[str, list[tuple[str, str | None, int]]] = {}
-        for change in self.host.local_interest():
-            if peer.slot_of(change.account) != slot:
-                continue
-            entries = batches.setdefault(change.account, [])
-            entries.append((change.subject, change.queue, change.weight))
-            if len(entries) >= SNAPSHOT_BATCH:
-                link.send(Snapshot(change.account, entries))
-                batches[change.account] = []
-        for account, entries in batches.items():
-            if entries:
-                link.send(Snapshot(account, entries))
 
     def _dropped(self, link: Link) -> None:
         """A connection ended: forget what came over it, and redial it if this node owns it."""
@@ -369,12 +306,12 @@ class RouteManager:
         link.registered = False
         peer = link.peer
         del peer.slots[link.slot]
-        table = self.host.route_interest
         for account in link.accounts:
-            table.remove_remote_subs_for_account(peer, account)
-        log.info("%s - rid:%d - Route connection closed: %s", _where(link), link.rid, link.closing)
+            self._forget(peer, account)
+        self._log(logging.INFO, link, f"Route connection closed: {link.closing}")
         if not peer.slots:
-            table.remove_remote_subs(peer)
+            for account in {entry.account for entry in self.host.route_interest.entries(peer)}:
+                self._forget(peer, account)
             peer.disconnected.set()
         self._dial_missing(peer)
 
@@ -418,12 +355,12 @@ class RouteManager:
         delay = 0.0
         try:
             while slot not in peer.slots and self.peers.get(peer.server_id) is peer:
-                await trio.sleep(delay * (0.5 + self._rng.random()))
-                delay = min(max(delay * 2, self.config.reconnect_min), self.config.reconnect_max)
+                wait, delay = self._backoff(delay)
+                await trio.sleep(wait)
                 stream = await self._connect(peer.url)
                 if stream is None:
                     continue
-                link = await self._serve(stream, solicited=True, slot=slot)
+                link = await self._dial_link(stream, slot)
                 if link.peer is peer and link.closing == "Replaced by a newer route":
                     return  # the peer's own connection took the slot; it is not ours to redial
         finally:
@@ -434,27 +371,18 @@ class RouteManager:
         and again whenever that node is lost entirely."""
         delay = 0.0
         while True:
-            await trio.sleep(delay * (0.5 + self._rng.random()))
-            delay = min(max(delay * 2, self.config.reconnect_min), self.config.reconnect_max)
+            wait, delay = self._backoff(delay)
+            await trio.sleep(wait)
             stream = await self._connect(url)
             if stream is None:
                 continue
-            link = await self._serve(stream, solicited=True, slot=0)
+            link = await self._dial_link(stream, 0)
             # Refused or replaced, the link still said who is there: while that node is connected
             # (over links its side dialed, say), there is nothing to introduce.
             peer = self.peers.get(str(link.remote.get("id"))) if link.remote else None
             if peer is not None and peer.slots:
                 delay = 0.0
                 await peer.disconnected.wait()
-
-    async def _connect(self, url: str) -> trio.abc.Stream | None:
-        try:
-            host, port = parse_url(url)
-            with trio.fail_after(DIAL_TIMEOUT):
-                return await self._dial(host, port)
-        except (OSError, ValueError, trio.TooSlowError) as exc:
-            log.debug("Error trying to connect to route %s: %s", url, exc)
-            return None
 
     # -- interest ----------------------------------------------------------------------------
 
@@ -471,17 +399,10 @@ class RouteManager:
             if link is not None:
                 link.send_bytes(frame)
 
-
-def _peer_address(stream: trio.abc.Stream) -> tuple[str, int]:
-    if isinstance(stream, trio.SocketStream):
-        try:
-            host, port, *_ = stream.socket.getpeername()
-        except OSError:
-            return "", 0
-        return str(host), int(port)
-    return "", 0
-
-
-def _where(link: Link) -> str:
-    host, port = link.address
-    return f"{host}:{port}" if host else "memory"
+    def tell_gateways(self, known: dict[str, list[str]]) -> None:
+        """Pass news of other clusters to every connected peer."""
+        frame = encode(Gateways(known))
+        for peer in self.peers.values():
+            for link in peer.slots.values():
+                link.send_bytes(frame)
+                break

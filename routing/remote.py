@@ -226,17 +226,23 @@ class RemoteInterest(Generic[L]):
         """Links that currently hold interest."""
         return list(self._by_link)
 
+    def weight(self, link: L, account: str, subject: str, queue: str | None = None) -> int:
+        """The weight of one piece of interest from ``link`` (1 for plain), 0 if there is none."""
+        sub = self._by_link.get(link, {}).get(account, {}).get((subject, queue))
+        return sub.weight if sub is not None else 0
+
     def count(self, link: L) -> int:
         """How many entries ``link`` holds."""
         return sum(len(entries) for entries in self._by_link.get(link, {}).values())
 
-    def entries(self, link: L | None = None) -> Iterator[RemoteEntry[L]]:
-        """Every entry, or those of one link, for snapshots, monitoring and convergence checks."""
+    def entries(self, link: L | None = None, account: str | None = None) -> Iterator[RemoteEntry[L]]:
+        """Every entry, or those of one link (and account), for snapshots, monitoring and checks."""
         links = [link] if link is not None else list(self._by_link)
         for each in links:
-            for account, entries in self._by_link.get(each, {}).items():
-                for (subject, queue), sub in entries.items():
-                    yield RemoteEntry(each, account, subject, queue, sub.weight)
+            for name, entries in list(self._by_link.get(each, {}).items()):
+                if account is None or name == account:
+                    for (subject, queue), sub in list(entries.items()):
+                        yield RemoteEntry(each, name, subject, queue, sub.weight)
 
     def stats(self) -> SubListStats:
         """Trie counters summed over accounts."""

@@ -13,6 +13,7 @@ from cluster.frames import (
     Err,
     Frame,
     FrameDecoder,
+    Gateways,
     Gossip,
     Hello,
     LinkError,
@@ -50,6 +51,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(
         Gossip, st.lists(st.dictionaries(st.sampled_from(["id", "name", "url"]), TEXT), max_size=3)
     ),
+    st.builds(Gateways, st.dictionaries(TEXT, st.lists(TEXT, max_size=3), max_size=3)),
     st.builds(Err, TEXT),
 )
 
@@ -83,6 +85,8 @@ def test_frames_survive_the_round_trip_in_any_chunking(frames: list[Frame], chun
         ["SNAP", "$G", [["foo", None]]],
         ["HELLO", ["not", "a", "map"]],
         ["GOSSIP", [{"id": 1}]],
+        ["GATEWAYS", {"east": "nats://a:7222"}],
+        ["GATEWAYS", {"east": [7222]}],
         ["PING", "extra"],
     ],
 )
