@@ -23,6 +23,7 @@ HOT_PATH = [
     "cluster/frames.py",
     "cluster/link.py",
     "cluster/peer.py",
+    "cluster/replies.py",
     "node/protocol/events.py",
     "node/protocol/errors.py",
     "node/protocol/parser.py",

@@ -1,4 +1,4 @@
-"""How a node joins a cluster: where it listens for routes, whom it dials first, and the link rules."""
+"""How a node joins a cluster (routes) and its cluster joins others (gateways): addresses and rules."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Any
 
 import attrs
 
-__all__ = ["ClusterConfig", "parse_url"]
+__all__ = ["ClusterConfig", "GatewayConfig", "parse_url"]
 
 DEFAULT_CLUSTER_PORT = 6222
+DEFAULT_GATEWAY_PORT = 7222
 
 
 @attrs.frozen
@@ -46,6 +47,39 @@ class ClusterConfig:
     max_frame: int = 64 * 1024 * 1024
 
     def evolve(self, **changes: Any) -> ClusterConfig:
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen
+class GatewayConfig:
+    """Gateway settings; every node of a cluster runs gateways under the cluster's gateway name.
+
+    Attributes:
+        name: this cluster's name in the super-cluster; other clusters know it by this.
+        host, port: where to accept gateway links from other clusters' nodes.
+        gateways: other clusters and gateway URLs of some of their nodes; the rest of their nodes,
+            and clusters not listed here, are learned from the links themselves.
+        advertise: the gateway URL to tell others (default: host:port as bound).
+        secret: a credential every gateway handshake must carry (empty: none required).
+        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame: as for routes.
+        reply_ttl: seconds a reply subject that crossed a gateway is remembered, so the reply can
+            go straight back to the requester's node.
+    """
+
+    name: str
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_GATEWAY_PORT
+    gateways: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    advertise: str | None = None
+    secret: str = ""
+    ping_interval: float = 2.0
+    ping_max: int = 3
+    reconnect_min: float = 0.05
+    reconnect_max: float = 2.0
+    max_frame: int = 64 * 1024 * 1024
+    reply_ttl: float = 2.0
+
+    def evolve(self, **changes: Any) -> GatewayConfig:
         return attrs.evolve(self, **changes)
 
 

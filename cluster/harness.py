@@ -32,14 +32,17 @@ cluster package itself never imports the node.
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import attrs
 import trio
 import trio.testing
 
-from cluster.config import ClusterConfig
+from cluster.config import ClusterConfig, GatewayConfig
+from cluster.gateways import GatewayManager
 from cluster.network import MemoryNetwork
 from cluster.routes import RouteManager
 from node.broker import Broker
@@ -47,10 +50,11 @@ from node.config import Config
 from node.server import Server
 from routing import Subscription
 
-__all__ = ["Cluster", "HarnessNode", "Inbox", "open_cluster"]
+__all__ = ["Cluster", "HarnessNode", "Inbox", "SuperCluster", "open_cluster", "open_supercluster"]
 
 ROUTE_PORT = 6222
 CLIENT_PORT = 4222
+GATEWAY_PORT = 7222
 
 
 class Inbox:
@@ -59,6 +63,8 @@ class Inbox:
     def __init__(self, subject: str, queue: str | None = None) -> None:
         self.subscription = Subscription(subject, queue, owner=self)
         self.messages: list[tuple[bytes, bytes]] = []
+        self.replies: list[bytes | None] = []
+        """The reply subject of each message, in the same order."""
         self._arrived = trio.Event()
 
     def deliver(
@@ -70,6 +76,7 @@ class Inbox:
         payload: bytes,
     ) -> bool:
         self.messages.append((subject, payload))
+        self.replies.append(reply)
         self._arrived.set()
         return True
 
@@ -92,6 +99,7 @@ class HarnessNode:
     name: str
     server: Server
     routes: RouteManager
+    gateways: GatewayManager | None = None
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     stopped: trio.Event = attrs.Factory(trio.Event)
 
@@ -135,69 +143,10 @@ class HarnessNode:
         return f"HarnessNode({self.name!r})"
 
 
-class Cluster:
-    """Nodes on an in-memory network, and the faults between them."""
+class _Faults:
+    """Faults between named nodes of a memory network."""
 
-    def __init__(self, nursery: trio.Nursery, config: ClusterConfig, node_config: Config) -> None:
-        self.network = MemoryNetwork()
-        self._nursery = nursery
-        self._config = config
-        self._node_config = node_config
-        self._by_name: dict[str, HarnessNode] = {}
-        self._seed = 0
-
-    @property
-    def nodes(self) -> list[HarnessNode]:
-        """Live nodes, in the order they were started."""
-        return [node for node in self._by_name.values() if node.alive]
-
-    def __getitem__(self, name: str) -> HarnessNode:
-        return self._by_name[name]
-
-    async def start_node(self, name: str | None = None, *, seeds: tuple[str, ...] = ()) -> HarnessNode:
-        """Start a node (default seed: the first live node), replacing a dead one of that name."""
-        name = name or f"n{len(self._by_name) + 1}"
-        if not seeds and self.nodes:
-            seeds = (f"nats://{self.nodes[0].name}:{ROUTE_PORT}",)
-        cluster = attrs.evolve(
-            self._config,
-            host=name,
-            port=ROUTE_PORT,
-            seeds=seeds,
-            advertise=f"nats://{name}:{ROUTE_PORT}",
-        )
-        config = self._node_config.evolve(server_name=name, cluster=cluster, port=CLIENT_PORT)
-        self._seed += 1
-        server = Server(config, broker=Broker(config, rng=random.Random(self._seed)))
-        routes = RouteManager(
-            server.broker,
-            cluster,
-            server.flusher,
-            dial=self.network.dialer(name),
-            rng=random.Random(self._seed),
-        )
-        server.broker.routes = routes
-        node = HarnessNode(name, server, routes)
-        self._by_name[name] = node
-        await self._nursery.start(self._run, node)
-        return node
-
-    async def _run(self, node: HarnessNode, *, task_status: trio.TaskStatus[None]) -> None:
-        client_listener = self.network.listen(node.name, (node.name, CLIENT_PORT))
-        route_listener = self.network.listen(node.name, (node.name, ROUTE_PORT))
-        try:
-            with node.scope:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(node.server.serve, [client_listener])
-                    await nursery.start(node.routes.run, [route_listener])
-                    task_status.started()
-        finally:
-            node.stopped.set()
-
-    async def kill(self, node: HarnessNode) -> None:
-        """Stop a node abruptly: its connections end, as when its process dies."""
-        node.scope.cancel()
-        await node.stopped.wait()
+    network: MemoryNetwork
 
     async def connect_client(self, node: HarnessNode) -> trio.abc.Stream:
         """A NATS client connection to ``node`` (speak the protocol over it)."""
@@ -217,6 +166,135 @@ class Cluster:
 
     def heal_all(self) -> None:
         self.network.heal_all()
+
+    async def kill(self, node: HarnessNode) -> None:
+        """Stop a node abruptly: its connections end, as when its process dies."""
+        node.scope.cancel()
+        await node.stopped.wait()
+
+    def disagreements(self) -> list[str]:
+        raise NotImplementedError
+
+    async def wait_converged(self, step: float = 0.01) -> None:
+        """Wait until ``disagreements()`` is empty (bound it with ``trio.fail_after``).
+
+        Every look comes after all the nodes' tasks have caught up, so a fault that has happened
+        but has not been noticed yet (a cut connection nobody has read from) is not mistaken for
+        calm.
+        """
+        while True:
+            await trio.testing.wait_all_tasks_blocked()
+            if not self.disagreements():
+                return
+            await trio.sleep(step)
+
+
+class Cluster(_Faults):
+    """Nodes on an in-memory network, and the faults between them.
+
+    Args:
+        gateway: gateway settings when the cluster is part of a super-cluster (its ``name`` is the
+            cluster's; the addresses are the harness's own).
+        network: the network, shared by the clusters of a super-cluster.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        config: ClusterConfig,
+        node_config: Config,
+        *,
+        gateway: GatewayConfig | None = None,
+        network: MemoryNetwork | None = None,
+    ) -> None:
+        self.network = network or MemoryNetwork()
+        self._nursery = nursery
+        self._config = config
+        self._node_config = node_config
+        self._gateway = gateway
+        self._by_name: dict[str, HarnessNode] = {}
+        self._seed = 0
+
+    @property
+    def name(self) -> str:
+        return self._gateway.name if self._gateway is not None else self._config.name
+
+    @property
+    def nodes(self) -> list[HarnessNode]:
+        """Live nodes, in the order they were started."""
+        return [node for node in self._by_name.values() if node.alive]
+
+    def __getitem__(self, name: str) -> HarnessNode:
+        return self._by_name[name]
+
+    def has(self, name: str) -> bool:
+        """Whether a node of this name was ever started here."""
+        return name in self._by_name
+
+    async def start_node(self, name: str | None = None, *, seeds: tuple[str, ...] = ()) -> HarnessNode:
+        """Start a node (default seed: the first live node), replacing a dead one of that name."""
+        prefix = self._gateway.name if self._gateway is not None else "n"
+        name = name or f"{prefix}{len(self._by_name) + 1}"
+        if not seeds and self.nodes:
+            seeds = (f"nats://{self.nodes[0].name}:{ROUTE_PORT}",)
+        cluster = attrs.evolve(
+            self._config,
+            host=name,
+            port=ROUTE_PORT,
+            seeds=seeds,
+            advertise=f"nats://{name}:{ROUTE_PORT}",
+        )
+        gateway = self._gateway
+        if gateway is not None:
+            gateway = gateway.evolve(
+                host=name, port=GATEWAY_PORT, advertise=f"nats://{name}:{GATEWAY_PORT}"
+            )
+        config = self._node_config.evolve(
+            server_name=name, cluster=cluster, gateway=gateway, port=CLIENT_PORT
+        )
+        self._seed += 1
+        # (Clusters of a super-cluster count from 1 each; their names keep their nodes apart.)
+        seed = zlib.crc32(f"{name}/{self._seed}".encode()) if gateway is not None else self._seed
+        server = Server(config, broker=Broker(config, rng=random.Random(seed)))
+        routes = RouteManager(
+            server.broker,
+            cluster,
+            server.flusher,
+            dial=self.network.dialer(name),
+            rng=random.Random(seed),
+        )
+        server.broker.routes = routes
+        node = HarnessNode(name, server, routes)
+        if gateway is not None:
+            node.gateways = GatewayManager(
+                server.broker,
+                gateway,
+                server.flusher,
+                routes=routes,
+                dial=self.network.dialer(name),
+                rng=random.Random(seed),
+            )
+            server.broker.gateways = node.gateways
+        self._by_name[name] = node
+        await self._nursery.start(self._run, node)
+        return node
+
+    async def _run(self, node: HarnessNode, *, task_status: trio.TaskStatus[None]) -> None:
+        listen = partial(self.network.listen, node.name)
+        try:
+            with node.scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(node.server.serve, [listen((node.name, CLIENT_PORT))])
+                    await nursery.start(node.routes.run, [listen((node.name, ROUTE_PORT))])
+                    if node.gateways is not None:
+                        await nursery.start(node.gateways.run, [listen((node.name, GATEWAY_PORT))])
+                    task_status.started()
+        finally:
+            node.stopped.set()
+
+    def interest(self) -> set[tuple[str, str, str | None]]:
+        """The cluster's interest as other clusters must see it: every live node's, merged."""
+        return {(a, s, q) for node in self.nodes for a, s, q, _ in node.local_interest()}
 
     def disagreements(self) -> list[str]:
         """What keeps the cluster from having converged (empty once it has).
@@ -257,18 +335,100 @@ class Cluster:
                 problems.append(f"{x.name} still holds interest from {ghosts}")
         return problems
 
-    async def wait_converged(self, step: float = 0.01) -> None:
-        """Wait until ``disagreements()`` is empty (bound it with ``trio.fail_after``).
 
-        Every look comes after all the nodes' tasks have caught up, so a fault that has happened
-        but has not been noticed yet (a cut connection nobody has read from) is not mistaken for
-        calm.
-        """
-        while True:
-            await trio.testing.wait_all_tasks_blocked()
-            if not self.disagreements():
-                return
-            await trio.sleep(step)
+class SuperCluster(_Faults):
+    """Clusters joined by gateways on one in-memory network.
+
+    Each node names itself after its cluster (``east1``, ``east2``...); faults work between any
+    two nodes, in one cluster or across.
+    """
+
+    def __init__(
+        self, nursery: trio.Nursery, config: ClusterConfig, gateway: GatewayConfig, node_config: Config
+    ) -> None:
+        self.network = MemoryNetwork()
+        self.clusters: list[Cluster] = []
+        self._nursery = nursery
+        self._config = config
+        self._gateway = gateway
+        self._node_config = node_config
+
+    def add_cluster(self, name: str, remotes: dict[str, list[str]] | None = None) -> Cluster:
+        """A new cluster (start its nodes with ``start_node``), configured with ``remotes``:
+        gateway URLs by cluster name (default: the first node of every cluster added before)."""
+        if remotes is None:
+            remotes = {c.name: [f"nats://{c.name}1:{GATEWAY_PORT}"] for c in self.clusters}
+        gateway = self._gateway.evolve(
+            name=name, gateways=tuple((other, tuple(urls)) for other, urls in remotes.items())
+        )
+        cluster = Cluster(
+            self._nursery,
+            attrs.evolve(self._config, name=name),
+            self._node_config,
+            gateway=gateway,
+            network=self.network,
+        )
+        self.clusters.append(cluster)
+        return cluster
+
+    def __getitem__(self, name: str) -> Cluster:
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise KeyError(name)
+
+    def cluster_of(self, node: str) -> Cluster:
+        """The cluster a node (by name, alive or not) belongs to."""
+        for cluster in self.clusters:
+            if cluster.has(node):
+                return cluster
+        raise KeyError(node)
+
+    def node(self, name: str) -> HarnessNode:
+        return self.cluster_of(name)[name]
+
+    @property
+    def nodes(self) -> list[HarnessNode]:
+        return [node for cluster in self.clusters for node in cluster.nodes]
+
+    def disagreements(self) -> list[str]:
+        """Each cluster converged on its own, and across gateways: every node with an outbound link
+        to every other cluster, seeing exactly that cluster's interest, and announcing exactly its
+        own cluster's."""
+        problems = [problem for cluster in self.clusters for problem in cluster.disagreements()]
+        for cluster in self.clusters:
+            own = cluster.interest()
+            for node in cluster.nodes:
+                assert node.gateways is not None
+                announced = {(c.account, c.subject, c.queue) for c in node.gateways.interest.snapshot()}
+                if announced != own:
+                    problems.append(
+                        f"{node.name} speaks for its cluster as {sorted(announced, key=str)}, "
+                        f"not {sorted(own, key=str)}"
+                    )
+                up = set()
+                for other in self.clusters:
+                    if other is cluster or not other.nodes:
+                        continue
+                    gateway = node.gateways.remotes.get(other.name)
+                    if gateway is None or gateway.outbound is None:
+                        problems.append(f"{node.name} has no gateway to {other.name}")
+                        continue
+                    up.add(gateway)
+                    got = {
+                        (e.account, e.subject, e.queue)
+                        for e in node.broker.gateway_interest.entries(gateway)
+                    }
+                    want = other.interest()
+                    if got != want:
+                        problems.append(
+                            f"{node.name} sees {other.name}'s interest as {sorted(got, key=str)}, "
+                            f"not {sorted(want, key=str)}"
+                        )
+                ghosts = [g for g in node.broker.gateway_interest.links() if g not in up]
+                if ghosts:
+                    problems.append(f"{node.name} still holds interest from {ghosts}")
+        return problems
 
 
 @asynccontextmanager
@@ -291,4 +451,36 @@ async def open_cluster(
         for _ in range(size):
             await cluster.start_node()
         yield cluster
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_supercluster(
+    sizes: dict[str, int],
+    *,
+    config: ClusterConfig | None = None,
+    gateway: GatewayConfig | None = None,
+    node_config: Config | None = None,
+    remotes: dict[str, dict[str, list[str]]] | None = None,
+) -> AsyncIterator[SuperCluster]:
+    """Start clusters of the given sizes (by name), joined by gateways; stop them all on exit.
+
+    Args:
+        config: route settings for every node (the cluster name is replaced by each cluster's).
+        gateway: gateway settings for every node (name, addresses and remotes are the harness's).
+        node_config: everything else about each node.
+        remotes: the gateway URLs each cluster is configured with, by cluster name (default: the
+            first node of every other cluster); the rest is learned over the links.
+    """
+    config = config or ClusterConfig(ping_interval=0.5, ping_max=3)
+    gateway = gateway or GatewayConfig(name="", ping_interval=0.5, ping_max=3)
+    async with trio.open_nursery() as nursery:
+        supercluster = SuperCluster(nursery, config, gateway, node_config or Config())
+        for name in sizes:
+            default = {o: [f"nats://{o}1:{GATEWAY_PORT}"] for o in sizes if o != name}
+            supercluster.add_cluster(name, (remotes or {}).get(name, default))
+        for cluster, size in zip(supercluster.clusters, sizes.values(), strict=True):
+            for _ in range(size):
+                await cluster.start_node()
+        yield supercluster
         nursery.cancel_scope.cancel()

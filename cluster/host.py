@@ -7,7 +7,7 @@ one entry point for a message that arrived over a link.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from routing import InterestChange, Origin, RemoteInterest
@@ -34,6 +34,12 @@ class NodeHost(Protocol):
     server_name: str
     route_interest: RemoteInterest[Any]
     """Interest learned over routes; the node's publish path reads it, links write it."""
+    gateway_interest: RemoteInterest[Any]
+    """Interest other clusters announced over gateways; written by the gateway links."""
+    gateway_order: Sequence[Any]
+    """Gateways by preference (lowest round trip first), kept by the gateway links."""
+    replies: Any
+    """The node's reply mapping across gateways (set by the gateway links)."""
     interest_listeners: list[Callable[[InterestChange], None]]
     """Called with every change of local interest, in order, as it happens."""
 

@@ -109,6 +109,8 @@ class Link(Outbox):
                         self.origin,
                         frame.queues,
                     )
+                elif self.remote is None:
+                    raise LinkError("the first frame must be HELLO")
             else:
                 control(self, frame)
             if self.closing is not None:

@@ -100,6 +100,8 @@ class Gateway:
         self.urls: list[str] = []
         """Gateway URLs of the remote cluster's nodes, configured or learned."""
         self.configured = False
+        self.connections = 0
+        """Outbound links made so far."""
         self.outbound: Link | None = None
         self.inbound: dict[str, Link] = {}
         """Links the remote cluster's nodes dialed to this node, by their server id."""

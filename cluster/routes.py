@@ -354,9 +354,13 @@ class RouteManager(LinkManager):
         key = (peer.server_id, slot)
         delay = 0.0
         try:
-            while slot not in peer.slots and self.peers.get(peer.server_id) is peer:
+            while True:
                 wait, delay = self._backoff(delay)
                 await trio.sleep(wait)
+                # Looked at after the wait: dialing a slot filled meanwhile would replace a good
+                # connection, and lose what was in flight on it.
+                if slot in peer.slots or self.peers.get(peer.server_id) is not peer:
+                    return
                 stream = await self._connect(peer.url)
                 if stream is None:
                     continue

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from cluster.replies import ReplyRouter
 from node.accounts import DEFAULT_ACCOUNT, Account
 from node.auth import Authenticator
 from node.config import Config
@@ -113,6 +114,10 @@ class Broker:
         """Called with each change of local interest, in order (the cluster's links listen)."""
         self.routes: Any = None
         """The node's route manager when it is part of a cluster (for monitoring)."""
+        self.gateways: Any = None
+        """The node's gateway manager when its cluster is part of a super-cluster."""
+        self.replies: ReplyRouter | None = None
+        """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}
         for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
             self.account(name)
@@ -240,6 +245,30 @@ class Broker:
             exclude: an owner whose subscriptions must not receive it (a publisher with echo off).
             queues: for a message from another node, the queue groups it asked this node to serve.
         """
+        replies = self.replies
+        if replies is not None and replies.claims(account.name, subject, reply):
+            return replies.publish(
+                self, account, subject, reply, headers, payload, exclude, origin, queues
+            )
+        return self.deliver(
+            account, subject, reply, reply, headers, payload, exclude, origin, queues, None
+        )
+
+    def deliver(
+        self,
+        account: Account,
+        subject: bytes,
+        reply: bytes | None,
+        local_reply: bytes | None,
+        headers: bytes | None,
+        payload: bytes,
+        exclude: object,
+        origin: Origin,
+        queues: Collection[str],
+        skip: object,
+    ) -> bool:
+        """``publish`` below reply mapping: local subscribers get ``local_reply``, links ``reply``,
+        and ``skip`` (a gateway the message already went through) gets nothing."""
         result, routes, gateways = account.match(subject)
         links: Mapping[Any, tuple[str, ...]]
         if routes is EMPTY_MATCH and gateways is EMPTY_MATCH:
@@ -259,16 +288,17 @@ class Broker:
             )
         delivered = False
         for sub in local:
-            if sub.owner.deliver(sub, subject, reply, headers, payload) or (
+            if sub.owner.deliver(sub, subject, local_reply, headers, payload) or (
                 sub.queue is not None
-                and self._another_member(result, sub, exclude, subject, reply, headers, payload)
+                and self._another_member(result, sub, exclude, subject, local_reply, headers, payload)
             ):
                 delivered = True
         if links:
             name = account.name
             for link, names in links.items():
-                link.forward(name, subject, reply, headers, payload, names)
-            delivered = True
+                if link is not skip:
+                    link.forward(name, subject, reply, headers, payload, names)
+                    delivered = True
         return delivered
 
     def _another_member(

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 import attrs
 import trio
 
-from cluster.config import ClusterConfig, parse_url
+from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.broker import VERSION
-from node.config import Config, ConfigError, UserConfig, load
+from node.config import Config, ConfigError, UserConfig, check_urls, load
 from node.launch import run_node
 
 __all__ = ["main"]
@@ -59,6 +59,16 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--routes", help="comma-separated route URLs to dial (seeds)")
     p.add_argument("--cluster_name", help="the cluster's name (all its nodes must agree)")
     p.add_argument("--cluster_advertise", help="the route URL to give peers")
+    p.add_argument("--gateway_name", help="this cluster's name among gateways")
+    p.add_argument(
+        "--gateway_listen", "--gateway", dest="gateway_listen", metavar="URL",
+        help="accept gateway links at this URL (nats://host:port)",
+    )  # fmt: skip
+    p.add_argument(
+        "--gateways", metavar="NAME=URL[,NAME=URL...]",
+        help="other clusters to dial, by name (repeat a name for more URLs)",
+    )  # fmt: skip
+    p.add_argument("--gateway_advertise", help="the gateway URL to give other clusters")
     p.add_argument("-D", "--debug", action="store_true", help="debug logging")
     p.add_argument("-V", "--trace", action="store_true", help="trace logging")
     p.add_argument("-v", "--version", action="version", version=f"pubmesh {VERSION}")
@@ -98,10 +108,40 @@ def serve_config(args: argparse.Namespace) -> Config:
         if args.cluster_advertise:
             cluster = attrs.evolve(cluster, advertise=args.cluster_advertise)
         changes["cluster"] = cluster
+    gateway = _gateway_flags(args, config.gateway)
+    if gateway is not None:
+        changes["gateway"] = gateway
     if args.debug or args.trace:
         changes["debug"] = True
         changes["trace"] = args.trace
     return config.evolve(**changes)
+
+
+def _gateway_flags(args: argparse.Namespace, gateway: GatewayConfig | None) -> GatewayConfig | None:
+    """The gateway settings after the flags; None when neither file nor flags set any."""
+    if not (args.gateway_name or args.gateway_listen or args.gateways or args.gateway_advertise):
+        return gateway
+    if gateway is None and not args.gateway_name:
+        raise ConfigError("gateway flags need --gateway_name (or a [gateway] name in the file)")
+    gateway = gateway or GatewayConfig(name=args.gateway_name)
+    if args.gateway_name:
+        gateway = gateway.evolve(name=args.gateway_name)
+    if args.gateway_listen:
+        host, port = parse_url(args.gateway_listen)
+        gateway = gateway.evolve(host=host, port=port)
+    if args.gateway_advertise:
+        gateway = gateway.evolve(advertise=args.gateway_advertise)
+    if args.gateways:
+        remotes: dict[str, list[str]] = {}
+        for item in args.gateways.split(","):
+            name, sep, url = item.strip().partition("=")
+            if not (sep and name and url):
+                raise ConfigError(f"--gateways: expected NAME=URL, got {item.strip()!r}")
+            remotes.setdefault(name, []).append(url)
+        gateway = gateway.evolve(
+            gateways=tuple((n, tuple(check_urls(u, "--gateways"))) for n, u in remotes.items())
+        )
+    return gateway
 
 
 def _configure_logging(config: Config) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import attrs
 
-from cluster.config import ClusterConfig, parse_url
+from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
 
-__all__ = ["AccountConfig", "Config", "ConfigError", "Permissions", "UserConfig"]
+__all__ = ["AccountConfig", "Config", "ConfigError", "Permissions", "UserConfig", "check_urls"]
 
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222
@@ -85,6 +85,8 @@ class Config:
     users: tuple[UserConfig, ...] = ()
     cluster: ClusterConfig | None = None
     """Route settings; None runs a node on its own."""
+    gateway: GatewayConfig | None = None
+    """Gateway settings; None keeps the node's cluster to itself."""
     accounts: tuple[AccountConfig, ...] = ()
     no_auth_user: str | None = None
     debug: bool = False
@@ -149,6 +151,8 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             users += _authorization(_table(value, f"{where}: authorization"), f"{where}: authorization")
         elif key == "cluster":
             fields["cluster"] = _cluster(_table(value, f"{where}: cluster"), f"{where}: cluster")
+        elif key == "gateway":
+            fields["gateway"] = _gateway(_table(value, f"{where}: gateway"), f"{where}: gateway")
         elif key == "accounts":
             for account, body in _table(value, f"{where}: accounts").items():
                 accounts.append(AccountConfig(account))
@@ -183,12 +187,7 @@ def _cluster(body: dict[str, Any], where: str) -> ClusterConfig:
         elif key == "routes":
             if not isinstance(value, list) or not all(isinstance(u, str) for u in value):
                 raise ConfigError(f"{where}: routes must be a list of URLs")
-            for url in value:
-                try:
-                    parse_url(url)
-                except ValueError as exc:
-                    raise ConfigError(f"{where}: {exc}") from exc
-            fields["seeds"] = tuple(value)
+            fields["seeds"] = tuple(check_urls(value, where))
         elif key == "accounts":
             if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
                 raise ConfigError(f"{where}: accounts must be a list of account names")
@@ -201,6 +200,65 @@ def _cluster(body: dict[str, Any], where: str) -> ClusterConfig:
     if fields.get("pool_size", 1) < 1:
         raise ConfigError(f"{where}: pool_size must be at least 1")
     return ClusterConfig(**fields)
+
+
+_GATEWAY_OPTIONS = {
+    "name": ("name", str),
+    "secret": ("secret", str),
+    "advertise": ("advertise", str),
+    "ping_interval": ("ping_interval", float),
+    "ping_max": ("ping_max", int),
+    "reply_ttl": ("reply_ttl", float),
+}
+
+
+def _gateway(body: dict[str, Any], where: str) -> GatewayConfig:
+    """nats-server's ``gateway`` block: name, listen, and ``gateways`` (remote clusters, each a
+    table with ``name`` and ``url`` or ``urls``)."""
+    fields: dict[str, Any] = {}
+    for key, value in body.items():
+        if key == "listen":
+            hostport = _host_port(value, f"{where}: listen")
+            fields["host"], fields["port"] = hostport["host"], hostport["port"]
+        elif key == "port":
+            fields["port"] = _scalar(value, int, f"{where}: port")
+        elif key == "gateways":
+            if not isinstance(value, list):
+                raise ConfigError(f"{where}: gateways must be a list of tables")
+            fields["gateways"] = tuple(_remote_gateway(_table(g, where), where) for g in value)
+        elif key in _GATEWAY_OPTIONS:
+            name, kind = _GATEWAY_OPTIONS[key]
+            fields[name] = _scalar(value, kind, f"{where}: {key}")
+        else:
+            raise ConfigError(f"{where}: unknown option {key!r}")
+    if not fields.get("name"):
+        raise ConfigError(f"{where}: a gateway needs a name (this cluster's)")
+    return GatewayConfig(**fields)
+
+
+def _remote_gateway(body: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
+    unknown = set(body) - {"name", "url", "urls"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown gateway option {sorted(unknown)[0]!r}")
+    name = body.get("name")
+    urls = body.get("urls", [])
+    if "url" in body:
+        urls = [body["url"], *urls]
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}: each remote gateway needs a name")
+    if not urls or not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise ConfigError(f"{where}: gateway {name!r} needs url or urls")
+    return name, tuple(check_urls(urls, f"{where}: gateway {name!r}"))
+
+
+def check_urls(urls: list[str], where: str) -> list[str]:
+    """Check gateway (or route) URLs, raising ``ConfigError`` at one with no host:port."""
+    for url in urls:
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+    return urls
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:

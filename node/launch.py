@@ -15,7 +15,8 @@ from functools import partial
 import attrs
 import trio
 
-from cluster.config import ClusterConfig
+from cluster.config import ClusterConfig, GatewayConfig
+from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
 from node.config import Config
 from node.server import Server
@@ -35,6 +36,8 @@ class NodeHandle:
     http_port: int | None = None
     cluster_port: int | None = None
     routes: RouteManager | None = None
+    gateway_port: int | None = None
+    gateways: GatewayManager | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
     """Set once the node has stopped: ports released, connections closed."""
     _stopped: trio.Event = attrs.field(factory=trio.Event)
@@ -81,6 +84,10 @@ async def _serve(
             handle.routes, handle.cluster_port = await _start_routes(
                 nursery, links, server, config.cluster
             )
+        if config.gateway is not None:
+            handle.gateways, handle.gateway_port = await _start_gateways(
+                nursery, links, server, config.gateway, handle.routes
+            )
         if config.http_port is not None:
             from node.monitor import serve_monitoring  # hypercorn loads only when monitoring is on
 
@@ -101,19 +108,45 @@ async def _serve(
         links.cancel()
 
 
+async def _listen(
+    host: str, port: int, advertise: str | None
+) -> tuple[list[trio.SocketListener], int, str]:
+    """Bind links' listeners: (listeners, the port bound, the URL to give peers)."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    port = listeners[0].socket.getsockname()[1]
+    name = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
+    return listeners, port, advertise or f"nats://{name}:{port}"
+
+
 async def _start_routes(
     nursery: trio.Nursery, scope: trio.CancelScope, server: Server, cluster: ClusterConfig
 ) -> tuple[RouteManager, int]:
-    listeners = await trio.open_tcp_listeners(cluster.port, host=cluster.host)
-    port = listeners[0].socket.getsockname()[1]
-    host = cluster.host if cluster.host not in ("0.0.0.0", "::", "") else socket.gethostname()
-    cluster = attrs.evolve(cluster, port=port, advertise=cluster.advertise or f"nats://{host}:{port}")
+    listeners, port, url = await _listen(cluster.host, cluster.port, cluster.advertise)
+    cluster = attrs.evolve(cluster, port=port, advertise=url)
     manager = RouteManager(server.broker, cluster, server.flusher)
     server.broker.routes = manager
     await nursery.start(_within, scope, partial(manager.run, listeners))
     log.info("Listening for route connections on %s:%d (cluster %s)", cluster.host, port, cluster.name)
     for seed in cluster.seeds:
         log.info("Route seed: %s", seed)
+    return manager, port
+
+
+async def _start_gateways(
+    nursery: trio.Nursery,
+    scope: trio.CancelScope,
+    server: Server,
+    gateway: GatewayConfig,
+    routes: RouteManager | None,
+) -> tuple[GatewayManager, int]:
+    listeners, port, url = await _listen(gateway.host, gateway.port, gateway.advertise)
+    gateway = gateway.evolve(port=port, advertise=url)
+    manager = GatewayManager(server.broker, gateway, server.flusher, routes=routes)
+    server.broker.gateways = manager
+    await nursery.start(_within, scope, partial(manager.run, listeners))
+    log.info("Listening for gateway connections on %s:%d (gateway %s)", gateway.host, port, gateway.name)
+    for name, urls in gateway.gateways:
+        log.info("Gateway %s: %s", name, ", ".join(urls))
     return manager, port
 
 

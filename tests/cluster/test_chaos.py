@@ -1,15 +1,18 @@
-"""Chaos, by Hypothesis: random faults and interest changes, then the cluster must heal exactly.
+"""Chaos, by Hypothesis: random faults and interest changes, then everything must heal exactly.
 
-Each example runs a fresh three-node harness cluster in virtual time through a random sequence of
-steps: subscribe and unsubscribe anywhere (two accounts, plain and queue), cut, black-hole or slow a
-pair of nodes, heal, kill a node, start it again. Then every fault is healed and the cluster must
-converge: each node's picture of each live peer's interest exactly that peer's interest, nothing
-left from the dead. Finally every node publishes on every subject, and each must reach exactly the
-matching subscribers, once, and each queue group exactly once across the whole cluster.
+Each example runs a fresh harness in virtual time (a three-node cluster, or three clusters of two,
+one and one nodes joined by gateways) through a random sequence of steps: subscribe and unsubscribe
+anywhere (two accounts, plain and queue), cut, black-hole or slow a pair of nodes (in one cluster
+or across), heal, kill a node, start it again. Then every fault is healed and the harness must
+converge: each node's picture of each live peer's interest exactly that peer's interest, each
+node's picture of each other cluster's interest exactly that cluster's, nothing left from the dead.
+Finally every node publishes on every subject, and each must reach exactly the matching
+subscribers, once, and each queue group exactly once in all.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -19,83 +22,97 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.config import ClusterConfig
-from cluster.harness import Cluster, Inbox, open_cluster
+from cluster.config import ClusterConfig, GatewayConfig
+from cluster.harness import Cluster, Inbox, SuperCluster, open_cluster, open_supercluster
 from routing import subject_matches
 
 NODES = ["n1", "n2", "n3"]
+SUPER_NODES = ["east1", "east2", "west1", "south1"]
 PATTERNS = ["a", "a.b", "a.*", "a.>", ">", "b"]
 SUBJECTS = ["a", "a.b", "b", "c.d"]
 ACCOUNTS = ["$G", "A"]
 
-node = st.sampled_from(NODES)
-pair = st.tuples(node, node).filter(lambda p: p[0] != p[1])
-STEP = st.one_of(
-    st.tuples(st.just("sub"), node, st.sampled_from(PATTERNS), st.sampled_from([None, "q"]),
-              st.sampled_from(ACCOUNTS)),
-    st.tuples(st.just("unsub"), st.integers(0, 50)),
-    st.tuples(st.just("cut"), pair),
-    st.tuples(st.just("blackhole"), pair),
-    st.tuples(st.just("delay"), pair),
-    st.tuples(st.just("heal"),),
-    st.tuples(st.just("kill"), node),
-    st.tuples(st.just("restart"), node),
-    st.tuples(st.just("wait"), st.sampled_from([0.1, 1.0, 5.0])),
-)  # fmt: skip
+
+def steps(names: list[str]) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    node = st.sampled_from(names)
+    pair = st.permutations(names).map(lambda p: (p[0], p[1]))
+    step = st.one_of(
+        st.tuples(st.just("sub"), node, st.sampled_from(PATTERNS), st.sampled_from([None, "q"]),
+                  st.sampled_from(ACCOUNTS)),
+        st.tuples(st.just("unsub"), st.integers(0, 50)),
+        st.tuples(st.just("cut"), pair),
+        st.tuples(st.just("blackhole"), pair),
+        st.tuples(st.just("delay"), pair),
+        st.tuples(st.just("heal"),),
+        st.tuples(st.just("kill"), node),
+        st.tuples(st.just("restart"), node),
+        st.tuples(st.just("wait"), st.sampled_from([0.1, 1.0, 5.0])),
+    )  # fmt: skip
+    return st.lists(step, max_size=25)
+
 
 Placed = tuple[str, str, Inbox]  # node name, account, inbox
+Harness = Cluster | SuperCluster
 
 
-async def play(steps: list[tuple[Any, ...]]) -> None:
-    config = ClusterConfig(name="chaos", ping_interval=0.5, ping_max=3)
-    async with open_cluster(3, config=config) as cluster:
-        placed: list[Placed] = []
-        for step in steps:
-            await apply(cluster, placed, step)
-        cluster.heal_all()
-        for name in NODES:
-            if not cluster[name].alive:
-                await cluster.start_node(name)
-        with trio.move_on_after(120):
-            await cluster.wait_converged()
-        assert not cluster.disagreements(), cluster.disagreements()
-        await check_delivery(cluster, [p for p in placed if cluster[p[0]].alive])
+async def play(harness: Harness, names: list[str], steps: list[tuple[Any, ...]]) -> None:
+    placed: list[Placed] = []
+    for step in steps:
+        await apply(harness, placed, step)
+    harness.heal_all()
+    for name in names:
+        if not node(harness, name).alive:
+            await cluster_of(harness, name).start_node(name)
+    with trio.move_on_after(120):
+        await harness.wait_converged()
+    assert not harness.disagreements(), harness.disagreements()
+    await check_delivery(harness, [p for p in placed if node(harness, p[0]).alive])
 
 
-async def apply(cluster: Cluster, placed: list[Placed], step: tuple[Any, ...]) -> None:
+def node(harness: Harness, name: str) -> Any:
+    return harness.node(name) if isinstance(harness, SuperCluster) else harness[name]
+
+
+def cluster_of(harness: Harness, name: str) -> Cluster:
+    return harness.cluster_of(name) if isinstance(harness, SuperCluster) else harness
+
+
+async def apply(harness: Harness, placed: list[Placed], step: tuple[Any, ...]) -> None:
     kind = step[0]
     if kind == "sub":
         _, name, pattern, queue, account = step
-        if cluster[name].alive:
-            placed.append((name, account, cluster[name].subscribe(pattern, queue, account=account)))
+        if node(harness, name).alive:
+            inbox = node(harness, name).subscribe(pattern, queue, account=account)
+            placed.append((name, account, inbox))
     elif kind == "unsub":
-        live = [p for p in placed if cluster[p[0]].alive]
+        live = [p for p in placed if node(harness, p[0]).alive]
         if live:
             name, account, inbox = live[step[1] % len(live)]
-            cluster[name].unsubscribe(inbox, account=account)
+            node(harness, name).unsubscribe(inbox, account=account)
             placed.remove((name, account, inbox))
     elif kind in ("cut", "blackhole", "delay"):
         a, b = step[1]
         if kind == "cut":
-            cluster.network.cut(a, b)
+            harness.network.cut(a, b)
         elif kind == "blackhole":
-            cluster.network.blackhole(a, b)
+            harness.network.blackhole(a, b)
         else:
-            cluster.network.delay(a, b, 0.2)
+            harness.network.delay(a, b, 0.2)
     elif kind == "heal":
-        cluster.heal_all()
+        harness.heal_all()
     elif kind == "kill":
-        if cluster[step[1]].alive and len(cluster.nodes) > 1:
-            await cluster.kill(cluster[step[1]])
+        victim = node(harness, step[1])
+        if victim.alive and len(cluster_of(harness, step[1]).nodes) > 1:
+            await harness.kill(victim)
             placed[:] = [p for p in placed if p[0] != step[1]]
     elif kind == "restart":
-        if not cluster[step[1]].alive:
-            await cluster.start_node(step[1])
+        if not node(harness, step[1]).alive:
+            await cluster_of(harness, step[1]).start_node(step[1])
     else:
         await trio.sleep(step[1])
 
 
-async def check_delivery(cluster: Cluster, placed: list[Placed]) -> None:
+async def check_delivery(cluster: Harness, placed: list[Placed]) -> None:
     for _, _, inbox in placed:
         inbox.messages.clear()
     sent = []
@@ -105,6 +122,8 @@ async def check_delivery(cluster: Cluster, placed: list[Placed]) -> None:
                 payload = f"{source.name}:{account}:{subject}".encode()
                 source.publish(subject, payload, account=account)
                 sent.append((account, subject, payload))
+    # (A write that began while its path was slowed may still be waiting out the delay.)
+    await trio.sleep(1)
     with trio.fail_after(30):
         await trio.testing.wait_all_tasks_blocked(cushion=0.05)
     for account, subject, payload in sent:
@@ -127,8 +146,37 @@ async def check_delivery(cluster: Cluster, placed: list[Placed]) -> None:
             assert delivered == 1, (payload, group, delivered)
 
 
+async def play_cluster(steps: list[tuple[Any, ...]]) -> None:
+    config = ClusterConfig(name="chaos", ping_interval=0.5, ping_max=3)
+    async with open_cluster(3, config=config) as cluster:
+        await play(cluster, NODES, steps)
+
+
+async def play_supercluster(steps: list[tuple[Any, ...]]) -> None:
+    config = ClusterConfig(ping_interval=0.5, ping_max=3)
+    gateway = GatewayConfig(name="", ping_interval=0.5, ping_max=3)
+    sizes = {"east": 2, "west": 1, "south": 1}
+    async with open_supercluster(sizes, config=config, gateway=gateway) as supercluster:
+        await play(supercluster, SUPER_NODES, steps)
+
+
+CHAOS_SETTINGS = settings(
+    max_examples=int(os.environ.get("CHAOS_EXAMPLES", 60)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+"""A quick sample by default; set CHAOS_EXAMPLES for a long soak."""
+
+
 @pytest.mark.timeout(600)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(STEP, max_size=25))
+@CHAOS_SETTINGS
+@given(steps(NODES))
 def test_the_cluster_heals_exactly_after_any_chaos(steps: list[tuple[Any, ...]]) -> None:
-    trio.run(play, steps, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(play_cluster, steps, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@pytest.mark.timeout(600)
+@CHAOS_SETTINGS
+@given(steps(SUPER_NODES))
+def test_the_supercluster_heals_exactly_after_any_chaos(steps: list[tuple[Any, ...]]) -> None:
+    trio.run(play_supercluster, steps, clock=trio.testing.MockClock(autojump_threshold=0))
