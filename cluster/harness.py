@@ -311,7 +311,11 @@ class Cluster(_Faults):
                 if y is x:
                     continue
                 peer = x.routes.peers.get(y.server_id)
-                if peer is None or set(peer.slots) != set(peer.all_slots()):
+                if (
+                    peer is None
+                    or set(peer.slots) != set(peer.all_slots())
+                    or any(link.closing for link in peer.slots.values())
+                ):  # (a link that is closing still holds its slot while it winds down)
                     problems.append(f"{x.name} is not fully connected to {y.name}")
                     continue
                 back = y.routes.peers.get(x.server_id)
@@ -411,7 +415,7 @@ class SuperCluster(_Faults):
                     if other is cluster or not other.nodes:
                         continue
                     gateway = node.gateways.remotes.get(other.name)
-                    if gateway is None or gateway.outbound is None:
+                    if gateway is None or gateway.outbound is None or gateway.outbound.closing:
                         problems.append(f"{node.name} has no gateway to {other.name}")
                         continue
                     up.add(gateway)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Awaitable, Callable
 from functools import partial
 
 import attrs
@@ -79,14 +78,12 @@ async def _serve(
         await nursery.start(server.serve, listeners)
         # Links run until cancelled; clients and monitoring stop when asked (below, and through
         # the same event), flushing what they hold.
-        links = trio.CancelScope()
+        links: trio.Nursery = await nursery.start(_open_links)
         if config.cluster is not None:
-            handle.routes, handle.cluster_port = await _start_routes(
-                nursery, links, server, config.cluster
-            )
+            handle.routes, handle.cluster_port = await _start_routes(links, server, config.cluster)
         if config.gateway is not None:
             handle.gateways, handle.gateway_port = await _start_gateways(
-                nursery, links, server, config.gateway, handle.routes
+                links, server, config.gateway, handle.routes
             )
         if config.http_port is not None:
             from node.monitor import serve_monitoring  # hypercorn loads only when monitoring is on
@@ -105,7 +102,7 @@ async def _serve(
         log.info("Server is ready")
         task_status.started(handle)
         await handle._stopped.wait()
-        links.cancel()
+        links.cancel_scope.cancel()
 
 
 async def _listen(
@@ -119,13 +116,13 @@ async def _listen(
 
 
 async def _start_routes(
-    nursery: trio.Nursery, scope: trio.CancelScope, server: Server, cluster: ClusterConfig
+    nursery: trio.Nursery, server: Server, cluster: ClusterConfig
 ) -> tuple[RouteManager, int]:
     listeners, port, url = await _listen(cluster.host, cluster.port, cluster.advertise)
     cluster = attrs.evolve(cluster, port=port, advertise=url)
     manager = RouteManager(server.broker, cluster, server.flusher)
     server.broker.routes = manager
-    await nursery.start(_within, scope, partial(manager.run, listeners))
+    await nursery.start(manager.run, listeners)
     log.info("Listening for route connections on %s:%d (cluster %s)", cluster.host, port, cluster.name)
     for seed in cluster.seeds:
         log.info("Route seed: %s", seed)
@@ -134,7 +131,6 @@ async def _start_routes(
 
 async def _start_gateways(
     nursery: trio.Nursery,
-    scope: trio.CancelScope,
     server: Server,
     gateway: GatewayConfig,
     routes: RouteManager | None,
@@ -143,19 +139,15 @@ async def _start_gateways(
     gateway = gateway.evolve(port=port, advertise=url)
     manager = GatewayManager(server.broker, gateway, server.flusher, routes=routes)
     server.broker.gateways = manager
-    await nursery.start(_within, scope, partial(manager.run, listeners))
+    await nursery.start(manager.run, listeners)
     log.info("Listening for gateway connections on %s:%d (gateway %s)", gateway.host, port, gateway.name)
     for name, urls in gateway.gateways:
         log.info("Gateway %s: %s", name, ", ".join(urls))
     return manager, port
 
 
-async def _within(
-    scope: trio.CancelScope,
-    run: Callable[..., Awaitable[None]],
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run a ``task_status`` task inside ``scope``, so cancelling the scope stops just that task."""
-    with scope:
-        await run(task_status=task_status)
+async def _open_links(*, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
+    """A nursery for the node's links, which stop (by cancellation) apart from the clients."""
+    async with trio.open_nursery() as links:
+        task_status.started(links)
+        await trio.sleep_forever()

@@ -27,6 +27,7 @@ from node.monitoring_views import (
     BadRequest,
     ConnState,
     ConnzOptions,
+    GatewayzOptions,
     MonitorState,
     RoutezOptions,
     SubszOptions,
@@ -188,6 +189,18 @@ def _routez(state: MonitorState, query: Query) -> Response:
     return _json(routez(state.broker, RoutezOptions(subs=subs, subs_detail=detail)))
 
 
+def _gatewayz(state: MonitorState, query: Query) -> Response:
+    subs, detail = query.subs()
+    opts = GatewayzOptions(
+        name=query.text("gw_name"),
+        accounts=query.boolean("accs"),
+        account=query.text("acc_name"),
+        subs=subs,
+        subs_detail=detail,
+    )
+    return _json(gatewayz(state.broker, opts))
+
+
 def _metrics(state: MonitorState, query: Query) -> Response:
     return _text(200, metrics.exposition(state), metrics.CONTENT_TYPE)
 
@@ -217,7 +230,7 @@ _ROUTES: dict[str, tuple[str, Handler]] = {
     "/subsz": ("/subsz", _subsz),
     "/subscriptionsz": ("/subsz", _subsz),
     "/routez": ("/routez", _routez),
-    "/gatewayz": ("/gatewayz", lambda state, query: _json(gatewayz(state.broker))),
+    "/gatewayz": ("/gatewayz", _gatewayz),
     "/healthz": ("/healthz", lambda state, query: Response(200, _HEALTHY, _JSON_HEADERS)),
     "/metrics": ("/metrics", _metrics),
 }

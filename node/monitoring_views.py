@@ -19,8 +19,9 @@ from typing import Any
 import attrs
 
 from cluster.config import parse_url
+from cluster.gateways import GatewayManager
 from cluster.link import Link
-from cluster.peer import Peer
+from cluster.peer import Gateway, Peer
 from cluster.routes import RouteManager
 from node.accounts import DEFAULT_ACCOUNT
 from node.broker import Broker
@@ -34,6 +35,7 @@ __all__ = [
     "ConnState",
     "ConnzOptions",
     "CpuMeter",
+    "GatewayzOptions",
     "MonitorState",
     "RoutezOptions",
     "SubszOptions",
@@ -129,7 +131,7 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "max_payload": config.max_payload,
         "max_pending": config.max_pending,
         "cluster": _cluster_options(cluster),
-        "gateway": {},
+        "gateway": _gateway_options(broker.gateways),
         "leaf": {},
         "mqtt": {},
         "websocket": {},
@@ -422,6 +424,24 @@ def _cluster_options(routes: RouteManager | None) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if value}
 
 
+def _gateway_options(manager: GatewayManager | None) -> dict[str, Any]:
+    """/varz's ``gateway`` (nats-server's ``GatewayOptsVarz``): empty fields left out, so a node
+    without gateways shows ``{}``; ``gateways`` lists the configured remote clusters."""
+    if manager is None:
+        return {}
+    config = manager.config
+    doc = {
+        "name": config.name,
+        "host": config.host,
+        "port": config.port,
+        "advertise": config.advertise or "",
+        "gateways": [
+            {"name": name, "urls": [_host_port(url) for url in urls]} for name, urls in config.gateways
+        ],
+    }
+    return {key: value for key, value in doc.items() if value}
+
+
 def _interest_by_account(broker: Broker, peer: Peer) -> dict[str, list[RemoteEntry[Any]]]:
     found: dict[str, list[RemoteEntry[Any]]] = {}
     for entry in broker.route_interest.entries(peer):
@@ -502,13 +522,130 @@ def routez(broker: Broker, opts: RoutezOptions) -> dict[str, Any]:
     }
 
 
-# -- /gatewayz (no gateways yet) -------------------------------------------------------------------
+# -- /gatewayz ------------------------------------------------------------------------------------
+
+INTEREST_ONLY_THRESHOLD = 1000
+"""nats-server reports the number of no-interest replies after which an account would switch to
+interest-only; pubmesh's gateways are interest-only from the first message, and report the same."""
 
 
-def gatewayz(broker: Broker) -> dict[str, Any]:
-    return {
-        "server_id": broker.server_id,
-        "now": go_time(time.time_ns()),
-        "outbound_gateways": {},
-        "inbound_gateways": {},
+@attrs.frozen
+class GatewayzOptions:
+    """The /gatewayz query, decoded: ``gw_name``, ``accs``, ``acc_name`` (implies ``accs``), ``subs``."""
+
+    name: str = ""
+    accounts: bool = False
+    account: str = ""
+    subs: bool = False
+    subs_detail: bool = False
+
+
+def _gateway_conn(link: Link, now: int) -> dict[str, Any]:
+    """A gateway link as nats-server's ``ConnInfo`` shows one (kind ``Gateway``, named by the
+    remote server's id)."""
+    end = link.stop_ns or now
+    host, port = link.address
+    info: dict[str, Any] = {
+        "cid": link.rid,
+        "kind": "Gateway",
+        "ip": host,
+        "port": port,
+        "start": go_time(link.start_ns),
+        "last_activity": go_time(link.last_activity_ns),
+        "rtt": _rtt(round(link.rtt * _SECOND)),
+        "uptime": uptime(end - link.start_ns),
+        "idle": uptime(end - link.last_activity_ns),
+        "pending_bytes": link.pending_bytes,
+        "in_msgs": link.in_msgs,
+        "out_msgs": link.out_msgs,
+        "in_bytes": link.in_bytes,
+        "out_bytes": link.out_bytes,
+        "subscriptions": 0,
     }
+    remote_id = (link.remote or {}).get("id")
+    if isinstance(remote_id, str) and remote_id:
+        info["name"] = remote_id
+    return info
+
+
+def _account_interest(
+    name: str, entries: list[RemoteEntry[Any]], opts: GatewayzOptions
+) -> dict[str, Any]:
+    """An account's interest on one link (nats-server's ``AccountGatewayz``)."""
+    doc: dict[str, Any] = {
+        "name": name,
+        "interest_mode": "Interest-Only",
+        "interest_only_threshold": INTEREST_ONLY_THRESHOLD,
+    }
+    if entries:
+        doc["num_subs"] = len(entries)
+    queues = sum(1 for e in entries if e.queue)
+    if queues:
+        doc["num_queue_subs"] = queues
+    if entries and opts.subs_detail:
+        doc["subscriptions_list_detail"] = [_remote_sub_detail(e) for e in entries]
+    elif entries and opts.subs:
+        doc["subscriptions_list"] = [e.subject for e in entries]
+    return doc
+
+
+def _outbound_accounts(broker: Broker, gateway: Gateway, opts: GatewayzOptions) -> list[dict[str, Any]]:
+    """The interest the remote cluster announced, per account: what decides whether a message
+    crosses this link."""
+    by_account: dict[str, list[RemoteEntry[Any]]] = {}
+    for entry in broker.gateway_interest.entries(gateway):
+        by_account.setdefault(entry.account, []).append(entry)
+    names = [opts.account] if opts.account else sorted(by_account)
+    return [
+        _account_interest(name, sorted(by_account[name], key=lambda e: (e.subject, e.queue or "")), opts)
+        for name in names
+        if name in by_account
+    ]
+
+
+def _inbound_accounts(manager: GatewayManager, opts: GatewayzOptions) -> list[dict[str, Any]]:
+    """The accounts this cluster announces interest in, each in interest-only mode (inbound links
+    carry no per-link counts in nats-server either)."""
+    names = sorted({change.account for change in manager.interest.snapshot()})
+    if opts.account:
+        names = [opts.account] if opts.account in names else []
+    return [_account_interest(name, [], opts) for name in names]
+
+
+def gatewayz(broker: Broker, opts: GatewayzOptions) -> dict[str, Any]:
+    """/gatewayz: this node's outbound link to each other cluster and the inbound links from them,
+    with their traffic and, when asked (``accs``), the interest per account."""
+    now = time.time_ns()
+    doc: dict[str, Any] = {"server_id": broker.server_id, "now": go_time(now)}
+    manager: GatewayManager | None = broker.gateways
+    if manager is None:
+        return doc | {"outbound_gateways": {}, "inbound_gateways": {}}
+    config = manager.config
+    doc |= {"name": manager.name, "host": config.host, "port": config.port}
+    accounts = opts.accounts or bool(opts.account)
+    outbound: dict[str, Any] = {}
+    inbound: dict[str, list[dict[str, Any]]] = {}
+    for name, gateway in sorted(manager.remotes.items()):
+        if opts.name and name != opts.name:
+            continue
+        link = gateway.outbound
+        if link is not None and link.registered:
+            remote: dict[str, Any] = {
+                "configured": gateway.configured,
+                "connection": _gateway_conn(link, now),
+            }
+            found = _outbound_accounts(broker, gateway, opts) if accounts else []
+            if found:  # (left out when empty, as there)
+                remote["accounts"] = found
+            outbound[name] = remote
+        links = sorted(
+            (each for each in gateway.inbound.values() if each.registered), key=lambda each: each.rid
+        )
+        announced = _inbound_accounts(manager, opts) if accounts else []
+        if links:
+            inbound[name] = [
+                {"configured": False, "connection": _gateway_conn(each, now)}
+                | ({"accounts": announced} if announced else {})
+                for each in links
+            ]
+    return doc | {"outbound_gateways": outbound, "inbound_gateways": inbound}

@@ -15,23 +15,21 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import nats
 import pytest
 import trio
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from cluster.config import ClusterConfig
 from node.config import AccountConfig, Config, UserConfig
 from node.launch import NodeHandle
+from tests.cluster.clients import Box, W, connect, eventually, free_port, settled, until
 from tests.node.conftest import in_asyncio, start_node
 
 pytestmark = pytest.mark.timeout(60)
 
-W = 10.0
 ROUTES = ClusterConfig(name="real", host="127.0.0.1", port=0, ping_interval=0.5, ping_max=3)
 
 
@@ -56,13 +54,6 @@ def meshed(node: NodeHandle, size: int) -> bool:
     return len(peers) == size - 1 and all(len(p.slots) == ROUTES.pool_size for p in peers)
 
 
-async def until(predicate: Callable[[], bool]) -> None:
-    """Wait for state no event announces (interest arriving over a route), within ``W`` seconds."""
-    with trio.fail_after(W):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
-
-
 def knows(node: NodeHandle, subject: str, account: str = "$G", links: int = 1) -> Callable[[], bool]:
     """Whether ``node`` has heard of interest in ``subject`` from ``links`` peers."""
 
@@ -71,35 +62,6 @@ def knows(node: NodeHandle, subject: str, account: str = "$G", links: int = 1) -
         return len(match.links) + sum(len(q) for q in match.queues.values()) >= links
 
     return check
-
-
-async def connect(node: NodeHandle, **options: Any) -> Client:
-    return await asyncio.wait_for(nats.connect(node.url, allow_reconnect=False, **options), W)
-
-
-async def settled(predicate: Callable[[], bool]) -> None:
-    """From a nats-py scenario: wait (bounded) until ``predicate`` holds."""
-    async with asyncio.timeout(W):
-        while not predicate():  # noqa: ASYNC110 (counts and interest announce nothing)
-            await asyncio.sleep(0.005)
-
-
-async def eventually(predicate: Callable[[], bool]) -> None:
-    """From a nats-py scenario: wait (bounded) until ``predicate`` holds on the nodes' side."""
-    await settled(lambda: trio.from_thread.run_sync(predicate))
-
-
-class Box:
-    """A subscription callback's inbox."""
-
-    def __init__(self) -> None:
-        self.data: list[bytes] = []
-
-    async def take(self, msg: Msg) -> None:
-        self.data.append(msg.data)
-
-    async def wait_for(self, count: int) -> None:
-        await settled(lambda: len(self.data) >= count)
 
 
 async def test_messages_cross_routes_once_each_with_wildcards(nursery: trio.Nursery) -> None:
@@ -238,14 +200,6 @@ def spawn_node(
     if seed is not None:
         args += ["--routes", f"nats://127.0.0.1:{seed}"]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.timeout(90)
