@@ -38,7 +38,7 @@ bench: $(STAMP)
 	$(BIN)/pubmesh bench compare
 
 run: $(STAMP)
-	$(BIN)/pubmesh local --nodes 3
+	$(BIN)/pubmesh local
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks

@@ -1,8 +1,10 @@
 """``pubmesh local``: a whole deployment on this machine, one process per node, for trying things out.
 
-Each node is a real ``pubmesh serve`` process on 127.0.0.1 with its own client, route and monitoring
-ports (numbered from a base so they are easy to remember); the first node is every other node's
-seed, and gossip completes the mesh. Ctrl-C (or SIGTERM) stops them all.
+Each node is a real ``pubmesh serve`` process on 127.0.0.1 with its own client, route, gateway and
+monitoring ports (numbered from a base so they are easy to remember). Within a cluster the first
+node is every other node's seed and gossip completes the mesh; every node is given the gateway URLs
+of the other clusters' nodes, so the clusters form one super-cluster. Ctrl-C (or SIGTERM) stops
+them all.
 """
 
 from __future__ import annotations
@@ -17,30 +19,65 @@ from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["main"]
+__all__ = ["main", "plan"]
+
+DEFAULT_CLUSTERS = "east:3,west:2"
 
 
 @attrs.frozen
 class LocalNode:
     name: str
+    cluster: str
     client_port: int
     route_port: int
+    gateway_port: int
     http_port: int
 
-    def command(self, cluster: str, seed: LocalNode | None) -> list[str]:
+    def command(self, nodes: Sequence[LocalNode]) -> list[str]:
+        """The ``pubmesh serve`` command line of this node, within the deployment ``nodes``."""
         args = [
             sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(self.client_port),
-            "-m", str(self.http_port), "-n", self.name, "--cluster_name", cluster,
+            "-m", str(self.http_port), "-n", self.name, "--cluster_name", self.cluster,
             "--cluster", f"nats://127.0.0.1:{self.route_port}",
         ]  # fmt: skip
-        if seed is not None:
+        seed = next(n for n in nodes if n.cluster == self.cluster)
+        if seed is not self:
             args += ["--routes", f"nats://127.0.0.1:{seed.route_port}"]
+        others = [
+            f"{n.cluster}=nats://127.0.0.1:{n.gateway_port}" for n in nodes if n.cluster != self.cluster
+        ]
+        if others:
+            args += [
+                "--gateway_name", self.cluster,
+                "--gateway_listen", f"nats://127.0.0.1:{self.gateway_port}",
+                "--gateways", ",".join(others),
+            ]  # fmt: skip
         return args
 
 
-def plan(nodes: int, base: int) -> list[LocalNode]:
-    """Ports: clients base+i, routes base+2000+i, monitoring base+4000+i (4222, 6222, 8222...)."""
-    return [LocalNode(f"n{i + 1}", base + i, base + 2000 + i, base + 4000 + i) for i in range(nodes)]
+def parse_clusters(text: str) -> list[tuple[str, int]]:
+    """``east:3,west:2`` -> [("east", 3), ("west", 2)]; a bare name means one node."""
+    clusters: list[tuple[str, int]] = []
+    for item in text.split(","):
+        name, _, count = item.strip().partition(":")
+        if not name or (count and not count.isdigit()) or (count and int(count) < 1):
+            raise ValueError(f"expected NAME[:NODES] with at least one node, got {item.strip()!r}")
+        if name in dict(clusters):
+            raise ValueError(f"cluster {name!r} given twice")
+        clusters.append((name, int(count) if count else 1))
+    return clusters
+
+
+def plan(clusters: Sequence[tuple[str, int]], base: int) -> list[LocalNode]:
+    """Ports, the i-th node overall: clients base+i, routes base+2000+i, gateways base+3000+i,
+    monitoring base+4000+i (4222, 6222, 7222, 8222... as nats-server's defaults)."""
+    nodes: list[LocalNode] = []
+    for cluster, count in clusters:
+        for k in range(count):
+            i = len(nodes)
+            ports = (base + i, base + 2000 + i, base + 3000 + i, base + 4000 + i)
+            nodes.append(LocalNode(f"{cluster}{k + 1}", cluster, *ports))
+    return nodes
 
 
 def _listening(port: int) -> bool:
@@ -59,17 +96,38 @@ def _wait_ready(nodes: list[LocalNode], processes: list[subprocess.Popen[bytes]]
         time.sleep(0.05)
 
 
+def _describe(nodes: Sequence[LocalNode]) -> None:
+    clusters = dict.fromkeys(n.cluster for n in nodes)
+    print(f"\n{len(nodes)} nodes in {len(clusters)} clusters on 127.0.0.1\n", flush=True)
+    heading = f"  {'cluster':8} {'node':8} {'clients':23} {'monitoring':27} {'routes':23} gateways"
+    print(heading, flush=True)
+    for n in nodes:
+        print(
+            f"  {n.cluster:8} {n.name:8} nats://127.0.0.1:{n.client_port:<6} "
+            f"http://127.0.0.1:{n.http_port:<10} nats://127.0.0.1:{n.route_port:<6} "
+            f"nats://127.0.0.1:{n.gateway_port}",
+            flush=True,
+        )
+    print("\nCtrl-C stops them all.\n", flush=True)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="pubmesh local", description="Run a local cluster of pubmesh processes on 127.0.0.1."
+        prog="pubmesh local",
+        description="Run local clusters of pubmesh processes on 127.0.0.1, joined by gateways.",
     )
-    parser.add_argument("--nodes", type=int, default=3, help="nodes in the cluster (default 3)")
+    parser.add_argument(
+        "--clusters",
+        default=DEFAULT_CLUSTERS,
+        metavar="NAME:NODES[,NAME:NODES...]",
+        help=f"the clusters and their sizes (default {DEFAULT_CLUSTERS})",
+    )
     parser.add_argument("--base-port", type=int, default=4222, help="first client port (default 4222)")
-    parser.add_argument("--cluster", default="local", help="cluster name")
     args = parser.parse_args(argv)
-    if args.nodes < 1:
-        parser.error("--nodes must be at least 1")
-    nodes = plan(args.nodes, args.base_port)
+    try:
+        nodes = plan(parse_clusters(args.clusters), args.base_port)
+    except ValueError as exc:
+        parser.error(f"--clusters: {exc}")
     processes: list[subprocess.Popen[bytes]] = []
     stop = False
 
@@ -80,19 +138,9 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     try:
         for node in nodes:
-            processes.append(
-                subprocess.Popen(node.command(args.cluster, nodes[0] if node is not nodes[0] else None))
-            )
+            processes.append(subprocess.Popen(node.command(nodes)))
         _wait_ready(nodes, processes)
-        print(f"\ncluster {args.cluster!r}: {len(nodes)} nodes on 127.0.0.1\n", flush=True)
-        print(f"  {'node':6} {'clients':24} {'monitoring':28} routes", flush=True)
-        for node in nodes:
-            print(
-                f"  {node.name:6} nats://127.0.0.1:{node.client_port:<8} "
-                f"http://127.0.0.1:{node.http_port:<10} nats://127.0.0.1:{node.route_port}",
-                flush=True,
-            )
-        print("\nCtrl-C stops them all.\n", flush=True)
+        _describe(nodes)
         while not stop and all(p.poll() is None for p in processes):
             time.sleep(0.2)
     except KeyboardInterrupt:
