@@ -42,5 +42,5 @@ run: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks
-	find routing node -name '*.so' -delete
+	find routing node cluster -name '*.so' -delete
 	rm -f *__mypyc*.so

@@ -1,7 +1,8 @@
 """``pubmesh bench compare``: pubmesh and nats-server side by side, under the same load.
 
-Each server is started here on 127.0.0.1 with its default settings, both as a single node and as a
-3-node cluster, and stopped here (see ``node.bench.servers``). Runs alternate between the servers, so
+Each server is started here on 127.0.0.1 with its default settings, as a single node, as a 3-node
+cluster, and as two one-node clusters joined by gateways, and stopped here (see
+``node.bench.servers``). Runs alternate between the servers, so
 whatever else the machine is doing weighs on both alike, and each figure is the median of several
 runs, which a single slow run cannot move. The result is a markdown table, ready to paste into a
 README or an issue.
@@ -13,7 +14,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -64,22 +65,29 @@ class Target:
     flavor: Flavor
     node: Endpoint
     cluster: tuple[Endpoint, ...]
+    supercluster: tuple[Endpoint, ...]
+    """Cluster A's node, then cluster B's."""
 
 
 def _scaled(n: int, scale: float) -> int:
     return max(1, round(n * scale))
 
 
+Via = Literal["node", "route", "gateway"]
+
+
 @attrs.frozen
 class LoadCase:
-    """A ``pubmesh bench`` scenario, on one node or (``across``) from one cluster node to another."""
+    """A ``pubmesh bench`` scenario: on one node, from one cluster node to another (``via`` a
+    route), or from one cluster to another (``via`` a gateway)."""
 
     label: str
     scenario: str
     msgs: int
     subs: int
-    across: bool = False
-    """Publisher on the cluster's first node, subscribers on its second."""
+    via: Via = "node"
+    """Where publishers (requesters) and subscribers (the responder) are: together on a single
+    node, on the cluster's first and second nodes, or in clusters A and B."""
     baseline: str | None = None
     """The label of a case this one is also shown as a fraction of."""
 
@@ -88,7 +96,10 @@ class LoadCase:
         return f"{_scaled(self.msgs, scale):,} {noun}"
 
     def spec(self, target: Target, scale: float) -> Spec:
-        pub, sub = target.cluster[:2] if self.across else (target.node, None)
+        if self.via == "node":
+            pub, sub = target.node, None
+        else:
+            pub, sub = (target.cluster if self.via == "route" else target.supercluster)[:2]
         msgs = _scaled(self.msgs, scale)
         return Spec(self.scenario, pub, msgs, SIZE, self.subs, timeout=RUN_TIMEOUT, sub_endpoint=sub)
 
@@ -158,8 +169,17 @@ CASES: tuple[Case, ...] = (
     LoadCase("queue group of 4", "queue", 400_000, subs=4),
     LoadCase("request/reply", "reqrep", 5_000, subs=1),
     LoadCase(
-        "pub/sub 1:1 through a route", "pubsub", 800_000, subs=1, across=True, baseline="pub/sub 1:1"
+        "pub/sub 1:1 through a route", "pubsub", 800_000, subs=1, via="route", baseline="pub/sub 1:1"
     ),
+    LoadCase(
+        "pub/sub 1:1 across a gateway",
+        "pubsub",
+        800_000,
+        subs=1,
+        via="gateway",
+        baseline="pub/sub 1:1",
+    ),
+    LoadCase("request/reply across a gateway", "reqrep", 5_000, subs=1, via="gateway"),
     ConvergenceCase("interest convergence across a route", samples=200),
     ResyncCase("route resync of a joining node", subs=100_000),
 )
@@ -205,7 +225,8 @@ def _target(servers: Servers, flavor: Flavor) -> Target:
     node = servers.start(flavor)
     cluster = servers.cluster(flavor, CLUSTER_SIZE)
     endpoints = tuple(n.endpoint for n in cluster)
-    return Target(flavor.name, node.version, flavor, node.endpoint, endpoints)
+    clusters = tuple(n.endpoint for n in servers.supercluster(flavor))
+    return Target(flavor.name, node.version, flavor, node.endpoint, endpoints, clusters)
 
 
 def _median(outcomes: list[Outcome], metric: Callable[[Any], float]) -> float | None:
@@ -272,7 +293,8 @@ def render(
     lines += [
         "",
         f"Through a route: publisher on one node of a {CLUSTER_SIZE}-node cluster, subscriber on"
-        " another.",
+        " another. Across a gateway: publisher (requester) in one single-node cluster, subscriber"
+        " (responder) in another.",
     ]
     if both:
         lines.append(

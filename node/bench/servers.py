@@ -1,4 +1,5 @@
-"""Servers the benchmarks start themselves: one node, a joining node, or a whole cluster.
+"""Servers the benchmarks start themselves: one node, a joining node, a whole cluster, or two
+one-node clusters joined by gateways.
 
 pubmesh and nats-server take the same flags, so one description of each (``Flavor``) starts either
 as a single node or as a cluster member on 127.0.0.1. Every port is left to the server to pick
@@ -6,6 +7,7 @@ as a single node or as a cluster member on 127.0.0.1. Every port is left to the 
 between being chosen and being bound. Processes belong to a ``Servers`` group and live for the length
 of its ``with``; they are stopped together, with SIGTERM (killed if they hang), so the nodes of a
 cluster do not watch each other go one by one and redial. Each log stays readable until then.
+nats-server takes gateway settings only from a configuration file, which is written for it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import IO
 
 import attrs
@@ -31,6 +34,8 @@ __all__ = ["PUBMESH", "Flavor", "ServerProcess", "Servers", "nats_server"]
 
 LISTENING = re.compile(rb"Listening for client connections on [\d.]+:(\d+)")
 ROUTES_LISTENING = re.compile(rb"Listening for route connections on [\d.]+:(\d+)")
+GATEWAYS_LISTENING = re.compile(rb"Listening for gateways? connections on [\d.]+:(\d+)")
+GATEWAY_REGISTERED = re.compile(rb"Outbound gateway connection to .* registered")
 ROUTE_CREATED = re.compile(rb"\] ([\d/]+ [\d:.]+) \[\w+\] .*Route connection created")
 ROUTE_EVENT = b"Route connection "
 """Both ends of a route's life (created, closed): while they keep coming, the mesh is still forming."""
@@ -57,6 +62,8 @@ class Flavor:
     """How its flags ask for any free port."""
     pool_size: int
     """Route connections it keeps to each peer, which is how many it logs as created."""
+    gateways_in_file: bool = False
+    """Whether gateways can only be set in a configuration file (nats-server's way)."""
 
     def argv(self, node_name: str | None = None, seed: str | None = None) -> list[str]:
         """The command line of a single node, or (with ``node_name``) of a cluster member that
@@ -67,6 +74,18 @@ class Flavor:
         argv += ["-n", node_name, "--cluster_name", CLUSTER_NAME]
         argv += ["--cluster", f"nats://127.0.0.1:{self.any_port}"]
         return argv + (["--routes", seed] if seed else [])
+
+    def gateway_argv(self, name: str, remote: tuple[str, str] | None, directory: Path) -> list[str]:
+        """The command line of a one-node cluster ``name`` with gateways on any free port,
+        configured with ``remote`` (its name, its gateway URL) when given one."""
+        argv = [*self.command, "-n", name]
+        if not self.gateways_in_file:
+            argv += ["--gateway_name", name, "--gateway_listen", f"nats://127.0.0.1:{self.any_port}"]
+            return argv + (["--gateways", "=".join(remote)] if remote else [])
+        remotes = f'gateways: [{{name: "{remote[0]}", url: "{remote[1]}"}}]' if remote else ""
+        conf = directory / f"{name}.conf"
+        conf.write_text(f'gateway {{\n  name: "{name}"\n  listen: "127.0.0.1:-1"\n  {remotes}\n}}\n')
+        return [*argv, "-c", str(conf)]
 
 
 PUBMESH = Flavor(
@@ -82,7 +101,8 @@ def nats_server() -> Flavor | None:
     path = shutil.which("nats-server")
     if path is None:
         return None
-    return Flavor("nats-server", (path, "-a", "127.0.0.1", "-p", "-1"), any_port="-1", pool_size=1)
+    command = (path, "-a", "127.0.0.1", "-p", "-1")
+    return Flavor("nats-server", command, any_port="-1", pool_size=1, gateways_in_file=True)
 
 
 @attrs.define
@@ -93,6 +113,7 @@ class ServerProcess:
     version: str
     endpoint: Endpoint
     route_url: str | None
+    gateway_url: str | None
     proc: subprocess.Popen[bytes]
     _log: IO[bytes]
 
@@ -131,9 +152,33 @@ class Servers:
         self, flavor: Flavor, node_name: str | None = None, seed: str | None = None
     ) -> ServerProcess:
         """A server ready for clients: a single node, or (with ``node_name``) a cluster member."""
-        server = self._stack.enter_context(_launched(flavor.name, flavor.argv(node_name, seed)))
+        return self._launch(flavor, flavor.argv(node_name, seed), clustered=node_name is not None)
+
+    def _launch(
+        self, flavor: Flavor, argv: list[str], *, clustered: bool = False, gateway: bool = False
+    ) -> ServerProcess:
+        server = self._stack.enter_context(_launched(flavor.name, argv))
         self._started.append(server)
-        return _await_listening(server, clustered=node_name is not None)
+        return _await_listening(server, clustered=clustered, gateway=gateway)
+
+    def supercluster(self, flavor: Flavor) -> list[ServerProcess]:
+        """Two one-node clusters, "A" and "B", joined by gateways: B is started first, and A is
+        configured with B's gateway URL (B learns of A when A dials it). Returned once each has
+        its outbound gateway link."""
+        directory = Path(self._stack.enter_context(tempfile.TemporaryDirectory()))
+        b = self._launch(flavor, flavor.gateway_argv("B", None, directory), gateway=True)
+        assert b.gateway_url is not None
+        remote = ("B", b.gateway_url)
+        a = self._launch(flavor, flavor.gateway_argv("A", remote, directory), gateway=True)
+        deadline = time.monotonic() + MESH_TIMEOUT
+        while not all(GATEWAY_REGISTERED.search(n.log()) for n in (a, b)):
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"{flavor.name} gateways did not connect within {MESH_TIMEOUT:.0f} s: "
+                    f"A: {a.tail()}; B: {b.tail()}"
+                )
+            time.sleep(POLL)
+        return [a, b]
 
     def cluster(self, flavor: Flavor, size: int) -> list[ServerProcess]:
         """``size`` nodes joined into one cluster through the first, once their mesh is complete."""
@@ -149,7 +194,7 @@ def _launched(name: str, argv: list[str]) -> Iterator[ServerProcess]:
     closed when the ``with`` ends."""
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        server = ServerProcess(name, "", Endpoint("127.0.0.1", 0), None, proc, log)
+        server = ServerProcess(name, "", Endpoint("127.0.0.1", 0), None, None, proc, log)
         try:
             yield server
         finally:
@@ -171,17 +216,19 @@ def _stop(servers: list[ServerProcess]) -> None:
             print(f"{server.name} ignored SIGTERM and was killed: {server.tail()}", file=sys.stderr)
 
 
-def _await_listening(server: ServerProcess, *, clustered: bool) -> ServerProcess:
+def _await_listening(server: ServerProcess, *, clustered: bool, gateway: bool) -> ServerProcess:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         text = server.log()
         listening = LISTENING.search(text)
         routes = ROUTES_LISTENING.search(text)
-        if listening and (routes or not clustered):
+        gateways = GATEWAYS_LISTENING.search(text)
+        if listening and (routes or not clustered) and (gateways or not gateway):
             version = VERSION.search(text)
             server.version = version.group(1).decode() if version else ""
             server.endpoint = Endpoint("127.0.0.1", int(listening.group(1)))
             server.route_url = f"nats://127.0.0.1:{int(routes.group(1))}" if routes else None
+            server.gateway_url = f"nats://127.0.0.1:{int(gateways.group(1))}" if gateways else None
             return server
         if server.proc.poll() is not None:
             status = server.proc.returncode

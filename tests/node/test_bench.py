@@ -183,6 +183,18 @@ def test_a_started_cluster_carries_runs_across_its_routes(flavor: Flavor) -> Non
         assert converge(second.endpoint, third.endpoint, 5).ok
 
 
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_a_started_supercluster_carries_runs_across_its_gateway(flavor: Flavor) -> None:
+    with Servers() as servers:
+        a, b = servers.supercluster(flavor)
+        assert a.gateway_url is not None
+        assert b.gateway_url is not None
+        for scenario, msgs in (("pubsub", 1000), ("reqrep", 100)):
+            result = run(Spec(scenario, a.endpoint, msgs, timeout=30, sub_endpoint=b.endpoint))
+            assert result.ok, result.failure()
+            assert result.received == msgs
+
+
 async def test_json_output_parses(node: NodeHandle, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["queue", "--url", node.url, "--msgs", "500", "--subs", "2", "--json"]
     status = await trio.to_thread.run_sync(cli.main, argv)
@@ -292,7 +304,8 @@ def test_reader_answers_pings_and_keeps_the_first_error() -> None:
 
 
 NEAR, FAR = Endpoint("127.0.0.1", 4223), Endpoint("127.0.0.1", 4224)
-TARGET = Target("pubmesh", "0.1.0", PUBMESH, Endpoint("127.0.0.1", 4222), (NEAR, FAR))
+A, B = Endpoint("127.0.0.1", 4225), Endpoint("127.0.0.1", 4226)
+TARGET = Target("pubmesh", "0.1.0", PUBMESH, Endpoint("127.0.0.1", 4222), (NEAR, FAR), (A, B))
 
 
 def made_up(case: Any, seconds: float) -> Outcome:
@@ -334,6 +347,8 @@ def test_compare_table_shows_both_servers_and_the_ratio() -> None:
         "| route resync of a joining node, 100,000 subscriptions: s from first route"
         " (pubmesh target < 2) | 2.00 | 1.00 | 2.00 |"
     ) in table
+    assert "| pub/sub 1:1 across a gateway, 800,000 msgs: msgs/s | 5 | 10 | 0.50 |" in table
+    assert "| request/reply across a gateway, 5,000 requests: latency p50 (µs) |" in table
     assert "- pubmesh, fan-out 1→10: received 9 of 10 (lost)" in table
     assert "- pubmesh, interest convergence across a route: 1 of 3 samples (too slow)" in table
 
