@@ -20,10 +20,10 @@ import trio
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.broker import VERSION
-from node.config import Config, ConfigError, UserConfig, check_urls, load
+from node.config import Config, ConfigError, UserConfig, check_urls, load, reconcile_names
 from node.launch import run_node
 
-__all__ = ["main"]
+__all__ = ["command_line_config", "main"]
 
 log = logging.getLogger("pubmesh")
 
@@ -75,6 +75,15 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def command_line_config(argv: Sequence[str]) -> Config:
+    """The configuration a ``pubmesh serve`` command line (without ``serve``) describes.
+
+    Raises:
+        ConfigError: a file or flag that does not make sense (argparse exits on unknown flags).
+    """
+    return serve_config(_serve_parser("pubmesh serve").parse_args(argv))
+
+
 def serve_config(args: argparse.Namespace) -> Config:
     """The configuration a ``serve`` command line describes: file first, flags on top."""
     config = load(args.config) if args.config else Config()
@@ -114,7 +123,7 @@ def serve_config(args: argparse.Namespace) -> Config:
     if args.debug or args.trace:
         changes["debug"] = True
         changes["trace"] = args.trace
-    return config.evolve(**changes)
+    return reconcile_names(config.evolve(**changes))
 
 
 def _gateway_flags(args: argparse.Namespace, gateway: GatewayConfig | None) -> GatewayConfig | None:
@@ -174,9 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return local_main(argv[1:])
     if argv and argv[0] == "serve":
         argv = argv[1:]
-    args = _serve_parser("pubmesh serve").parse_args(argv)
     try:
-        config = serve_config(args)
+        config = command_line_config(argv)
     except (ConfigError, ValueError) as exc:
         print(f"pubmesh: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,15 @@ import attrs
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
 
-__all__ = ["AccountConfig", "Config", "ConfigError", "Permissions", "UserConfig", "check_urls"]
+__all__ = [
+    "AccountConfig",
+    "Config",
+    "ConfigError",
+    "Permissions",
+    "UserConfig",
+    "check_urls",
+    "reconcile_names",
+]
 
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222
@@ -249,6 +257,19 @@ def _remote_gateway(body: dict[str, Any], where: str) -> tuple[str, tuple[str, .
     if not urls or not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
         raise ConfigError(f"{where}: gateway {name!r} needs url or urls")
     return name, tuple(check_urls(urls, f"{where}: gateway {name!r}"))
+
+
+def reconcile_names(config: Config) -> Config:
+    """A node's cluster is known by one name to its routes and by its gateway name to other
+    clusters: these must agree. A cluster left with the default name takes the gateway's, as in
+    nats-server; two different names are an error.
+    """
+    cluster, gateway = config.cluster, config.gateway
+    if cluster is None or gateway is None or cluster.name == gateway.name:
+        return config
+    if cluster.name != ClusterConfig().name:
+        raise ConfigError("cluster name conflicts between cluster and gateway definitions")
+    return config.evolve(cluster=attrs.evolve(cluster, name=gateway.name))
 
 
 def check_urls(urls: list[str], where: str) -> list[str]:

@@ -1,0 +1,124 @@
+"""Configuration from TOML files and from the command line, as ``pubmesh serve`` reads it."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from cluster.config import ClusterConfig, GatewayConfig
+from node.cli import command_line_config
+from node.config import ConfigError, from_mapping
+
+SUPERCLUSTER = """
+server_name = "east-1"
+listen = "127.0.0.1:4222"
+
+[cluster]
+name = "east"
+listen = "127.0.0.1:6222"
+routes = ["nats://127.0.0.1:6223"]
+
+[gateway]
+name = "east"
+listen = "127.0.0.1:7222"
+advertise = "nats://gw.example:7222"
+ping_interval = 1.5
+reply_ttl = 5.0
+gateways = [
+    { name = "west", url = "nats://127.0.0.1:7322" },
+    { name = "south", urls = ["nats://127.0.0.1:7422", "nats://127.0.0.1:7423"] },
+]
+"""
+
+
+def test_a_supercluster_node_from_toml() -> None:
+    config = from_mapping(tomllib.loads(SUPERCLUSTER))
+    assert config.cluster is not None
+    assert (config.cluster.name, config.cluster.port, config.cluster.seeds) == (
+        "east", 6222, ("nats://127.0.0.1:6223",),
+    )  # fmt: skip
+    assert config.gateway == GatewayConfig(
+        name="east",
+        host="127.0.0.1",
+        port=7222,
+        advertise="nats://gw.example:7222",
+        ping_interval=1.5,
+        reply_ttl=5.0,
+        gateways=(
+            ("west", ("nats://127.0.0.1:7322",)),
+            ("south", ("nats://127.0.0.1:7422", "nats://127.0.0.1:7423")),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("toml", "error"),
+    [
+        ("[gateway]\nlisten = '127.0.0.1:7222'", "a gateway needs a name"),
+        ("[gateway]\nname = 'a'\ncolor = 'red'", "unknown option 'color'"),
+        ("[gateway]\nname = 'a'\ngateways = 'b'", "gateways must be a list of tables"),
+        ("[gateway]\nname = 'a'\ngateways = [{ url = 'nats://h:1' }]", "needs a name"),
+        ("[gateway]\nname = 'a'\ngateways = [{ name = 'b' }]", "needs url or urls"),
+        ("[gateway]\nname = 'a'\ngateways = [{ name = 'b', url = 'nats://nohost' }]", "nohost"),
+        ("[gateway]\nname = 'a'\ngateways = [{ name = 'b', uri = 'x' }]", "unknown gateway option"),
+        ("[gateway]\nname = 'a'\nping_max = 'often'", "ping_max"),
+        ("[cluster]\npool_size = 0", "pool_size must be at least 1"),
+        ("[cluster]\nroutes = 'nats://h:1'", "routes must be a list"),
+        ("colour = 1", "unknown option 'colour'"),
+    ],
+)
+def test_bad_files_say_what_is_wrong(toml: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        from_mapping(tomllib.loads(toml))
+
+
+def test_gateway_flags() -> None:
+    config = command_line_config(
+        [
+            "--gateway_name", "east", "--gateway_listen", "nats://127.0.0.1:7222",
+            "--gateways", "west=nats://127.0.0.1:7322,west=nats://127.0.0.1:7323,south=nats://h:7",
+            "--gateway_advertise", "nats://gw.example:7222",
+        ]
+    )  # fmt: skip
+    assert config.gateway == GatewayConfig(
+        name="east",
+        host="127.0.0.1",
+        port=7222,
+        advertise="nats://gw.example:7222",
+        gateways=(
+            ("west", ("nats://127.0.0.1:7322", "nats://127.0.0.1:7323")),
+            ("south", ("nats://h:7",)),
+        ),
+    )
+    assert config.cluster is None  # a cluster of one node needs no routes
+
+
+def test_flags_override_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text(SUPERCLUSTER)
+    config = command_line_config(["-c", str(path), "--gateways", "north=nats://127.0.0.1:7522"])
+    assert config.gateway is not None
+    assert config.gateway.gateways == (("north", ("nats://127.0.0.1:7522",)),)
+    assert config.gateway.port == 7222  # the rest of the file stands
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--gateways", "west=nats://h:1"], "need --gateway_name"),
+        (["--gateway_name", "e", "--gateways", "west"], "expected NAME=URL"),
+        (["--gateway_name", "e", "--gateways", "west=nats://nohost"], "nohost"),
+        (["--gateway_name", "e", "--cluster_name", "f", "--cluster", "nats://h:1"], "conflicts"),
+    ],
+)
+def test_bad_flags_say_what_is_wrong(argv: list[str], error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        command_line_config(argv)
+
+
+def test_a_cluster_left_unnamed_takes_the_gateway_name() -> None:
+    config = command_line_config(["--gateway_name", "east", "--cluster", "nats://127.0.0.1:6222"])
+    assert config.cluster is not None
+    assert config.cluster.name == "east" != ClusterConfig().name
