@@ -29,13 +29,16 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
+import re
 import subprocess
 import sys
 import time
 import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -343,9 +346,19 @@ def table(report: list[Cycle], seed: int) -> str:
     return "\n".join(lines)
 
 
+def default_project() -> str:
+    """The project name docker-compose gives a deployment started in the repository's root."""
+    name = os.environ.get("COMPOSE_PROJECT_NAME") or Path(__file__).resolve().parents[1].name
+    return re.sub(r"[^a-z0-9_-]", "", name.lower())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--project", default="pubmesh", help="the compose project name")
+    parser.add_argument(
+        "--project",
+        default=default_project(),
+        help="the compose project name (default: as docker-compose names it, from the directory)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--json", metavar="FILE", help="write the report here as JSON")
