@@ -85,6 +85,7 @@ class Cycle:
     during_received: int = 0
     duplicates: int = 0
     converged_after: float | None = None
+    """Seconds from the heal until the monitoring endpoints agreed (None: not within the bound)."""
     traffic_ok: bool = False
     problems: list[str] = field(default_factory=list)
 
@@ -314,11 +315,14 @@ async def run(project: str, seed: int, cycles: int) -> list[Cycle]:
         apply(cycle.fault, node, network)
         await asyncio.sleep(cycle.seconds)
         heal(cycle.fault, node, network)
+        healed = time.monotonic()
         stop.set()
         await traffic
         if cycle.fault == "kill":  # a restarted container may be given other host ports
             nodes, network = discover(project)
-        cycle.converged_after, problems = await converge(nodes)
+        waited = time.monotonic() - healed
+        converged, problems = await converge(nodes)
+        cycle.converged_after = None if converged is None else round(waited + converged, 2)
         cycle.problems += problems[:5]
         if cycle.duplicates:
             cycle.problems.append(f"{cycle.duplicates} duplicate deliveries during the fault")
