@@ -158,7 +158,7 @@ def test_a_seeded_chaos_run_heals_every_cycle(
     deployment: tuple[str, list[Node]], tmp_path: Path
 ) -> None:
     project, _ = deployment
-    cycles = os.environ.get("CHAOS_CYCLES", "4")
+    cycles = os.environ.get("CHAOS_CYCLES", "8")
     report_path = tmp_path / "chaos.json"
     run = subprocess.run(
         [sys.executable, str(ROOT / "deploy" / "chaos.py"), "--project", project,
