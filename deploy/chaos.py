@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -245,7 +246,7 @@ async def during(nodes: list[Node], cycle: Cycle, stop: asyncio.Event, rng: rand
 async def check_traffic(nodes: list[Node], cycle: Cycle) -> bool:
     """Fresh subscribers everywhere; every node publishes; plain once each, queue exactly once."""
     plain_subject, queue_subject = f"chaos.plain.{cycle.number}", f"chaos.queue.{cycle.number}"
-    clients = {n.service: await connect(n) for n in nodes}
+    clients: dict[str, Client] = {}
     plain: dict[str, Counter[bytes]] = {n.service: Counter() for n in nodes}
     queued: Counter[bytes] = Counter()
 
@@ -256,6 +257,8 @@ async def check_traffic(nodes: list[Node], cycle: Cycle) -> bool:
         return take
 
     try:
+        for node in nodes:
+            clients[node.service] = await connect(node)
         for name, client in clients.items():
             await client.subscribe(plain_subject, cb=taker(plain[name]))
             await client.subscribe(queue_subject, queue="workers", cb=taker(queued))
@@ -290,7 +293,8 @@ async def check_traffic(nodes: list[Node], cycle: Cycle) -> bool:
         return ok
     finally:
         for client in clients.values():
-            await client.close()
+            with contextlib.suppress(Exception):  # one the node broke
+                await client.close()
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -327,7 +331,10 @@ async def run(project: str, seed: int, cycles: int) -> list[Cycle]:
         if cycle.duplicates:
             cycle.problems.append(f"{cycle.duplicates} duplicate deliveries during the fault")
         if cycle.converged_after is not None:
-            cycle.traffic_ok = await check_traffic(nodes, cycle)
+            try:
+                cycle.traffic_ok = await check_traffic(nodes, cycle)
+            except (OSError, TimeoutError, nats.errors.Error) as exc:  # a node refusing clients
+                cycle.problems.append(f"traffic check failed: {exc!r}")
         report.append(cycle)
     return report
 
