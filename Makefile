@@ -13,7 +13,7 @@ $(BIN)/python:
 
 # The publish path is compiled (see setup.py): edits to those modules need a rebuild, so the install
 # step depends on every source file of the packages.
-SOURCES := $(wildcard routing/*.py node/*.py node/protocol/*.py cluster/*.py)
+SOURCES := $(wildcard routing/*.py transport/*.py node/*.py node/protocol/*.py cluster/*.py)
 
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(SOURCES)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -42,5 +42,5 @@ run: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks
-	find routing node cluster -name '*.so' -delete
+	find routing transport node cluster -name '*.so' -delete
 	rm -f *__mypyc*.so

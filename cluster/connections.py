@@ -21,14 +21,13 @@ from cluster.config import parse_url
 from cluster.frames import Err, Frame, Hello, LinkError, Ping, Pong, Snapshot
 from cluster.host import NodeHost
 from cluster.link import Link
-from cluster.sessions import Flusher, Session
 from routing import InterestChange, Origin
+from transport.sessions import Flusher, Session
 
 __all__ = ["Dial", "LinkManager", "LinkSettings"]
 
 log = logging.getLogger("pubmesh")
 
-READ_SIZE = 1 << 16
 SNAPSHOT_BATCH = 1000
 """Interest entries per snapshot frame: 100k subscriptions are a hundred frames, not 100k."""
 DIAL_TIMEOUT = 2.0
@@ -129,6 +128,8 @@ class LinkManager:
         """
         session = Session(stream)
         link = Link(
+            self.host,
+            self._on_frame,
             solicited=solicited,
             max_frame=self.settings.max_frame,
             wake=partial(self.flusher.wake, session),
@@ -136,8 +137,9 @@ class LinkManager:
             clock=trio.current_time,
             origin=origin,
             takes_messages=takes_messages,
+            kind=self.kind,
         )
-        session.queue = link
+        session.conn = link
         self._next_rid += 1
         link.rid = self._next_rid
         if solicited:
@@ -147,15 +149,9 @@ class LinkManager:
         self.links.append(link)
         link.send(Hello(self._hello(link)))
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, link, stream)
-                nursery.start_soon(self._heartbeat, link, nursery.cancel_scope)
-                await self.flusher.write_loop(
-                    session,
-                    WRITE_DEADLINE,
-                    partial(link.close, "Write deadline exceeded", flush=False),
-                )
-                nursery.cancel_scope.cancel()
+            await session.run(
+                self.flusher, write_deadline=WRITE_DEADLINE, timers=partial(self._heartbeat, session)
+            )
         finally:
             link.close("Connection closed")
             await trio.aclose_forcefully(stream)
@@ -163,34 +159,15 @@ class LinkManager:
             self._dropped(link)
         return link
 
-    async def _read(self, link: Link, stream: trio.abc.Stream) -> None:
-        handle = partial(self._receive, link)
-        try:
-            while link.closing is None:
-                data = await stream.receive_some(READ_SIZE)
-                if not data:
-                    link.close("Closed by peer")
-                    return
-                self.flusher.process(handle, bytes(data))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            link.close("Read error")
-
-    async def _heartbeat(self, link: Link, io: trio.CancelScope) -> None:
+    async def _heartbeat(self, session: Session) -> None:
+        link: Link = session.conn  # type: ignore[assignment]
         settings = self.settings
         while link.closing is None:
             await trio.sleep(settings.ping_interval)
             if not link.heartbeat(settings.ping_interval, settings.ping_max):
-                self._log(logging.INFO, link, f"{self.kind} silent for too long, closing")
+                link.log(logging.INFO, f"{self.kind} silent for too long, closing")
                 link.close("Stale Connection", flush=False)
-                io.cancel()  # its writer may be stuck on a socket nobody reads: abandon it
-
-    def _receive(self, link: Link, data: bytes) -> None:
-        try:
-            link.receive(data, self.host, self._on_frame)
-        except LinkError as exc:
-            self._log(logging.WARNING, link, f"{self.kind} protocol error: {exc}")
-            link.send(Err(f"protocol error: {exc}"))
-            link.close(f"Protocol error: {exc}")
+                session.abandon()  # its writer may be stuck on a socket nobody reads
 
     def _on_frame(self, link: Link, frame: Frame) -> None:
         """Everything but messages (which ``Link.receive`` delivers itself)."""
@@ -205,7 +182,7 @@ class LinkManager:
             link.pong()
         elif kind is Err:
             text = frame.text  # type: ignore[union-attr]
-            self._log(logging.WARNING, link, f"{self.kind} closed by peer: {text}")
+            link.log(logging.WARNING, f"{self.kind} closed by peer: {text}")
             link.close(f"Closed by peer: {text}")
         elif kind is Hello:
             raise LinkError("HELLO sent twice")
@@ -213,9 +190,8 @@ class LinkManager:
             self._control(link, frame)
 
     def _refuse(self, link: Link, reason: str) -> None:
-        self._log(logging.WARNING, link, f"Refusing {self.kind.lower()}: {reason}")
-        link.send(Err(reason))
-        link.close(f"Refused: {reason}")
+        link.log(logging.WARNING, f"Refusing {self.kind.lower()}: {reason}")
+        link.refuse(reason, f"Refused: {reason}")
 
     def _send_snapshot(self, link: Link, changes: Iterable[InterestChange]) -> None:
         """Interest (as announcements) in per-account batches of frames."""
@@ -246,10 +222,6 @@ class LinkManager:
         except (OSError, ValueError, trio.TooSlowError) as exc:
             log.debug("Error trying to connect to %s %s: %s", self.kind.lower(), url, exc)
             return None
-
-    def _log(self, level: int, link: Link, text: str) -> None:
-        host, port = link.address
-        log.log(level, "%s - rid:%d - %s", f"{host}:{port}" if host else "memory", link.rid, text)
 
 
 def _peer_address(stream: trio.abc.Stream) -> tuple[str, int]:

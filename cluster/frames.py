@@ -36,7 +36,7 @@ __all__ = [
     "Gossip",
     "Hello",
     "LinkError",
-    "Message",
+    "MessageFrame",
     "Ping",
     "Pong",
     "Snapshot",
@@ -87,7 +87,7 @@ class Snapshot:
 
 
 @attrs.define(slots=True)
-class Message:
+class MessageFrame:
     account: str
     subject: bytes
     reply: bytes | None
@@ -111,7 +111,7 @@ class Err:
     text: str
 
 
-Frame = Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | Message | Gossip | Gateways | Err
+Frame = Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | MessageFrame | Gossip | Gateways | Err
 
 _PING: bytes = msgpack.packb(["PING"])
 _PONG: bytes = msgpack.packb(["PONG"])
@@ -119,7 +119,7 @@ _PONG: bytes = msgpack.packb(["PONG"])
 
 def encode(frame: Frame) -> bytes:
     """The bytes of one frame."""
-    if isinstance(frame, Message):
+    if isinstance(frame, MessageFrame):
         return _pack(
             ["MSG", frame.account, frame.subject, frame.reply, frame.headers, frame.payload,
              list(frame.queues)]
@@ -203,7 +203,7 @@ def _decode(obj: Any) -> Frame:
         queues = obj[6]
         if type(queues) is not list:
             raise LinkError("bad queue list")
-        return Message(
+        return MessageFrame(
             _str(obj[1]), _bytes(obj[2]), _opt_bytes(obj[3]), _opt_bytes(obj[4]), _bytes(obj[5]),
             tuple([_str(q) for q in queues]) if queues else (),
         )  # fmt: skip

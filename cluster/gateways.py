@@ -41,8 +41,8 @@ from cluster.link import Link
 from cluster.peer import Gateway
 from cluster.replies import ReplyRouter, short_hash
 from cluster.routes import RouteManager
-from cluster.sessions import Flusher
 from routing import InterestChange, InterestTracker, InvalidSubjectError, Origin
+from transport.sessions import Flusher
 
 __all__ = ["GatewayManager"]
 
@@ -94,7 +94,7 @@ class GatewayManager(LinkManager):
             config.reply_ttl,
             trio.current_time,
         )
-        host.replies = self.replies
+        host.map_replies(self.replies)
         for change in host.local_interest():
             self._on_local(change)
         host.interest_listeners.append(self._on_local)
@@ -169,7 +169,7 @@ class GatewayManager(LinkManager):
 
     def _reorder(self) -> None:
         up = [gateway for gateway in self.remotes.values() if gateway.outbound is not None]
-        self.host.gateway_order = sorted(up, key=lambda gateway: gateway.rtt)
+        self.host.set_gateway_order(sorted(up, key=lambda gateway: gateway.rtt))
 
     # -- handshake ---------------------------------------------------------------------------
 
@@ -226,7 +226,7 @@ class GatewayManager(LinkManager):
         gateway.connections += 1
         link.registered = True
         self._reorder()
-        self._log(logging.INFO, link, f"Outbound gateway connection to {gateway.name!r} registered")
+        link.log(logging.INFO, f"Outbound gateway connection to {gateway.name!r} registered")
 
     def _register_inbound(self, gateway: Gateway, server_id: str, link: Link) -> None:
         old = gateway.inbound.get(server_id)
@@ -236,7 +236,7 @@ class GatewayManager(LinkManager):
         gateway.inbound[server_id] = link
         link.peer, link.registered = gateway, True
         self._send_snapshot(link, self.interest.snapshot())
-        self._log(logging.INFO, link, f"Inbound gateway connection from {gateway.name!r} registered")
+        link.log(logging.INFO, f"Inbound gateway connection from {gateway.name!r} registered")
 
     def _dropped(self, link: Link) -> None:
         if not link.registered:
@@ -250,7 +250,7 @@ class GatewayManager(LinkManager):
         elif gateway.inbound.get(link.connection) is link:
             del gateway.inbound[link.connection]
         way = "Outbound" if link.solicited else "Inbound"
-        self._log(logging.INFO, link, f"{way} gateway connection closed: {link.closing}")
+        link.log(logging.INFO, f"{way} gateway connection closed: {link.closing}")
 
     # -- other clusters ----------------------------------------------------------------------
 
@@ -312,7 +312,7 @@ class GatewayManager(LinkManager):
                 for subject, queue, _ in frame.entries:
                     table.apply_remote_sub(gateway, account, subject, queue, 1)
         except InvalidSubjectError as exc:
-            self._log(logging.WARNING, link, f"Ignoring invalid remote interest: {exc}")
+            link.log(logging.WARNING, f"Ignoring invalid remote interest: {exc}")
 
     def _on_local(self, change: InterestChange) -> None:
         """This node's interest changed: plain interest comes and goes; a queue group counts once

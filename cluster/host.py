@@ -1,6 +1,6 @@
 """What the cluster needs from the node it links: the small interface a node implements.
 
-The cluster package never imports the node's server. A node hands its links this much: who it is,
+The cluster package never imports the node. A node hands its links this much: who it is,
 the table where remote interest goes, its local interest (and a way to hear about changes), and the
 one entry point for a message that arrived over a link.
 """
@@ -8,25 +8,15 @@ one entry point for a message that arrived over a link.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from routing import InterestChange, Origin, RemoteInterest
+from routing import InterestChange, Message, Origin, RemoteInterest
 
-__all__ = ["Forwarder", "NodeHost"]
+if TYPE_CHECKING:
+    from cluster.peer import Gateway
+    from cluster.replies import ReplyRouter
 
-
-class Forwarder(Protocol):
-    """A link the node's publish path can hand a message to (a route peer, a gateway)."""
-
-    def forward(
-        self,
-        account: str,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        queues: tuple[str, ...],
-    ) -> None: ...
+__all__ = ["NodeHost"]
 
 
 class NodeHost(Protocol):
@@ -36,12 +26,16 @@ class NodeHost(Protocol):
     """Interest learned over routes; the node's publish path reads it, links write it."""
     gateway_interest: RemoteInterest[Any]
     """Interest other clusters announced over gateways; written by the gateway links."""
-    gateway_order: Sequence[Any]
-    """Gateways by preference (lowest round trip first), kept by the gateway links."""
-    replies: Any
-    """The node's reply mapping across gateways (set by the gateway links)."""
     interest_listeners: list[Callable[[InterestChange], None]]
     """Called with every change of local interest, in order, as it happens."""
+
+    def set_gateway_order(self, order: Sequence[Gateway]) -> None:
+        """Gateways by preference (lowest round trip first), for queue groups served remotely."""
+        ...
+
+    def map_replies(self, router: ReplyRouter) -> None:
+        """Send messages whose replies crossed (or will cross) a gateway through ``router``."""
+        ...
 
     def local_interest(self, accounts: Iterable[str] | None = None) -> Iterator[InterestChange]:
         """Local interest as announcements: the snapshot a peer gets when a link opens."""
@@ -50,15 +44,12 @@ class NodeHost(Protocol):
     def publish(
         self,
         account: Any,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
+        msg: Message,
         exclude: object = None,
         origin: Origin = Origin.CLIENT,
         queues: Collection[str] = (),
     ) -> bool: ...
 
     def account(self, name: str) -> Any:
-        """The account called ``name`` (what ``publish`` takes)."""
+        """The account called ``name`` (what ``publish`` takes; opaque to the cluster)."""
         ...

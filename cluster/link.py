@@ -8,26 +8,35 @@ arrived over it (what to forget if it drops), and traffic counters for monitorin
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
 
-from cluster.frames import Frame, FrameDecoder, LinkError, Message, Ping, encode
+from cluster.frames import Err, Frame, FrameDecoder, LinkError, MessageFrame, Ping, encode
 from cluster.host import NodeHost
-from cluster.outbox import Outbox
-from routing import Origin
+from routing import Message, Origin
+from transport.outbox import Outbox
+from transport.sessions import Hangup
 
 __all__ = ["Link"]
 
+log = logging.getLogger("pubmesh")
+
 _packer = msgpack.Packer(use_bin_type=True)
+
+Control = Callable[["Link", Frame], None]
+"""What a link's manager does with every frame but messages (raising ``LinkError`` to refuse)."""
 
 
 class Link(Outbox):
     """The protocol side of one route (or gateway) connection.
 
     Args:
+        host: the node messages arriving here are published into.
+        control: the manager's handler for every other frame.
         solicited: whether this node dialed it.
         max_frame: the largest frame the peer may send.
         wake: the I/O side's wake-up (see ``Outbox``).
@@ -35,10 +44,13 @@ class Link(Outbox):
         clock: the time source for liveness (the I/O side's, so a test clock works).
         origin: what kind of link this is, as the publish path needs to know.
         takes_messages: False where a peer sending messages breaks the protocol.
+        kind: how log lines name it ("Route", "Gateway").
     """
 
     def __init__(
         self,
+        host: NodeHost,
+        control: Control,
         *,
         solicited: bool,
         max_frame: int,
@@ -47,8 +59,12 @@ class Link(Outbox):
         clock: Callable[[], float] = time.monotonic,
         origin: Origin = Origin.ROUTE,
         takes_messages: bool = True,
+        kind: str = "Link",
     ) -> None:
         super().__init__(wake)
+        self.host = host
+        self.control = control
+        self.kind = kind
         self.origin = origin
         """Where messages arriving here come from, for the forwarding rules."""
         self.takes_messages = takes_messages
@@ -85,36 +101,68 @@ class Link(Outbox):
         self.decoder.receive_data(data)
         return self.decoder.frames()
 
-    def receive(self, data: bytes, host: NodeHost, control: Callable[[Link, Frame], None]) -> None:
+    def receive_data(self, data: bytes) -> None:
         """Act on what the peer sent: messages straight into the node (the hot path, kept here),
-        every other frame to ``control`` (the route manager). Raises ``LinkError`` at a bad frame.
+        every other frame to ``control`` (the manager). A protocol error is answered with an ERR
+        frame and the link closes.
 
         A message arriving on a connection that is not (or no longer) the one in use for its slot
         is dropped: its peer will resend the slot's interest on the connection that is.
         """
-        for frame in self.frames(data):
-            if type(frame) is Message:
-                if not self.takes_messages:
-                    raise LinkError("a message on a link that carries none this way")
-                if self.registered:
-                    self.in_msgs += 1
-                    self.in_bytes += len(frame.payload)
-                    host.publish(
-                        host.account(frame.account),
-                        frame.subject,
-                        frame.reply,
-                        frame.headers,
-                        frame.payload,
-                        None,
-                        self.origin,
-                        frame.queues,
-                    )
-                elif self.remote is None:
-                    raise LinkError("the first frame must be HELLO")
-            else:
-                control(self, frame)
-            if self.closing is not None:
-                return
+        if self.closing:  # (a truth test, so the check in the loop is not narrowed away)
+            return
+        try:
+            for frame in self.frames(data):
+                if type(frame) is MessageFrame:
+                    if not self.takes_messages:
+                        raise LinkError("a message on a link that carries none this way")
+                    if self.registered:
+                        self.in_msgs += 1
+                        self.in_bytes += len(frame.payload)
+                        host = self.host
+                        host.publish(
+                            host.account(frame.account),
+                            Message(frame.subject, frame.reply, frame.headers, frame.payload),
+                            None,
+                            self.origin,
+                            frame.queues,
+                        )
+                    elif self.remote is None:
+                        raise LinkError("the first frame must be HELLO")
+                else:
+                    self.control(self, frame)
+                if self.closing is not None:
+                    return
+        except LinkError as exc:
+            self.log(logging.WARNING, f"{self.kind} protocol error: {exc}")
+            self.refuse(f"protocol error: {exc}", f"Protocol error: {exc}")
+
+    def refuse(self, text: str, reason: str) -> None:
+        """Tell the peer why in an ERR frame, then close."""
+        self.send(Err(text))
+        self.close(reason)
+
+    def hangup(self, how: Hangup) -> None:
+        """The transport saw the connection end (see ``transport.sessions``)."""
+        if how is Hangup.CLOSED_BY_PEER:
+            self.close("Closed by peer")
+        elif how is Hangup.READ_ERROR:
+            self.close("Read error")
+        elif how is Hangup.WRITE_DEADLINE:
+            self.close("Write deadline exceeded", flush=False)
+        else:
+            self.close("Write error", flush=False)
+
+    def internal_error(self, exc: Exception) -> None:
+        self.outbound.clear()
+        self.refuse("internal error", "Internal Error")
+
+    def describe(self) -> str:
+        host, port = self.address
+        return f"{f'{host}:{port}' if host else 'memory'} - rid:{self.rid}"
+
+    def log(self, level: int, text: str) -> None:
+        log.log(level, "%s - %s", self.describe(), text)
 
     def send(self, frame: Frame) -> None:
         self._send(encode(frame))
@@ -123,19 +171,13 @@ class Link(Outbox):
         """Queue a frame already encoded (one announcement going to many peers is encoded once)."""
         self._send(data)
 
-    def send_message(
-        self,
-        account: str,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        queues: tuple[str, ...],
-    ) -> None:
+    def send_message(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
         """Queue a MSG frame (the hot path: packed directly, no frame object)."""
-        self.outbound += _packer.pack(["MSG", account, subject, reply, headers, payload, queues])
+        self.outbound += _packer.pack(
+            ["MSG", account, msg.subject, msg.reply, msg.headers, msg.payload, queues]
+        )
         self.out_msgs += 1
-        self.out_bytes += len(payload)
+        self.out_bytes += len(msg.payload)
         self._notify()
 
     def heartbeat(self, interval: float, allowed: int) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import trio
 
 from cluster.link import Link
+from routing import Message
 
 __all__ = ["REPLY_PREFIX", "Gateway", "Peer", "Slot", "fnv1a32"]
 
@@ -65,19 +66,11 @@ class Peer:
     def all_slots(self) -> list[Slot]:
         return [*range(self.pool_size), *sorted(self.pinned)]
 
-    def forward(
-        self,
-        account: str,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        queues: tuple[str, ...],
-    ) -> None:
+    def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
         """Send a message on the account's slot (dropped if that slot is down: at most once)."""
         link = self.slots.get(self.slot_of(account))
         if link is not None:
-            link.send_message(account, subject, reply, headers, payload, queues)
+            link.send_message(account, msg, queues)
 
     def __repr__(self) -> str:
         return f"Peer({self.name!r})"
@@ -106,20 +99,13 @@ class Gateway:
         self.inbound: dict[str, Link] = {}
         """Links the remote cluster's nodes dialed to this node, by their server id."""
 
-    def forward(
-        self,
-        account: str,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        queues: tuple[str, ...],
-    ) -> None:
+    def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
         link = self.outbound
         if link is not None:
+            reply = msg.reply
             if reply is not None and not reply.startswith(REPLY_PREFIX):
-                reply = self.reply_prefix + reply
-            link.send_message(account, subject, reply, headers, payload, queues)
+                msg = msg.with_reply(self.reply_prefix + reply)
+            link.send_message(account, msg, queues)
 
     @property
     def rtt(self) -> float:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import base64
 import collections
 import hashlib
-from collections.abc import Callable, Collection
-from typing import Any, Final, Protocol
+from collections.abc import Callable
+from typing import Final, Protocol
 
 from cluster.peer import REPLY_PREFIX, Gateway, Peer
-from routing import Origin
+from routing import Origin, Publication
 
 __all__ = ["REPLY_PREFIX", "Deliverer", "ReplyRouter", "short_hash"]
 
@@ -41,19 +41,7 @@ def short_hash(name: str) -> bytes:
 class Deliverer(Protocol):
     """The node's delivery step, below reply mapping (``Broker.deliver``)."""
 
-    def deliver(
-        self,
-        account: Any,
-        subject: bytes,
-        reply: bytes | None,
-        local_reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        exclude: object,
-        origin: Origin,
-        queues: Collection[str],
-        skip: object,
-    ) -> bool: ...
+    def deliver(self, publication: Publication) -> bool: ...
 
 
 class ReplyRouter:
@@ -98,73 +86,44 @@ class ReplyRouter:
             return mapped is not None and subject in mapped
         return False
 
-    def publish(
-        self,
-        node: Deliverer,
-        account: Any,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        exclude: object,
-        origin: Origin,
-        queues: Collection[str],
-    ) -> bool:
+    def publish(self, node: Deliverer, publication: Publication) -> bool:
         """Deliver a message ``claims`` accepted."""
-        name: str = account.name
-        if subject.startswith(REPLY_PREFIX):
-            return self._homecoming(node, account, subject, reply, headers, payload, origin)
+        p = publication
+        msg = p.msg
+        name: str = p.account.name
+        if msg.subject.startswith(REPLY_PREFIX):
+            return self._homecoming(node, p)
+        reply = msg.reply
         if reply is not None and reply.startswith(REPLY_PREFIX):
-            local = self._remember(name, reply) if origin is not Origin.CLIENT else reply
-            return node.deliver(
-                account, subject, reply, local, headers, payload, exclude, origin, queues, None
-            )
-        gateway = self._way_back(name, subject)
+            if p.origin is Origin.CLIENT:
+                return node.deliver(p)
+            return node.deliver(p.detour(local=msg.with_reply(self._remember(name, reply))))
+        gateway = self._way_back(name, msg.subject)
         if gateway is None:
-            return node.deliver(
-                account, subject, reply, reply, headers, payload, exclude, origin, queues, None
-            )
-        mapped = self._recent[name][subject][0]
-        gateway.forward(name, mapped, reply, headers, payload, ())
-        node.deliver(account, subject, reply, reply, headers, payload, exclude, origin, queues, gateway)
+            return node.deliver(p)
+        mapped = self._recent[name][msg.subject][0]
+        gateway.forward(name, msg.with_subject(mapped), ())
+        node.deliver(p.detour(skip=gateway))
         return True
 
-    def _homecoming(
-        self,
-        node: Deliverer,
-        account: Any,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-        origin: Origin,
-    ) -> bool:
+    def _homecoming(self, node: Deliverer, p: Publication) -> bool:
         """A mapped reply arrived (from a gateway, or from the node that took it off one)."""
-        if origin is Origin.CLIENT or len(subject) <= _MAPPED_LEN:
+        subject = p.msg.subject
+        if p.origin is Origin.CLIENT or len(subject) <= _MAPPED_LEN:
             return False
         if subject[5:11] != self.cluster_hash or subject[11:12] != b"." or subject[18:19] != b".":
             return False  # not this cluster's, or not a mapped subject at all
         target = subject[12:18]
         if target == self.node_hash:
-            local = self._remember(account.name, reply)
+            msg = p.msg.with_subject(subject[_MAPPED_LEN:])
+            local = msg.with_reply(self._remember(p.account.name, msg.reply))
             # As if this cluster's gateway had brought the reply itself: local subscribers and the
             # rest of the cluster, never another gateway (the responder's side served those).
-            return node.deliver(
-                account,
-                subject[_MAPPED_LEN:],
-                reply,
-                local,
-                headers,
-                payload,
-                None,
-                Origin.GATEWAY,
-                (),
-                None,
-            )
+            return node.deliver(Publication(p.account, msg, origin=Origin.GATEWAY, local=local))
         peer = self._peer(target)
         if peer is None:
             return False
-        peer.forward(account.name, subject, reply, headers, payload, ())
+        peer.forward(p.account.name, p.msg, ())
         return True
 
     def _remember(self, account: str, reply: bytes | None) -> bytes | None:

@@ -45,8 +45,8 @@ from cluster.frames import (
 from cluster.host import NodeHost
 from cluster.link import Link
 from cluster.peer import Peer, Slot
-from cluster.sessions import Flusher
 from routing import InterestChange, InvalidSubjectError
+from transport.sessions import Flusher
 
 __all__ = ["GatewayDirectory", "RouteManager"]
 
@@ -159,7 +159,7 @@ class RouteManager(LinkManager):
                 for subject, queue, weight in frame.entries:
                     self._add(peer, account, subject, queue, weight)
         except InvalidSubjectError as exc:
-            self._log(logging.WARNING, link, f"Ignoring invalid remote interest: {exc}")
+            link.log(logging.WARNING, f"Ignoring invalid remote interest: {exc}")
 
     def _add(self, peer: Peer, account: str, subject: str, queue: str | None, weight: int) -> None:
         table = self.host.route_interest
@@ -296,7 +296,7 @@ class RouteManager(LinkManager):
             known = self.gateways.known()
             if known:
                 link.send(Gateways(known))
-        self._log(logging.INFO, link, f"Route connection created ({peer.name}, slot {slot})")
+        link.log(logging.INFO, f"Route connection created ({peer.name}, slot {slot})")
         self._dial_missing(peer)
 
     def _dropped(self, link: Link) -> None:
@@ -308,7 +308,7 @@ class RouteManager(LinkManager):
         del peer.slots[link.slot]
         for account in link.accounts:
             self._forget(peer, account)
-        self._log(logging.INFO, link, f"Route connection closed: {link.closing}")
+        link.log(logging.INFO, f"Route connection closed: {link.closing}")
         if not peer.slots:
             for account in {entry.account for entry in self.host.route_interest.entries(peer)}:
                 self._forget(peer, account)

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from cluster.replies import ReplyRouter
 from node.accounts import DEFAULT_ACCOUNT, Account
 from node.auth import Authenticator
 from node.config import Config
@@ -26,14 +25,16 @@ from routing import (
     EMPTY_MATCH,
     InterestChange,
     InterestTracker,
+    Message,
     Origin,
+    Publication,
     RemoteInterest,
     SubListResult,
     Subscription,
     plan_delivery,
 )
 
-__all__ = ["VERSION", "Broker", "Subscriber"]
+__all__ = ["VERSION", "Broker", "Forwarder", "ReplyMapping", "Subscriber"]
 
 VERSION = "0.1.0"
 """pubmesh's version, reported in INFO and /varz (semver, which NATS clients parse)."""
@@ -48,15 +49,26 @@ CLOSED_KEPT = 10_000
 class Subscriber(Protocol):
     """Anything that can take a delivery for one of its subscriptions."""
 
-    def deliver(
-        self,
-        sub: Subscription,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-    ) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """Take one message; False if it was not delivered (closed, filtered, over its max)."""
+        ...
+
+
+class Forwarder(Protocol):
+    """A link the publish path hands a message to (a route peer, a gateway)."""
+
+    def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None: ...
+
+
+class ReplyMapping(Protocol):
+    """What the publish path asks of reply mapping across gateways (``cluster.replies``)."""
+
+    def claims(self, account: str, subject: bytes, reply: bytes | None) -> bool:
+        """Whether a message needs the mapping (asked for every message while gateways are up)."""
+        ...
+
+    def publish(self, node: Broker, publication: Publication) -> bool:
+        """Deliver a message ``claims`` accepted, through ``node.deliver``."""
         ...
 
 
@@ -106,17 +118,13 @@ class Broker:
         """What this node's routes announced (written by the cluster, read by ``publish``)."""
         self.gateway_interest: RemoteInterest[Any] = RemoteInterest()
         """What remote clusters announced over gateways."""
-        self.gateway_order: Sequence[Any] = ()
+        self.gateway_order: Sequence[Forwarder] = ()
         """Gateways by preference (lowest round trip first) for queue groups served remotely."""
         self.interest = InterestTracker()
         """Local interest, counted per (account, subject, queue): what peers must be told."""
         self.interest_listeners: list[Callable[[InterestChange], None]] = []
         """Called with each change of local interest, in order (the cluster's links listen)."""
-        self.routes: Any = None
-        """The node's route manager when it is part of a cluster (for monitoring)."""
-        self.gateways: Any = None
-        """The node's gateway manager when its cluster is part of a super-cluster."""
-        self.replies: ReplyRouter | None = None
+        self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}
         for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
@@ -184,6 +192,12 @@ class Broker:
             self.accounts[name] = account
         return account
 
+    def set_gateway_order(self, order: Sequence[Forwarder]) -> None:
+        self.gateway_order = order
+
+    def map_replies(self, router: ReplyMapping) -> None:
+        self.replies = router
+
     # -- interest --------------------------------------------------------------------------------
 
     def subscribe(self, account: Account, sub: Subscription) -> None:
@@ -231,10 +245,7 @@ class Broker:
     def publish(
         self,
         account: Account,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
+        msg: Message,
         exclude: object = None,
         origin: Origin = Origin.CLIENT,
         queues: Collection[str] = (),
@@ -246,31 +257,30 @@ class Broker:
             queues: for a message from another node, the queue groups it asked this node to serve.
         """
         replies = self.replies
-        if replies is not None and replies.claims(account.name, subject, reply):
-            return replies.publish(
-                self, account, subject, reply, headers, payload, exclude, origin, queues
-            )
-        return self.deliver(
-            account, subject, reply, reply, headers, payload, exclude, origin, queues, None
-        )
+        if replies is not None and replies.claims(account.name, msg.subject, msg.reply):
+            return replies.publish(self, Publication(account, msg, exclude, origin, queues))
+        return self._deliver(account, msg, msg, exclude, origin, queues, None)
 
-    def deliver(
+    def deliver(self, publication: Publication) -> bool:
+        """``publish`` below reply mapping: local subscribers get ``publication.local``, links
+        ``publication.msg``, and ``publication.skip`` (a gateway the message already went through)
+        gets nothing."""
+        p = publication
+        local = p.local if p.local is not None else p.msg
+        return self._deliver(p.account, p.msg, local, p.exclude, p.origin, p.queues, p.skip)
+
+    def _deliver(
         self,
         account: Account,
-        subject: bytes,
-        reply: bytes | None,
-        local_reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
+        msg: Message,
+        local_msg: Message,
         exclude: object,
         origin: Origin,
         queues: Collection[str],
         skip: object,
     ) -> bool:
-        """``publish`` below reply mapping: local subscribers get ``local_reply``, links ``reply``,
-        and ``skip`` (a gateway the message already went through) gets nothing."""
-        result, routes, gateways = account.match(subject)
-        links: Mapping[Any, tuple[str, ...]]
+        result, routes, gateways = account.match(msg.subject)
+        links: Mapping[Forwarder, tuple[str, ...]]
         if routes is EMPTY_MATCH and gateways is EMPTY_MATCH:
             if not result.plain and not result.queues:
                 return False
@@ -288,28 +298,20 @@ class Broker:
             )
         delivered = False
         for sub in local:
-            if sub.owner.deliver(sub, subject, local_reply, headers, payload) or (
-                sub.queue is not None
-                and self._another_member(result, sub, exclude, subject, local_reply, headers, payload)
+            if sub.owner.deliver(sub, local_msg) or (
+                sub.queue is not None and self._another_member(result, sub, exclude, local_msg)
             ):
                 delivered = True
         if links:
             name = account.name
             for link, names in links.items():
                 if link is not skip:
-                    link.forward(name, subject, reply, headers, payload, names)
+                    link.forward(name, msg, names)
                     delivered = True
         return delivered
 
     def _another_member(
-        self,
-        result: SubListResult,
-        failed: Subscription,
-        exclude: object,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
+        self, result: SubListResult, failed: Subscription, exclude: object, msg: Message
     ) -> bool:
         """The picked member of a queue group could not take the message (closing, over its
         auto-unsubscribe limit, filtered): try the others in random order, as nats-server does."""
@@ -317,5 +319,5 @@ class Broker:
             if group[0].queue == failed.queue:
                 others = [m for m in group if m is not failed and m.owner is not exclude]
                 self.rng.shuffle(others)
-                return any(m.owner.deliver(m, subject, reply, headers, payload) for m in others)
+                return any(m.owner.deliver(m, msg) for m in others)
         return False

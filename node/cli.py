@@ -70,7 +70,9 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--gateway_advertise", help="the gateway URL to give other clusters")
     p.add_argument("-D", "--debug", action="store_true", help="debug logging")
-    p.add_argument("-V", "--trace", action="store_true", help="trace logging")
+    p.add_argument(
+        "-V", "--trace", action="store_true", help="trace logging (as verbose as debug logging here)"
+    )
     p.add_argument("-v", "--version", action="version", version=f"pubmesh {VERSION}")
     return p
 
@@ -122,7 +124,6 @@ def serve_config(args: argparse.Namespace) -> Config:
         changes["gateway"] = gateway
     if args.debug or args.trace:
         changes["debug"] = True
-        changes["trace"] = args.trace
     return reconcile_names(config.evolve(**changes))
 
 

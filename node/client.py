@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from cluster.outbox import Outbox
 from node.accounts import Account
 from node.broker import Broker
 from node.config import UserConfig
@@ -34,7 +33,9 @@ from node.protocol import (
     Unsub,
 )
 from node.protocol import writer as w
-from routing import InvalidSubjectError, Subscription
+from routing import InvalidSubjectError, Message, Subscription
+from transport.outbox import Outbox
+from transport.sessions import Hangup
 
 __all__ = ["ClientConnection", "Reason"]
 
@@ -58,6 +59,7 @@ class Reason:
     SHUTDOWN: Final = "Server Shutdown"
     READ_ERROR: Final = "Read Error"
     WRITE_ERROR: Final = "Write Error"
+    INTERNAL_ERROR: Final = "Internal Error"
 
 
 AUTH_VIOLATION = "Authorization Violation"
@@ -90,6 +92,7 @@ class ClientConnection(Outbox):
         host, port: the peer's address, for INFO and /connz.
         wake: called when ``outbound`` gains data or the connection starts closing, so the I/O
             side knows to write; called at most once until ``take_output``.
+        clock: seconds, for round trips and ping timing (the I/O side's, so a test clock works).
     """
 
     def __init__(
@@ -100,8 +103,10 @@ class ClientConnection(Outbox):
         host: str = "",
         port: int = 0,
         wake: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(wake)
+        self._clock = clock
         config = broker.config
         self.broker = broker
         self.cid = cid
@@ -184,7 +189,7 @@ class ClientConnection(Outbox):
                 elif kind is Pong:
                     self.pings_out = 0
                     if self.last_ping_sent:
-                        self.rtt_ns = max(1, int((time.monotonic() - self.last_ping_sent) * 1e9))
+                        self.rtt_ns = max(1, int((self._clock() - self.last_ping_sent) * 1e9))
                 elif kind is Connect:
                     self._connect(event)  # type: ignore[arg-type]
                 elif kind is Err:
@@ -263,7 +268,7 @@ class ClientConnection(Outbox):
             # Subjects starting "_" may be reserved; replies always need a look.
             if (careful or reply or subject[:1] == b"_") and not self._may_publish(subject, reply):
                 continue
-            delivered = publish(account, subject, reply, headers, payload, exclude)
+            delivered = publish(account, Message(subject, reply, headers, payload), exclude)
             if not delivered and reply and self.no_responders:
                 self._no_responders(subject, reply)
             if self.closing is not None:
@@ -342,26 +347,20 @@ class ClientConnection(Outbox):
 
     # -- output ----------------------------------------------------------------------------------
 
-    def deliver(
-        self,
-        sub: Subscription,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-    ) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """Queue one MSG (or HMSG) for ``sub``; False if it was not delivered."""
         if self.closing is not None:
             return False
         if self._deny_filtered and sub in self._deny_filtered:
             assert self.perms is not None
-            if not self.perms.can_receive(subject):
+            if not self.perms.can_receive(msg.subject):
                 return False
         sub.delivered += 1
         max_msgs = sub.max_msgs
         if max_msgs and sub.delivered > max_msgs:
             return False
         out = self.outbound
+        subject, reply, headers, payload = msg.subject, msg.reply, msg.headers, msg.payload
         if headers is None or not self.headers:  # (without headers support: the payload alone)
             size = len(payload)
             if reply:
@@ -414,7 +413,7 @@ class ClientConnection(Outbox):
         """The ping timer fired: probe an idle client, or give up on one that stopped answering."""
         if self.closing is not None:
             return
-        now = time.monotonic()
+        now = self._clock()
         # A client heard from since the last firing is alive; but a PING also measures the round
         # trip, so one goes out anyway when there is no measurement yet, or the last PING is old.
         measured = (
@@ -440,6 +439,28 @@ class ClientConnection(Outbox):
             self._fail("Authentication Timeout", Reason.AUTH_TIMEOUT)
 
     # -- ending ----------------------------------------------------------------------------------
+
+    def hangup(self, how: Hangup) -> None:
+        """The transport saw the connection end (see ``transport.sessions``)."""
+        if how is Hangup.CLOSED_BY_PEER:
+            self.close(Reason.CLIENT_CLOSED)
+        elif how is Hangup.READ_ERROR:
+            self.close(Reason.READ_ERROR)
+        elif how is Hangup.WRITE_DEADLINE:
+            if self.closing is None:
+                self.broker.slow_consumers += 1
+            self.close(Reason.SLOW_DEADLINE, flush=False)
+        else:
+            self.close(Reason.WRITE_ERROR, flush=False)
+
+    def internal_error(self, exc: Exception) -> None:
+        """A bug surfaced while serving this client: it gets nats-server's generic error and goes."""
+        self.outbound.clear()
+        self._send(w.err("Internal Server Error"))
+        self.close(Reason.INTERNAL_ERROR)
+
+    def describe(self) -> str:
+        return f"{self.host}:{self.port} - cid:{self.cid}"
 
     def close(self, reason: str, *, flush: bool = True) -> None:
         """Start closing: forget subscriptions now; the I/O side flushes (unless told not to)."""

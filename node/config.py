@@ -98,7 +98,6 @@ class Config:
     accounts: tuple[AccountConfig, ...] = ()
     no_auth_user: str | None = None
     debug: bool = False
-    trace: bool = False
 
     @property
     def auth_required(self) -> bool:
@@ -125,9 +124,8 @@ _SCALARS = {
     "write_deadline": float,
     "no_auth_user": str,
     "debug": bool,
-    "trace": bool,
 }
-_ALIASES = {"listen": None, "name": "server_name", "net": "host", "http": None}
+_ALIASES = {"listen": None, "name": "server_name", "net": "host", "http": None, "trace": "debug"}
 
 
 def load(path: str | Path) -> Config:

@@ -21,7 +21,8 @@ from hypercorn.trio import serve
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
 from node import gojson, metrics
-from node.broker import VERSION, Broker
+from node.assembly import Node
+from node.broker import VERSION
 from node.monitoring_views import (
     DEFAULT_LIST_SIZE,
     BadRequest,
@@ -186,7 +187,7 @@ def _subsz(state: MonitorState, query: Query) -> Response:
 
 def _routez(state: MonitorState, query: Query) -> Response:
     subs, detail = query.subs()
-    return _json(routez(state.broker, RoutezOptions(subs=subs, subs_detail=detail)))
+    return _json(routez(state.node, RoutezOptions(subs=subs, subs_detail=detail)))
 
 
 def _gatewayz(state: MonitorState, query: Query) -> Response:
@@ -198,7 +199,7 @@ def _gatewayz(state: MonitorState, query: Query) -> Response:
         subs=subs,
         subs_detail=detail,
     )
-    return _json(gatewayz(state.broker, opts))
+    return _json(gatewayz(state.node, opts))
 
 
 def _metrics(state: MonitorState, query: Query) -> Response:
@@ -286,7 +287,7 @@ def _hypercorn_config(host: str, port: int) -> HypercornConfig:
 
 
 async def serve_monitoring(
-    broker: Broker,
+    node: Node,
     host: str,
     port: int,
     *,
@@ -297,7 +298,7 @@ async def serve_monitoring(
 
     Reports the port it listens on through ``task_status`` (the one picked when ``port`` is 0).
     """
-    state = MonitorState(broker, host)
+    state = MonitorState(node, host)
     app = _App(state)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(

@@ -24,6 +24,7 @@ from cluster.link import Link
 from cluster.peer import Gateway, Peer
 from cluster.routes import RouteManager
 from node.accounts import DEFAULT_ACCOUNT
+from node.assembly import Node
 from node.broker import Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
@@ -79,11 +80,15 @@ class CpuMeter:
 class MonitorState:
     """What the monitoring server knows beyond the broker: its own address and request counts."""
 
-    broker: Broker
+    node: Node
     http_host: str
     http_port: int = 0
     requests: collections.Counter[str] = attrs.field(factory=collections.Counter)
     cpu: CpuMeter = attrs.field(factory=CpuMeter)
+
+    @property
+    def broker(self) -> Broker:
+        return self.node.broker
 
 
 def _resident_bytes() -> int:
@@ -111,7 +116,7 @@ def varz(state: MonitorState) -> dict[str, Any]:
     config = broker.config
     now = time.time_ns()
     in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
-    cluster: RouteManager | None = broker.routes
+    cluster = state.node.routes
     routes, remotes = _route_counts(cluster)
     doc = broker.identity()
     if config.auth_required:
@@ -131,7 +136,7 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "max_payload": config.max_payload,
         "max_pending": config.max_pending,
         "cluster": _cluster_options(cluster),
-        "gateway": _gateway_options(broker.gateways),
+        "gateway": _gateway_options(state.node.gateways),
         "leaf": {},
         "mqtt": {},
         "websocket": {},
@@ -491,13 +496,13 @@ def _route_info(
     return info
 
 
-def routez(broker: Broker, opts: RoutezOptions) -> dict[str, Any]:
+def routez(node: Node, opts: RoutezOptions) -> dict[str, Any]:
     """/routez: every route connection in use, with its traffic and the interest it brought.
 
     Remote interest is recorded per peer and account, and each account travels on one connection
     of its peer, so a connection's subscriptions are its peer's entries for the accounts it carried.
     """
-    routes: RouteManager | None = broker.routes
+    broker, routes = node.broker, node.routes
     now = time.time_ns()
     links = _links_in_use(routes)
     seeds = {_host_port(url) for url in routes.config.seeds} if routes is not None else set()
@@ -612,12 +617,12 @@ def _inbound_accounts(manager: GatewayManager, opts: GatewayzOptions) -> list[di
     return [_account_interest(name, [], opts) for name in names]
 
 
-def gatewayz(broker: Broker, opts: GatewayzOptions) -> dict[str, Any]:
+def gatewayz(node: Node, opts: GatewayzOptions) -> dict[str, Any]:
     """/gatewayz: this node's outbound link to each other cluster and the inbound links from them,
     with their traffic and, when asked (``accs``), the interest per account."""
     now = time.time_ns()
+    broker, manager = node.broker, node.gateways
     doc: dict[str, Any] = {"server_id": broker.server_id, "now": go_time(now)}
-    manager: GatewayManager | None = broker.gateways
     if manager is None:
         return doc | {"outbound_gateways": {}, "inbound_gateways": {}}
     config = manager.config

@@ -16,17 +16,16 @@ from typing import Any
 
 import trio
 
-from cluster.sessions import Flusher, Session
 from node.broker import Broker
 from node.client import ClientConnection, Reason
 from node.config import Config
 from node.protocol import writer as w
+from transport.sessions import Flusher, Session
 
 __all__ = ["Server"]
 
 log = logging.getLogger("pubmesh")
 
-READ_SIZE = 1 << 16
 FIRST_PING = 2.0
 """The first ping comes soon after connecting, to measure the round trip (as nats-server does)."""
 SHUTDOWN_GRACE = 2.0
@@ -46,10 +45,11 @@ class Server:
     def __init__(self, config: Config, *, broker: Broker | None = None) -> None:
         self.config = config
         self.broker = broker or Broker(config)
-        self._shutdown = trio.Event()
+        self.stopping = trio.Event()
+        """Set once ``shutdown`` is called."""
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
-        self.flusher = Flusher(Reason.WRITE_ERROR)
+        self.flusher = Flusher()
 
     async def serve(
         self,
@@ -64,7 +64,7 @@ class Server:
                     partial(trio.serve_listeners, self.handle, list(listeners), handler_nursery=handlers)
                 )
                 task_status.started(listeners)
-                await self._shutdown.wait()
+                await self.stopping.wait()
                 acceptors.cancel_scope.cancel()
             for client in list(self.broker.clients.values()):
                 client.close(Reason.SHUTDOWN)
@@ -77,7 +77,7 @@ class Server:
 
     def shutdown(self) -> None:
         """Stop accepting, close every connection (flushing what it had), and let ``serve`` return."""
-        self._shutdown.set()
+        self.stopping.set()
 
     async def handle(self, stream: trio.abc.Stream) -> None:
         """Serve one client connection until it closes."""
@@ -90,56 +90,43 @@ class Server:
             return
         session = Session(stream)
         conn = ClientConnection(
-            broker, broker.next_cid(), host=host, port=port, wake=partial(self.flusher.wake, session)
+            broker,
+            broker.next_cid(),
+            host=host,
+            port=port,
+            wake=partial(self.flusher.wake, session),
+            clock=trio.current_time,
         )
-        session.queue = conn
+        session.conn = conn
         broker.add_client(conn)
-        log.debug("%s:%d - cid:%d - client connection created", host, port, conn.cid)
+        log.debug("%s - client connection created", conn.describe())
         conn.greeting()
         self._handlers += 1
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, conn, stream)
-                nursery.start_soon(self._timers, conn)
-                await self.flusher.write_loop(
-                    session, self.config.write_deadline, partial(self._write_deadline, conn)
-                )
-                nursery.cancel_scope.cancel()
+            await session.run(
+                self.flusher,
+                write_deadline=self.config.write_deadline,
+                timers=partial(self._timers, conn),
+                after_input=self._stall_if_congested,
+            )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
             await trio.aclose_forcefully(stream)
             self._handlers -= 1
             self._handler_done.set()
             self.flusher.wrote.set()
-            log.debug(
-                "%s:%d - cid:%d - client connection closed: %s", host, port, conn.cid, conn.closing
-            )
+            log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
-    async def _read(self, conn: ClientConnection, stream: trio.abc.Stream) -> None:
-        try:
-            while conn.closing is None:
-                data = await stream.receive_some(READ_SIZE)
-                if not data:
-                    conn.close(Reason.CLIENT_CLOSED)
-                    return
-                self.flusher.process(conn.receive_data, bytes(data))
-                if self.broker.congested:
-                    await self._stall()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            conn.close(Reason.READ_ERROR)
-
-    async def _stall(self) -> None:
+    async def _stall_if_congested(self) -> None:
         """Pause a producer whose messages pushed consumers past their stall threshold."""
         congested = self.broker.congested
+        if not congested:
+            return
         with trio.move_on_after(STALL_MAX):
             while any(c.closing is None and c.pending_bytes > c.stall_at for c in congested):
                 self.flusher.wrote = trio.Event()
                 await self.flusher.wrote.wait()
         congested.clear()
-
-    def _write_deadline(self, conn: ClientConnection) -> None:
-        self.broker.slow_consumers += 1
-        conn.close(Reason.SLOW_DEADLINE, flush=False)
 
     async def _timers(self, conn: ClientConnection) -> None:
         config = self.config

@@ -6,6 +6,7 @@ node and cluster packages wire it to sockets.
 
 from routing.forwarding import DeliveryPlan, Origin, plan_delivery
 from routing.interest import InterestChange, InterestTracker
+from routing.message import Message, Publication
 from routing.remote import EMPTY_MATCH, RemoteEntry, RemoteInterest, RemoteMatch
 from routing.stats import SubListStats
 from routing.subjects import (
@@ -26,7 +27,9 @@ __all__ = [
     "InterestChange",
     "InterestTracker",
     "InvalidSubjectError",
+    "Message",
     "Origin",
+    "Publication",
     "RemoteEntry",
     "RemoteInterest",
     "RemoteMatch",

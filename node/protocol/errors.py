@@ -1,5 +1,4 @@
-"""The one error type of the protocol code: what went wrong, what to tell the peer, whether to
-hang up."""
+"""The one error type of the protocol code: what went wrong, what to tell the peer."""
 
 from __future__ import annotations
 
@@ -12,10 +11,8 @@ class ProtocolError(Exception):
     Attributes:
         message: the text for ``-ERR '<message>'``, as nats-server words it (clients match on it);
             None when nats-server closes without saying why (argument errors in PUB or SUB lines).
-        fatal: whether the connection must close after the error is sent.
     """
 
-    def __init__(self, message: str | None, *, fatal: bool = True, reason: str | None = None) -> None:
+    def __init__(self, message: str | None, *, reason: str | None = None) -> None:
         super().__init__(reason or message or "protocol violation")
         self.message = message
-        self.fatal = fatal

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.config import ClusterConfig, GatewayConfig
-from cluster.harness import Cluster, Inbox, SuperCluster, open_cluster, open_supercluster
+from node.harness import Cluster, Inbox, SuperCluster, open_cluster, open_supercluster
 from routing import subject_matches
 
 NODES = ["n1", "n2", "n3"]

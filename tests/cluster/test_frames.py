@@ -17,7 +17,7 @@ from cluster.frames import (
     Gossip,
     Hello,
     LinkError,
-    Message,
+    MessageFrame,
     Ping,
     Pong,
     Snapshot,
@@ -40,7 +40,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(SubRemove, TEXT, SUBJECT, QUEUE),
     st.builds(Snapshot, TEXT, st.lists(st.tuples(SUBJECT, QUEUE, st.integers(1, 9)), max_size=5)),
     st.builds(
-        Message,
+        MessageFrame,
         TEXT,
         BLOB,
         st.none() | BLOB,
@@ -102,7 +102,7 @@ def test_undecodable_bytes_are_a_link_error() -> None:
 
 def test_an_oversized_frame_is_refused_before_it_is_whole() -> None:
     decoder = FrameDecoder(1024)
-    big = encode(Message("$G", b"s", None, None, b"x" * 5000, ()))
+    big = encode(MessageFrame("$G", b"s", None, None, b"x" * 5000, ()))
     with pytest.raises(LinkError, match="larger"):
         decoder.receive_data(big[:2000])
 

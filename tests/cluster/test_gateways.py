@@ -15,11 +15,11 @@ import trio.testing
 from trio.testing import MockClock
 
 from cluster.config import ClusterConfig, GatewayConfig
-from cluster.frames import Hello, Message, SubAdd, encode
-from cluster.harness import HarnessNode, SuperCluster, open_supercluster
+from cluster.frames import Hello, MessageFrame, SubAdd, encode
 from cluster.replies import short_hash
 from node.config import AccountConfig, Config
-from routing import Origin, Subscription
+from node.harness import HarnessNode, SuperCluster, open_supercluster
+from routing import Message, Origin, Subscription
 
 CLUSTER = ClusterConfig(ping_interval=0.5, ping_max=3)
 GATEWAY = GatewayConfig(name="", ping_interval=0.5, ping_max=3)
@@ -51,18 +51,11 @@ class Responder:
         self.answered = 0
         node.broker.subscribe(node.broker.account("$G"), self.subscription)
 
-    def deliver(
-        self,
-        sub: Subscription,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-    ) -> bool:
-        assert reply is not None
-        assert not reply.startswith(b"_GR_.")  # clients see the original
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
+        assert msg.reply is not None
+        assert not msg.reply.startswith(b"_GR_.")  # clients see the original
         self.answered += 1
-        self.node.publish(reply.decode(), b"re:" + payload)
+        self.node.publish(msg.reply.decode(), b"re:" + msg.payload)
         return True
 
 
@@ -241,7 +234,7 @@ async def test_mapped_subjects_for_other_clusters_or_nodes_go_nowhere(
             b"_GR_." + short_hash("east") + b".AAAAAA.x",
             b"_GR_.short",
         ):
-            assert not node.publish(account, subject, None, None, b"", origin=Origin.GATEWAY)
+            assert not node.publish(account, Message(subject, None, None, b""), origin=Origin.GATEWAY)
         await settled()
         assert not everything.messages
 
@@ -365,7 +358,7 @@ def hello(gateway: str, **extra: object) -> bytes:
         ([hello("east")], b'gateway "east" is this cluster'),
         ([hello("other", secret="guess")], b"gateway credential refused"),
         ([hello("other", kind="route")], b"expected a gateway"),
-        ([encode(Message("$G", b"x", None, None, b"", ()))], b"the first frame must be HELLO"),
+        ([encode(MessageFrame("$G", b"x", None, None, b"", ()))], b"the first frame must be HELLO"),
     ],
 )
 async def test_broken_gateway_protocol_closes_only_that_link(
@@ -396,7 +389,7 @@ async def test_a_message_sent_the_wrong_way_is_a_protocol_error(autojump_clock: 
         e1.gateways.learn({"fake": ["nats://fake:7222"]})
         with trio.fail_after(10):
             stream = await listener.accept()
-        await stream.send_all(hello("fake") + encode(Message("$G", b"x", None, None, b"", ())))
+        await stream.send_all(hello("fake") + encode(MessageFrame("$G", b"x", None, None, b"", ())))
         received = b""
         with trio.move_on_after(2):
             while chunk := await stream.receive_some(65536):

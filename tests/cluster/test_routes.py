@@ -16,13 +16,13 @@ import trio.testing
 from trio.testing import MockClock
 
 from cluster.config import ClusterConfig
-from cluster.frames import Err, Hello, Message, SubAdd, encode
-from cluster.harness import Cluster, HarnessNode, open_cluster
+from cluster.frames import Err, Hello, MessageFrame, SubAdd, encode
 from cluster.link import Link
 from cluster.peer import fnv1a32
 from cluster.routes import RouteManager
 from node.config import AccountConfig, Config
-from routing import Origin
+from node.harness import Cluster, HarnessNode, open_cluster
+from routing import Message, Origin
 
 CONFIG = ClusterConfig(name="test", ping_interval=0.5, ping_max=3)
 
@@ -123,7 +123,8 @@ async def test_a_routed_message_serves_only_the_named_group_and_never_loops(
         inbox_b, inbox_c = b.subscribe("x"), c.subscribe("x")
         await converged(cluster)
         # A route's message goes to local subscribers only: c must not relay what b sends it.
-        b.broker.publish(b.broker.account("$G"), b"x", None, None, b"via-route", None, Origin.ROUTE)
+        msg = Message(b"x", None, None, b"via-route")
+        b.broker.publish(b.broker.account("$G"), msg, origin=Origin.ROUTE)
         await trio.testing.wait_all_tasks_blocked()
         assert inbox_b.payloads == [b"via-route"]
         assert inbox_c.payloads == []
@@ -349,7 +350,7 @@ async def test_a_message_for_a_bad_subject_from_a_peer_does_no_harm(autojump_clo
             a,
             hello("Y" * 56),
             encode(SubAdd("$G", "bad..subject", None, 1)),
-            encode(Message("$G", b"a..b", None, None, b"x", ())),
+            encode(MessageFrame("$G", b"a..b", None, None, b"x", ())),
             encode(Err("bye")),
         )
         assert inbox.messages == []  # an empty token matches nothing, not even ">"

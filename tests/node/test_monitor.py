@@ -23,6 +23,7 @@ import pytest
 import trio
 import trio.testing
 
+from node.assembly import Node as Assembled
 from node.broker import VERSION
 from node.client import ClientConnection
 from node.config import AccountConfig, Config, UserConfig
@@ -93,7 +94,7 @@ async def make_node(nursery: trio.Nursery) -> AsyncIterator[NodeFactory]:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         await nursery.start(server.serve, listeners)
         http_port = await nursery.start(
-            partial(serve_monitoring, server.broker, "127.0.0.1", 0, shutdown=trio.Event())
+            partial(serve_monitoring, Assembled(server), "127.0.0.1", 0, shutdown=trio.Event())
         )
         nodes.append(Node(server, listeners[0].socket.getsockname()[1], http_port))
         return nodes[-1]
@@ -667,7 +668,7 @@ async def test_serve_monitoring_returns_once_shutdown_is_set() -> None:
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 port = await nursery.start(
-                    partial(serve_monitoring, server.broker, "127.0.0.1", 0, shutdown=shutdown)
+                    partial(serve_monitoring, Assembled(server), "127.0.0.1", 0, shutdown=shutdown)
                 )
                 idle = http.client.HTTPConnection("127.0.0.1", port, timeout=HTTP_TIMEOUT)
                 assert await trio.to_thread.run_sync(ask, idle) == b'{"status":"ok"}'

@@ -642,9 +642,9 @@ def test_events_before_an_error_are_yielded_first() -> None:
 
 def test_protocol_error_carries_the_text_for_the_peer() -> None:
     error = ProtocolError(None, reason="bad size")
-    assert (error.message, error.fatal, str(error)) == (None, True, "bad size")
-    error = ProtocolError("Invalid Subject", fatal=False)
-    assert (error.message, error.fatal, str(error)) == ("Invalid Subject", False, "Invalid Subject")
+    assert (error.message, str(error)) == (None, "bad size")
+    error = ProtocolError("Invalid Subject")
+    assert (error.message, str(error)) == ("Invalid Subject", "Invalid Subject")
 
 
 # -- the writer ------------------------------------------------------------------------------------

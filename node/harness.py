@@ -25,13 +25,11 @@ Example::
         with trio.fail_after(30):
             await cluster.wait_converged()
 
-This module is the one place that assembles a node and its cluster links outside a process; the
-cluster package itself never imports the node.
+Nodes are built by ``node.assembly``, as the launcher builds them; only the network differs.
 """
 
 from __future__ import annotations
 
-import random
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -45,10 +43,11 @@ from cluster.config import ClusterConfig, GatewayConfig
 from cluster.gateways import GatewayManager
 from cluster.network import MemoryNetwork
 from cluster.routes import RouteManager
+from node.assembly import Listeners, Node, assemble
 from node.broker import Broker
 from node.config import Config
 from node.server import Server
-from routing import Subscription
+from routing import Message, Subscription
 
 __all__ = ["Cluster", "HarnessNode", "Inbox", "SuperCluster", "open_cluster", "open_supercluster"]
 
@@ -67,16 +66,9 @@ class Inbox:
         """The reply subject of each message, in the same order."""
         self._arrived = trio.Event()
 
-    def deliver(
-        self,
-        sub: Subscription,
-        subject: bytes,
-        reply: bytes | None,
-        headers: bytes | None,
-        payload: bytes,
-    ) -> bool:
-        self.messages.append((subject, payload))
-        self.replies.append(reply)
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
+        self.messages.append((msg.subject, msg.payload))
+        self.replies.append(msg.reply)
         self._arrived.set()
         return True
 
@@ -97,9 +89,7 @@ class HarnessNode:
     """One node of a harness cluster."""
 
     name: str
-    server: Server
-    routes: RouteManager
-    gateways: GatewayManager | None = None
+    node: Node
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     stopped: trio.Event = attrs.Factory(trio.Event)
 
@@ -108,8 +98,21 @@ class HarnessNode:
         return not self.stopped.is_set()
 
     @property
+    def server(self) -> Server:
+        return self.node.server
+
+    @property
+    def routes(self) -> RouteManager:
+        assert self.node.routes is not None
+        return self.node.routes
+
+    @property
+    def gateways(self) -> GatewayManager | None:
+        return self.node.gateways
+
+    @property
     def broker(self) -> Broker:
-        return self.server.broker
+        return self.node.broker
 
     @property
     def server_id(self) -> str:
@@ -128,13 +131,8 @@ class HarnessNode:
         self, subject: str, payload: bytes = b"", *, account: str = "$G", reply: str | None = None
     ) -> bool:
         """Publish as a local client would; whether anyone (local or remote) took it."""
-        return self.broker.publish(
-            self.broker.account(account),
-            subject.encode(),
-            reply.encode() if reply else None,
-            None,
-            payload,
-        )
+        msg = Message(subject.encode(), reply.encode() if reply else None, None, payload)
+        return self.broker.publish(self.broker.account(account), msg)
 
     def local_interest(self) -> set[tuple[str, str, str | None, int]]:
         return {(c.account, c.subject, c.queue, c.weight) for c in self.broker.local_interest()}
@@ -255,40 +253,21 @@ class Cluster(_Faults):
         self._seed += 1
         # (Clusters of a super-cluster count from 1 each; their names keep their nodes apart.)
         seed = zlib.crc32(f"{name}/{self._seed}".encode()) if gateway is not None else self._seed
-        server = Server(config, broker=Broker(config, rng=random.Random(seed)))
-        routes = RouteManager(
-            server.broker,
-            cluster,
-            server.flusher,
-            dial=self.network.dialer(name),
-            rng=random.Random(seed),
-        )
-        server.broker.routes = routes
-        node = HarnessNode(name, server, routes)
-        if gateway is not None:
-            node.gateways = GatewayManager(
-                server.broker,
-                gateway,
-                server.flusher,
-                routes=routes,
-                dial=self.network.dialer(name),
-                rng=random.Random(seed),
-            )
-            server.broker.gateways = node.gateways
+        node = HarnessNode(name, assemble(config, dial=self.network.dialer(name), seed=seed))
         self._by_name[name] = node
         await self._nursery.start(self._run, node)
         return node
 
     async def _run(self, node: HarnessNode, *, task_status: trio.TaskStatus[None]) -> None:
         listen = partial(self.network.listen, node.name)
+        listeners = Listeners(
+            [listen((node.name, CLIENT_PORT))],
+            routes=[listen((node.name, ROUTE_PORT))],
+            gateways=[listen((node.name, GATEWAY_PORT))] if node.gateways is not None else [],
+        )
         try:
             with node.scope:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(node.server.serve, [listen((node.name, CLIENT_PORT))])
-                    await nursery.start(node.routes.run, [listen((node.name, ROUTE_PORT))])
-                    if node.gateways is not None:
-                        await nursery.start(node.gateways.run, [listen((node.name, GATEWAY_PORT))])
-                    task_status.started()
+                await node.node.run(listeners, task_status=task_status)
         finally:
             node.stopped.set()
 

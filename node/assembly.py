@@ -1,0 +1,97 @@
+"""Putting a node together: the broker, its client server, and its cluster links.
+
+This is the one place that wires ``node`` and ``cluster`` together. The launcher (real sockets) and
+the in-process harness (a memory network) both build nodes with ``assemble`` and run them with
+``Node.run``; they differ only in how connections are opened and accepted.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from cluster.connections import Dial
+from cluster.gateways import GatewayManager
+from cluster.routes import RouteManager
+from node.broker import Broker
+from node.config import Config
+from node.server import Server
+
+__all__ = ["Listeners", "Node", "assemble"]
+
+Listener = trio.abc.Listener[Any]
+
+
+@attrs.frozen
+class Listeners:
+    """Where a node accepts connections: clients, routes (if clustered), gateways (if any)."""
+
+    clients: Sequence[Listener]
+    routes: Sequence[Listener] = ()
+    gateways: Sequence[Listener] = ()
+
+
+@attrs.define(eq=False)
+class Node:
+    """A node's parts: the server (and its broker), and its route and gateway managers."""
+
+    server: Server
+    routes: RouteManager | None = None
+    gateways: GatewayManager | None = None
+
+    @property
+    def broker(self) -> Broker:
+        return self.server.broker
+
+    @property
+    def config(self) -> Config:
+        return self.server.config
+
+    async def run(
+        self, listeners: Listeners, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until the server is shut down: then links stop at once, and clients once flushed."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.server.serve, listeners.clients)
+            links: trio.Nursery = await nursery.start(_open_links)
+            if self.routes is not None:
+                await links.start(self.routes.run, listeners.routes)
+            if self.gateways is not None:
+                await links.start(self.gateways.run, listeners.gateways)
+            task_status.started()
+            await self.server.stopping.wait()
+            links.cancel_scope.cancel()
+
+
+def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | None = None) -> Node:
+    """A node built from ``config``: clustered if it has ``cluster`` settings, joined to other
+    clusters if it has ``gateway`` settings.
+
+    Args:
+        dial: how links open connections (the harness passes its memory network's).
+        seed: makes queue picks, server id, backoff jitter and link names repeatable.
+    """
+
+    def rng() -> random.Random | None:
+        return random.Random(seed) if seed is not None else None
+
+    server = Server(config, broker=Broker(config, rng=rng()))
+    node = Node(server)
+    if config.cluster is not None:
+        node.routes = RouteManager(server.broker, config.cluster, server.flusher, dial=dial, rng=rng())
+    if config.gateway is not None:
+        node.gateways = GatewayManager(
+            server.broker, config.gateway, server.flusher, routes=node.routes, dial=dial, rng=rng()
+        )
+    return node
+
+
+async def _open_links(*, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
+    """A nursery for the node's links, which stop (by cancellation) apart from the clients."""
+    async with trio.open_nursery() as links:
+        task_status.started(links)
+        await trio.sleep_forever()
