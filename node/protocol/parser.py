@@ -138,6 +138,11 @@ class _OpParser(Generic[E, P]):
         self._chunks.append(data)
         self._size += len(data)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet made into events."""
+        return self._size
+
     def clear(self) -> None:
         """Forget everything buffered: the connection is closing, and nothing more will be read."""
         self._buf, self._pos, self._chunks, self._size, self._need = b"", 0, [], 0, 1
