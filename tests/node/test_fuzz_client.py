@@ -202,7 +202,10 @@ json_values = st.recursive(
 )
 FIELDS = ["verbose", "pedantic", "echo", "protocol", "headers", "no_responders", "name", "lang",
           "version", "user", "pass", "auth_token", "account", "import", "VERBOSE"]  # fmt: skip
-typed_values = st.sampled_from([True, False, None, 0, 1, 2, "x", "", 1.0, [], {}])
+typed_values: st.SearchStrategy[Any] = st.sampled_from(
+    [True, False, None, 0, 1, 2, "x", "", 1.0, [], {}]
+)
+"""Values each of the right type for some field and the wrong one for others."""
 connect_fields = st.dictionaries(st.sampled_from(FIELDS) | texts, typed_values | json_values, max_size=5)
 
 
