@@ -71,7 +71,6 @@ class Canary:
         self.sock = socket.create_connection((HOST, port), timeout=WAIT)
         self.parser = ServerOpParser()
         self.sock.sendall(w.connect({"verbose": False, "pedantic": False}) + w.sub(b"canary", b"1"))
-        self.received: list[object] = []
         self.ping()
 
     def ping(self) -> list[object]:
