@@ -14,12 +14,18 @@ ANONYMOUS = UserConfig()
 
 
 def _same(given: Any, expected: str | None) -> bool:
-    """Constant-time comparison, so response times do not leak how much of a secret matched."""
-    return (
-        isinstance(given, str)
-        and expected is not None
-        and hmac.compare_digest(given.encode(), expected.encode())
-    )
+    """Constant-time comparison, so response times do not leak how much of a secret matched.
+
+    A credential that is not valid Unicode (CONNECT passes lone surrogates and bytes that are not
+    UTF-8 on as sent) matches nothing: it fails authentication like any wrong one.
+    """
+    if not isinstance(given, str) or expected is None:
+        return False
+    try:
+        sent = given.encode()
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(sent, expected.encode())
 
 
 class Authenticator:

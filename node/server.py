@@ -111,6 +111,7 @@ class Server:
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
+            conn.retire()
             await trio.aclose_forcefully(stream)
             self._handlers -= 1
             self._handler_done.set()
