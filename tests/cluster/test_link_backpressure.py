@@ -28,7 +28,7 @@ from cluster.frames import Hello, Ping, SubAdd, encode
 from cluster.link import SLOW_DEADLINE, SLOW_PENDING, Link
 from node.assembly import Node as Assembled
 from node.broker import Broker
-from node.config import Config
+from node.config import Config, from_mapping
 from node.harness import open_cluster
 from node.launch import NodeHandle
 from node.monitoring_views import GatewayzOptions, RoutezOptions, gatewayz, routez
@@ -367,3 +367,21 @@ async def test_a_write_past_the_deadline_cuts_the_link(autojump_clock: MockClock
             await until(lambda: any(link.closing for link in links))
         assert [link.closing for link in links if link.closing] == [SLOW_DEADLINE]
         assert a.broker.slow_links["Route"] == 1
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def test_links_limits_come_from_the_cluster_and_gateway_blocks() -> None:
+    config = from_mapping(
+        {
+            "cluster": {"max_pending": 1 << 20, "write_deadline": 2.5},
+            "gateway": {"name": "east", "max_pending": 1 << 21, "write_deadline": 3},
+        }
+    )
+    assert config.cluster is not None
+    assert config.gateway is not None
+    assert (config.cluster.max_pending, config.cluster.write_deadline) == (1 << 20, 2.5)
+    assert (config.gateway.max_pending, config.gateway.write_deadline) == (1 << 21, 3.0)
+    defaults = ClusterConfig(), GatewayConfig(name="east")
+    assert {(d.max_pending, d.write_deadline) for d in defaults} == {(32 * 1024 * 1024, 10.0)}
