@@ -10,6 +10,10 @@ __all__ = ["ClusterConfig", "GatewayConfig", "parse_url"]
 
 DEFAULT_CLUSTER_PORT = 6222
 DEFAULT_GATEWAY_PORT = 7222
+DEFAULT_MAX_PENDING = 32 * 1024 * 1024
+"""Bytes a link may hold for a peer that does not read them before it is cut as a slow consumer
+(nats-server bounds clients at 64 MiB; a link serves many, but what it holds is all in memory)."""
+DEFAULT_WRITE_DEADLINE = 10.0
 
 
 @attrs.frozen
@@ -30,6 +34,11 @@ class ClusterConfig:
             leaves TCP connections open, so silence is the only sign).
         reconnect_min, reconnect_max: bounds of the exponential backoff between dials.
         max_frame: the largest frame accepted; a bigger one closes the link.
+        max_pending: bytes queued for a peer (and not yet taken by its socket) past which the link
+            is cut as a slow consumer; from three quarters of it on, client publishers feeding the
+            link pause briefly for it to drain. It must hold the interest snapshot a link starts with.
+        write_deadline: seconds one write to a peer may take before the link is cut as a slow
+            consumer.
     """
 
     name: str = "pubmesh"
@@ -45,6 +54,8 @@ class ClusterConfig:
     reconnect_min: float = 0.05
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
+    max_pending: int = DEFAULT_MAX_PENDING
+    write_deadline: float = DEFAULT_WRITE_DEADLINE
 
     def evolve(self, **changes: Any) -> ClusterConfig:
         return attrs.evolve(self, **changes)
@@ -61,7 +72,8 @@ class GatewayConfig:
             and clusters not listed here, are learned from the links themselves.
         advertise: the gateway URL to tell others (default: host:port as bound).
         secret: a credential every gateway handshake must carry (empty: none required).
-        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame: as for routes.
+        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame, max_pending,
+            write_deadline: as for routes.
         reply_ttl: seconds a reply subject that crossed a gateway is remembered, so the reply can
             go straight back to the requester's node.
     """
@@ -77,6 +89,8 @@ class GatewayConfig:
     reconnect_min: float = 0.05
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
+    max_pending: int = DEFAULT_MAX_PENDING
+    write_deadline: float = DEFAULT_WRITE_DEADLINE
     reply_ttl: float = 2.0
 
     def evolve(self, **changes: Any) -> GatewayConfig:

@@ -31,7 +31,6 @@ log = logging.getLogger("pubmesh")
 SNAPSHOT_BATCH = 1000
 """Interest entries per snapshot frame: 100k subscriptions are a hundred frames, not 100k."""
 DIAL_TIMEOUT = 2.0
-WRITE_DEADLINE = 10.0
 
 Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
 """Opens a stream to (host, port); the in-process harness passes one over memory."""
@@ -54,6 +53,12 @@ class LinkSettings(Protocol):
 
     @property
     def max_frame(self) -> int: ...
+
+    @property
+    def max_pending(self) -> int: ...
+
+    @property
+    def write_deadline(self) -> float: ...
 
 
 class LinkManager:
@@ -132,7 +137,9 @@ class LinkManager:
             self._on_frame,
             solicited=solicited,
             max_frame=self.settings.max_frame,
+            max_pending=self.settings.max_pending,
             wake=partial(self.flusher.wake, session),
+            abandon=session.abandon,
             address=_peer_address(stream),
             clock=trio.current_time,
             origin=origin,
@@ -150,7 +157,9 @@ class LinkManager:
         link.send(Hello(self._hello(link)))
         try:
             await session.run(
-                self.flusher, write_deadline=WRITE_DEADLINE, timers=partial(self._heartbeat, session)
+                self.flusher,
+                write_deadline=self.settings.write_deadline,
+                timers=partial(self._heartbeat, session),
             )
         finally:
             link.close("Connection closed")
@@ -166,8 +175,7 @@ class LinkManager:
             await trio.sleep(settings.ping_interval)
             if not link.heartbeat(settings.ping_interval, settings.ping_max):
                 link.log(logging.INFO, f"{self.kind} silent for too long, closing")
-                link.close("Stale Connection", flush=False)
-                session.abandon()  # its writer may be stuck on a socket nobody reads
+                link.close("Stale Connection", flush=False)  # (which stops its session at once)
 
     def _on_frame(self, link: Link, frame: Frame) -> None:
         """Everything but messages (which ``Link.receive`` delivers itself)."""

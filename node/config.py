@@ -180,6 +180,8 @@ _CLUSTER_OPTIONS = {
     "pool_size": ("pool_size", int),
     "ping_interval": ("ping_interval", float),
     "ping_max": ("ping_max", int),
+    "max_pending": ("max_pending", int),
+    "write_deadline": ("write_deadline", float),
 }
 
 
@@ -215,6 +217,8 @@ _GATEWAY_OPTIONS = {
     "ping_interval": ("ping_interval", float),
     "ping_max": ("ping_max", int),
     "reply_ttl": ("reply_ttl", float),
+    "max_pending": ("max_pending", int),
+    "write_deadline": ("write_deadline", float),
 }
 
 

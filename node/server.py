@@ -119,7 +119,8 @@ class Server:
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
     async def _stall_if_congested(self) -> None:
-        """Pause a producer whose messages pushed consumers past their stall threshold."""
+        """Pause a producer whose messages pushed consumers (clients, routes, gateways) past their
+        stall threshold."""
         congested = self.broker.congested
         if not congested:
             return
