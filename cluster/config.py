@@ -6,6 +6,8 @@ from typing import Any
 
 import attrs
 
+from transport.tls import TlsConfig
+
 __all__ = ["ClusterConfig", "GatewayConfig", "parse_url"]
 
 DEFAULT_CLUSTER_PORT = 6222
@@ -30,6 +32,8 @@ class ClusterConfig:
             leaves TCP connections open, so silence is the only sign).
         reconnect_min, reconnect_max: bounds of the exponential backoff between dials.
         max_frame: the largest frame accepted; a bigger one closes the link.
+        tls: TLS for routes in both directions (None: plain TCP); each side presents its
+            certificate and checks the other's against ``tls.ca_file``.
     """
 
     name: str = "pubmesh"
@@ -45,6 +49,7 @@ class ClusterConfig:
     reconnect_min: float = 0.05
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
+    tls: TlsConfig | None = None
 
     def evolve(self, **changes: Any) -> ClusterConfig:
         return attrs.evolve(self, **changes)
@@ -61,7 +66,7 @@ class GatewayConfig:
             and clusters not listed here, are learned from the links themselves.
         advertise: the gateway URL to tell others (default: host:port as bound).
         secret: a credential every gateway handshake must carry (empty: none required).
-        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame: as for routes.
+        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame, tls: as for routes.
         reply_ttl: seconds a reply subject that crossed a gateway is remembered, so the reply can
             go straight back to the requester's node.
     """
@@ -78,6 +83,7 @@ class GatewayConfig:
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
     reply_ttl: float = 2.0
+    tls: TlsConfig | None = None
 
     def evolve(self, **changes: Any) -> GatewayConfig:
         return attrs.evolve(self, **changes)
