@@ -202,15 +202,17 @@ _TLS_OPTIONS = {
     "verify": bool,
     "timeout": float,
     "verify_and_map": bool,
+    "handshake_first": bool,
 }
+_CLIENT_ONLY = ("verify_and_map", "handshake_first")
 
 
 def _tls(body: dict[str, Any], where: str, *, clients: bool = False) -> TlsConfig:
     """nats-server's ``tls`` block: cert_file, key_file, ca_file, verify, timeout, and for client
-    listeners verify_and_map."""
+    listeners verify_and_map and handshake_first."""
     fields: dict[str, Any] = {}
     for key, value in body.items():
-        if key not in _TLS_OPTIONS or (key == "verify_and_map" and not clients):
+        if key not in _TLS_OPTIONS or (key in _CLIENT_ONLY and not clients):
             raise ConfigError(f"{where}: unknown option {key!r}")
         fields[key] = _scalar(value, _TLS_OPTIONS[key], f"{where}: {key}")
     if fields.get("timeout", 1.0) <= 0:

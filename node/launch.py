@@ -105,6 +105,8 @@ async def run_node(
                 scheme = "https" if https else "http"
                 log.info("Starting %s monitor on %s:%d", scheme, config.http_host, handle.http_port)
             log.info("Listening for client connections on %s:%d", handle.host, handle.port)
+            if config.tls is not None:
+                log.info("TLS required for client connections")
             log.info("Server is ready")
             task_status.started(handle)
     finally:

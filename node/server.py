@@ -24,7 +24,7 @@ from node.client import ClientConnection, Reason
 from node.config import Config
 from node.protocol import writer as w
 from transport.sessions import Flusher, Session
-from transport.tls import TlsError, peer_names, server_context, start_after
+from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 
 __all__ = ["Server"]
 
@@ -128,17 +128,22 @@ class Server:
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
     async def _start_tls(self, stream: trio.SSLStream[trio.abc.Stream], conn: ClientConnection) -> bool:
-        """Whether the client took the INFO (sent in the clear) and completed a TLS handshake."""
-        assert self.config.tls is not None
-        greeting = conn.take_output()
+        """Whether the client completed a TLS handshake in time: after taking the INFO in the clear,
+        or (``handshake_first``) before the INFO, which then goes out over TLS."""
+        tls = self.config.tls
+        assert tls is not None
+        greeting = bytearray() if tls.handshake_first else conn.take_output()
         try:
-            await start_after(stream, bytes(greeting), self.config.tls)
+            if tls.handshake_first:
+                await handshake(stream, tls)
+            else:
+                await start_after(stream, bytes(greeting), tls)
         except TlsError as exc:
             log.error("%s - %s", conn.describe(), exc)
-            conn.output_sent(greeting, 0)
             conn.close(Reason.TLS_HANDSHAKE, flush=False)
             return False
-        conn.output_sent(greeting, len(greeting))
+        finally:
+            conn.output_sent(greeting, len(greeting))
         conn.tls_names = peer_names(stream)
         return True
 

@@ -10,8 +10,8 @@ run in the task of the connection they belong to, never where connections are ac
 one holds up nobody else.
 
 Two ways to start, as in nats-server: client connections get the server's INFO in the clear and
-then the client starts TLS (``start_after``); routes and gateways speak TLS from the first byte
-(``handshake``).
+then the client starts TLS (``start_after``), unless configured for ``handshake_first``; routes and
+gateways speak TLS from the first byte (``handshake``).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class TlsConfig:
         timeout: seconds a handshake may take.
         verify_and_map: (client listeners) sign a client in as the configured user its certificate
             names, without a password; implies ``verify``.
+        handshake_first: (client listeners) expect the TLS handshake at once and send the INFO
+            over TLS, for clients configured so (nats-py's ``tls_handshake_first``).
     """
 
     cert_file: str | None = None
@@ -58,6 +60,7 @@ class TlsConfig:
     verify: bool = False
     timeout: float = DEFAULT_TIMEOUT
     verify_and_map: bool = False
+    handshake_first: bool = False
 
     def evolve(self, **changes: Any) -> TlsConfig:
         return attrs.evolve(self, **changes)

@@ -138,12 +138,12 @@ def test_tls_tables_for_clients_routes_gateways_and_https(certs: Certs) -> None:
     )
     config = from_mapping(
         tomllib.loads(
-            f"https_port = 8443\n[tls]\n{files}\nverify_and_map = true\ntimeout = 1\n"
+            f"https_port = 8443\n[tls]\n{files}\nverify_and_map = true\nhandshake_first = true\ntimeout = 1\n"
             f'[cluster]\nname = "c"\n[cluster.tls]\n{files}\nverify = true\n'
             f'[gateway]\nname = "c"\n[gateway.tls]\n{files}\n'
         )
     )
-    assert config.tls == certs.tls("node", verify_and_map=True, timeout=1.0)
+    assert config.tls == certs.tls("node", verify_and_map=True, handshake_first=True, timeout=1.0)
     assert config.https_port == 8443
     assert config.http_port is None
     assert config.cluster is not None
@@ -159,6 +159,7 @@ def test_tls_tables_for_clients_routes_gateways_and_https(certs: Certs) -> None:
         ('[tls]\ncert_file = "/nonexistent.pem"\nkey_file = "/nonexistent.pem"\n', "tls: "),
         ("[tls]\nciphers = []\n", "unknown option 'ciphers'"),
         ("[cluster]\n[cluster.tls]\nverify_and_map = true\n", "unknown option 'verify_and_map'"),
+        ("[gateway]\n[gateway.tls]\nhandshake_first = true\n", "unknown option 'handshake_first'"),
         ("[tls]\ntimeout = 0\n", "timeout must be positive"),
         ('[tls]\nverify = "yes"\n', "expected bool"),
         ("https_port = 8443\n", "TLS cert and key required for HTTPS"),

@@ -130,6 +130,30 @@ async def test_nats_py_over_tls_publishes_subscribes_and_requests(
     assert "tls_verify" not in info
 
 
+async def test_handshake_first_sends_the_info_over_tls(nursery: trio.Nursery, certs: Certs) -> None:
+    node = await tls_node(nursery, certs, tls={"handshake_first": True})
+    tcp = await trio.open_tcp_stream("127.0.0.1", node.port)
+    with trio.move_on_after(0.2):
+        assert await tcp.receive_some() == b"never"  # nothing comes in the clear
+    stream = trio.SSLStream(tcp, certs.client_context(), server_hostname="127.0.0.1")
+    client = Lines(stream)
+    assert json.loads((await client.line()).removeprefix(b"INFO "))["tls_required"] is True
+    await client.send(b"PING\r\n")
+    assert await client.line() == b"PONG"
+    await stream.aclose()
+
+    async def scenario() -> bytes:
+        nc = await connect(node.url, tls=certs.client_context(), tls_handshake_first=True)
+        inbox = Inbox()
+        await nc.subscribe("x", cb=inbox.take)
+        await nc.publish("x", b"first")
+        await inbox.wait_for(1)
+        await nc.close()
+        return inbox.data[0]
+
+    assert await in_asyncio(scenario) == b"first"
+
+
 async def test_plain_text_on_a_tls_port_is_refused_and_the_node_carries_on(
     nursery: trio.Nursery, certs: Certs
 ) -> None:
