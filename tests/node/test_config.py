@@ -138,7 +138,8 @@ def test_tls_tables_for_clients_routes_gateways_and_https(certs: Certs) -> None:
     )
     config = from_mapping(
         tomllib.loads(
-            f"https_port = 8443\n[tls]\n{files}\nverify_and_map = true\nhandshake_first = true\ntimeout = 1\n"
+            f"https_port = 8443\n[tls]\n{files}\ntimeout = 1\n"
+            "verify_and_map = true\nhandshake_first = true\n"
             f'[cluster]\nname = "c"\n[cluster.tls]\n{files}\nverify = true\n'
             f'[gateway]\nname = "c"\n[gateway.tls]\n{files}\n'
         )
