@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,11 @@ import trio
 import trio.lowlevel
 from nats.aio.msg import Msg
 
-from node.client import Reason
+from node.client import ClientConnection, Reason
 from node.config import AccountConfig, Config, UserConfig
 from node.launch import NodeHandle
 from tests.certs import Certs, make_certs
+from tests.cluster.clients import eventually
 from tests.node.conftest import in_asyncio, start_node
 from tests.node.test_nats_py import FLUSH, Inbox, W, connect
 from transport.tls import subject_dn
@@ -35,6 +37,13 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     made.add_client("alice", "/O=pubmesh/OU=tests/CN=alice", "alice@example.com")
     made.add_client("bob", "/O=pubmesh/CN=bob", "bob@example.com")
     return made
+
+
+def subscribed(node: NodeHandle, count: int) -> Callable[[], bool]:
+    """Whether the node holds ``count`` subscriptions. (A nats-py flush is no barrier for them:
+    its PING can overtake SUBs still waiting in the client's buffer.)"""
+    clients = node.server.broker.clients
+    return lambda: sum(len(c.subs) for c in clients.values() if isinstance(c, ClientConnection)) >= count
 
 
 async def tls_node(nursery: trio.Nursery, certs: Certs, **changes: Any) -> NodeHandle:
@@ -113,7 +122,7 @@ async def test_nats_py_over_tls_publishes_subscribes_and_requests(
             await msg.respond(b"re: " + msg.data)
 
         await nc.subscribe("help", cb=answer)
-        await nc.flush(FLUSH)
+        await eventually(subscribed(node, 2))
         for i in range(100):
             await other.publish("orders.eu", b"%d" % i)
         reply = await other.request("help", b"please", timeout=W)
@@ -260,8 +269,7 @@ async def test_verify_and_map_signs_in_the_user_the_certificate_names(
         in_a, in_b = Inbox(), Inbox()
         await alice.subscribe("news", cb=in_a.take)
         await bob.subscribe("news", cb=in_b.take)
-        await alice.flush(FLUSH)
-        await bob.flush(FLUSH)
+        await eventually(subscribed(node, 2))
         await client.publish("news", b"for account B")
         await client.flush(FLUSH)
         await in_b.wait_for(1)
