@@ -6,6 +6,8 @@ from typing import Any
 
 import attrs
 
+from transport.tls import TlsConfig
+
 __all__ = ["ClusterConfig", "GatewayConfig", "parse_url"]
 
 DEFAULT_CLUSTER_PORT = 6222
@@ -39,6 +41,8 @@ class ClusterConfig:
             link pause briefly for it to drain. It must hold the interest snapshot a link starts with.
         write_deadline: seconds one write to a peer may take before the link is cut as a slow
             consumer.
+        tls: TLS for routes in both directions (None: plain TCP); each side presents its
+            certificate and checks the other's against ``tls.ca_file``.
     """
 
     name: str = "pubmesh"
@@ -56,6 +60,7 @@ class ClusterConfig:
     max_frame: int = 64 * 1024 * 1024
     max_pending: int = DEFAULT_MAX_PENDING
     write_deadline: float = DEFAULT_WRITE_DEADLINE
+    tls: TlsConfig | None = None
 
     def evolve(self, **changes: Any) -> ClusterConfig:
         return attrs.evolve(self, **changes)
@@ -73,7 +78,7 @@ class GatewayConfig:
         advertise: the gateway URL to tell others (default: host:port as bound).
         secret: a credential every gateway handshake must carry (empty: none required).
         ping_interval, ping_max, reconnect_min, reconnect_max, max_frame, max_pending,
-            write_deadline: as for routes.
+            write_deadline, tls: as for routes.
         reply_ttl: seconds a reply subject that crossed a gateway is remembered, so the reply can
             go straight back to the requester's node.
     """
@@ -92,6 +97,7 @@ class GatewayConfig:
     max_pending: int = DEFAULT_MAX_PENDING
     write_deadline: float = DEFAULT_WRITE_DEADLINE
     reply_ttl: float = 2.0
+    tls: TlsConfig | None = None
 
     def evolve(self, **changes: Any) -> GatewayConfig:
         return attrs.evolve(self, **changes)

@@ -4,7 +4,8 @@ A manager of links (``RouteManager``, ``GatewayManager``) decides what a link is
 connect, what its HELLO says, what an interest frame means, what to forget when it drops. Everything
 else is the same for both and lives here: a connection's reader, writer and heartbeat tasks, the
 first frame that must be a HELLO, PING and PONG, a peer's ERR, protocol errors answered with an ERR
-before closing, dialing with a timeout, and interest snapshots sent in batches.
+before closing, dialing with a timeout, TLS (from the first byte, both sides presenting certificates),
+and interest snapshots sent in batches.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cluster.host import NodeHost
 from cluster.link import Link
 from routing import InterestChange, Origin
 from transport.sessions import Flusher, Session
+from transport.tls import TlsConfig, TlsError, client_context, handshake, server_context
 
 __all__ = ["Dial", "LinkManager", "LinkSettings"]
 
@@ -60,6 +62,9 @@ class LinkSettings(Protocol):
     @property
     def write_deadline(self) -> float: ...
 
+    @property
+    def tls(self) -> TlsConfig | None: ...
+
 
 class LinkManager:
     """The connection machinery of one kind of link; subclasses give the links their meaning.
@@ -70,6 +75,9 @@ class LinkManager:
         flusher: the node's flusher (link input is delivered to client connections and back).
         dial: how to open a connection (real TCP unless a test network is passed).
         rng: the source of backoff jitter and connection names.
+
+    Raises:
+        OSError, ssl.SSLError, ValueError: ``settings.tls`` names unusable files.
     """
 
     kind = "Link"
@@ -93,6 +101,11 @@ class LinkManager:
         """Every open connection, registered or not (for monitoring and shutdown)."""
         self._next_rid = 0
         self._nursery: trio.Nursery | None = None
+        tls = settings.tls
+        # A link's acceptor requires a certificate just as its dialer checks one (as nats-server
+        # does for routes and gateways): only nodes holding certificates from ``ca_file`` get in.
+        self._accept_tls = server_context(tls, require_certificates=True) if tls else None
+        self._dial_tls = client_context(tls) if tls else None
 
     @property
     def server_id(self) -> str:
@@ -129,8 +142,14 @@ class LinkManager:
     ) -> Link:
         """Run one connection until it closes; return its link (its ``closing`` says why).
 
-        ``setup`` marks the new link before its HELLO goes out (a route's slot, say).
+        ``setup`` marks the new link before its HELLO goes out (a route's slot, say). An accepted
+        connection does its TLS handshake (if configured) here, in its own task; a dialed one
+        arrives secured by ``_connect``.
         """
+        address = _peer_address(stream)
+        secure: trio.SSLStream[trio.abc.Stream] | None = None
+        if not solicited and self._accept_tls is not None:
+            stream = secure = trio.SSLStream(stream, self._accept_tls, server_side=True)
         session = Session(stream)
         link = Link(
             self.host,
@@ -140,7 +159,7 @@ class LinkManager:
             max_pending=self.settings.max_pending,
             wake=partial(self.flusher.wake, session),
             abandon=session.abandon,
-            address=_peer_address(stream),
+            address=address,
             clock=trio.current_time,
             origin=origin,
             takes_messages=takes_messages,
@@ -156,6 +175,8 @@ class LinkManager:
         self.links.append(link)
         link.send(Hello(self._hello(link)))
         try:
+            if secure is not None and not await self._secure(secure, link):
+                return link
             await session.run(
                 self.flusher,
                 write_deadline=self.settings.write_deadline,
@@ -167,6 +188,17 @@ class LinkManager:
             self.links.remove(link)
             self._dropped(link)
         return link
+
+    async def _secure(self, stream: trio.SSLStream[trio.abc.Stream], link: Link) -> bool:
+        """Whether the TLS handshake of an accepted connection succeeded (in time)."""
+        assert self.settings.tls is not None
+        try:
+            await handshake(stream, self.settings.tls)
+        except TlsError as exc:
+            link.log(logging.WARNING, f"{self.kind} {exc}")
+            link.close("TLS Handshake Failure", flush=False)
+            return False
+        return True
 
     async def _heartbeat(self, session: Session) -> None:
         link: Link = session.conn  # type: ignore[assignment]
@@ -223,16 +255,30 @@ class LinkManager:
         return wait, min(max(delay * 2, settings.reconnect_min), settings.reconnect_max)
 
     async def _connect(self, url: str) -> trio.abc.Stream | None:
+        """A connection to ``url`` (secured, with TLS), or None if none could be made."""
         try:
             host, port = parse_url(url)
             with trio.fail_after(DIAL_TIMEOUT):
-                return await self._dial(host, port)
+                stream = await self._dial(host, port)
         except (OSError, ValueError, trio.TooSlowError) as exc:
             log.debug("Error trying to connect to %s %s: %s", self.kind.lower(), url, exc)
             return None
+        if self._dial_tls is None:
+            return stream
+        assert self.settings.tls is not None
+        secure = trio.SSLStream(stream, self._dial_tls, server_hostname=host)
+        try:
+            await handshake(secure, self.settings.tls)
+        except TlsError as exc:
+            log.warning("Error trying to connect to %s %s: %s", self.kind.lower(), url, exc)
+            await trio.aclose_forcefully(stream)
+            return None
+        return secure
 
 
 def _peer_address(stream: trio.abc.Stream) -> tuple[str, int]:
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     if isinstance(stream, trio.SocketStream):
         try:
             host, port, *_ = stream.socket.getpeername()

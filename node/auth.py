@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 from typing import Any
 
 from node.config import Config, UserConfig
@@ -36,11 +37,15 @@ class Authenticator:
         self._tokens = [u for u in config.users if u.token is not None]
         self._no_auth_user = self._users.get(config.no_auth_user) if config.no_auth_user else None
         self.required = bool(config.users)
+        self._by_certificate = config.tls is not None and config.tls.verify_and_map
 
-    def authenticate(self, options: dict[str, Any]) -> UserConfig | None:
-        """The user these CONNECT options prove to be, or None for an ``Authorization Violation``."""
+    def authenticate(self, options: dict[str, Any], certified: Sequence[str] = ()) -> UserConfig | None:
+        """The user these CONNECT options (or, with ``verify_and_map``, the names ``certified`` by
+        the client's TLS certificate) prove to be, or None for an ``Authorization Violation``."""
         if not self.required:
             return ANONYMOUS
+        if self._by_certificate:
+            return next((self._users[n] for n in certified if n in self._users), None)
         name = options.get("user")
         if name:
             user = self._users.get(name) if isinstance(name, str) else None

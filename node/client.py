@@ -74,6 +74,7 @@ class Reason:
     READ_ERROR: Final = "Read Error"
     WRITE_ERROR: Final = "Write Error"
     INTERNAL_ERROR: Final = "Internal Error"
+    TLS_HANDSHAKE: Final = "TLS Handshake Failure"
 
 
 AUTH_VIOLATION = "Authorization Violation"
@@ -151,6 +152,8 @@ class ClientConnection(Outbox):
         # required, the auth timer runs until a CONNECT, or until the no_auth_user is signed in.
         self.user: UserConfig | None = broker.auth.authenticate({})
         self.awaiting_connect = broker.auth.required
+        self.tls_names: tuple[str, ...] = ()
+        """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
         self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
         self.account: Account = broker.account(self.user.account if self.user else "$G")
@@ -183,6 +186,11 @@ class ClientConnection(Outbox):
         fields["client_ip"] = self.host
         if self.awaiting_connect and self.user is None:
             fields["auth_required"] = True
+        tls = self.broker.config.tls
+        if tls is not None:
+            fields["tls_required"] = True
+            if tls.verify or tls.verify_and_map:
+                fields["tls_verify"] = True
         return fields
 
     def receive_data(self, data: bytes) -> None:
@@ -239,7 +247,7 @@ class ClientConnection(Outbox):
 
     def _connect(self, event: Connect) -> None:
         options = {**self.options, **event.options}  # (each of the right type: see node.protocol)
-        user = self.broker.auth.authenticate(options)
+        user = self.broker.auth.authenticate(options, self.tls_names)
         if user is None or options.get("account") or options.get("new_account"):
             self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
             return
