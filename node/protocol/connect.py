@@ -42,6 +42,7 @@ _FIELDS: Final = {
 """nats-server's ClientOpts: each field and its type."""
 _CREDENTIALS: Final = frozenset(("nkey", "jwt", "sig", "auth_token", "user", "pass", "proxy_sig"))
 """String fields kept exactly as sent (lone surrogates included): they fail authentication."""
+_LISTS = ("allow", "deny")  # a SubjectPermission's fields
 _INT_RANGE = range(-(2**63), 2**63)  # Go's int on the platforms nats-server runs on
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -74,7 +75,7 @@ def _fits(kind: str, value: Any) -> bool:
         or (isinstance(entries, list) and not isinstance(entries, _Object)
             and all(e is None or isinstance(e, str) for e in entries))
         for key, entries in value
-        if key.lower() in ("allow", "deny")
+        if key.lower() in _LISTS
     )  # fmt: skip
 
 
@@ -106,6 +107,6 @@ def decode_connect(text: bytes) -> dict[str, Any]:
         if kind == _STRING and field not in _CREDENTIALS:
             value = _SURROGATE.sub("\ufffd", value)
         elif kind == _PERMISSION:
-            value = {key.lower(): entries for key, entries in value}
+            value = {key.lower(): entries for key, entries in value if key.lower() in _LISTS}
         options[field] = value
     return options

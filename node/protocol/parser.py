@@ -9,7 +9,8 @@ How it reads fast: the buffered bytes are split on CRLF in one call. Every contr
 piece, and so is every payload that holds no CRLF (nearly all of them); a payload that does is
 re-joined from the pieces its size says it spans. The per-operation work left in Python is a split
 of the control line and a size check, which is what lets a single-threaded node keep up with fast
-publishers. A control line ended by a bare LF (which nats-server accepts) is split off its piece.
+publishers. A control line ended by a bare LF (which nats-server accepts) is read out of its piece
+from where the line before it ended, so a run of such lines costs as little as CRLF lines do.
 
 A payload that spans many reads is not re-joined with every read: ``receive_data`` collects chunks
 until as many bytes as the pending operation needs have arrived.
