@@ -538,32 +538,37 @@ def _gateway_options(manager: GatewayManager | None) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if value}
 
 
-async def _by_account(
-    entries: Iterable[RemoteEntry[Any]], pace: Pacer
-) -> dict[str, list[RemoteEntry[Any]]]:
+_Remote = tuple[str, str, str | None]
+"""A piece of remote interest as the views keep it: account, subject, queue. A plain tuple of text
+is soon untracked by the garbage collector, where a ``RemoteEntry`` (which refers to its link) would
+count towards a full collection, a stall of its own when there are a hundred thousand of them."""
+
+
+async def _by_account(entries: Iterable[RemoteEntry[Any]], pace: Pacer) -> dict[str, list[_Remote]]:
     """Remote interest grouped by account (``RemoteInterest.entries`` copies what it walks, so
     the walk may pause)."""
-    found: dict[str, list[RemoteEntry[Any]]] = {}
+    found: dict[str, list[_Remote]] = {}
     for entry in entries:
-        found.setdefault(entry.account, []).append(entry)
+        found.setdefault(entry.account, []).append((entry.account, entry.subject, entry.queue))
         await pace.tick()
     return found
 
 
-def _remote_sub_detail(entry: RemoteEntry[Any]) -> dict[str, Any]:
-    detail = {"account": entry.account, "subject": entry.subject}
-    if entry.queue:
-        detail["qgroup"] = entry.queue
+def _remote_sub_detail(entry: _Remote) -> dict[str, Any]:
+    account, subject, queue = entry
+    detail = {"account": account, "subject": subject}
+    if queue:
+        detail["qgroup"] = queue
     return detail
 
 
-def _remote_subject(entry: RemoteEntry[Any]) -> str:
-    return entry.subject
+def _remote_subject(entry: _Remote) -> str:
+    return entry[1]
 
 
 async def _route_info(
     link: Link,
-    entries: list[RemoteEntry[Any]],
+    entries: list[_Remote],
     configured: bool,
     now: int,
     opts: RoutezOptions,
@@ -601,8 +606,9 @@ async def _route_info(
     return info
 
 
-def _remote_order(entry: RemoteEntry[Any]) -> tuple[str, str, str]:
-    return entry.account, entry.subject, entry.queue or ""
+def _remote_order(entry: _Remote) -> tuple[str, str, str]:
+    account, subject, queue = entry
+    return account, subject, queue or ""
 
 
 async def routez(node: Node, opts: RoutezOptions, pace: Pacer) -> dict[str, Any]:
@@ -615,7 +621,7 @@ async def routez(node: Node, opts: RoutezOptions, pace: Pacer) -> dict[str, Any]
     now = time.time_ns()
     links = _links_in_use(routes)
     seeds = {_host_port(url) for url in routes.config.seeds} if routes is not None else set()
-    interest: dict[Peer, dict[str, list[RemoteEntry[Any]]]] = {}
+    interest: dict[Peer, dict[str, list[_Remote]]] = {}
     infos = []
     for link in links:
         peer: Peer = link.peer
@@ -681,7 +687,7 @@ def _gateway_conn(link: Link, now: int) -> dict[str, Any]:
 
 
 async def _account_interest(
-    name: str, entries: list[RemoteEntry[Any]], opts: GatewayzOptions, pace: Pacer
+    name: str, entries: list[_Remote], opts: GatewayzOptions, pace: Pacer
 ) -> dict[str, Any]:
     """An account's interest on one link (nats-server's ``AccountGatewayz``)."""
     doc: dict[str, Any] = {
@@ -691,7 +697,7 @@ async def _account_interest(
     }
     if entries:
         doc["num_subs"] = len(entries)
-    queues = sum(1 for e in entries if e.queue)
+    queues = sum(1 for _, _, queue in entries if queue)
     if queues:
         doc["num_queue_subs"] = queues
     if entries and opts.subs_detail:
