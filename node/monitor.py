@@ -76,7 +76,7 @@ _PART = 1 << 16
 """Characters of JSON gathered into one part of the body."""
 
 
-async def _json(doc: dict[str, Any], pace: Pacer, status: int = 200) -> Response:
+async def _json(doc: dict[str, Any], pace: Pacer) -> Response:
     """The document as UTF-8 JSON, written a few pieces per step (``gojson`` gives every string a
     form, so encoding cannot fail)."""
     pieces = gojson.iterencode(doc)
@@ -92,7 +92,7 @@ async def _json(doc: dict[str, Any], pace: Pacer, status: int = 200) -> Response
         await pace.tick()
     if pending:
         parts.append("".join(pending).encode())
-    return Response(status, tuple(parts), _JSON_HEADERS)
+    return Response(200, tuple(parts), _JSON_HEADERS)
 
 
 def _text(status: int, text: str, content_type: str = _TEXT) -> Response:
