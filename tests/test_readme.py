@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from node.config import from_mapping
+from tests.certs import make_certs
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
@@ -18,7 +19,17 @@ def test_readme_example_runs(code: str) -> None:
     exec(compile(code, str(README), "exec"), {})
 
 
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files the README's TLS examples name, made for real."""
+    certs = make_certs(tmp_path_factory.mktemp("certs"), "server", "node")
+    return certs.dir
+
+
 @pytest.mark.parametrize("text", CONFIGS)
-def test_readme_configuration_loads(text: str) -> None:
+def test_readme_configuration_loads(
+    text: str, certificates: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(certificates)
     config = from_mapping(tomllib.loads(text))
-    assert config.server_name
+    assert config.server_name or config.tls is not None
