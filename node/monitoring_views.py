@@ -39,6 +39,7 @@ from node.broker import Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
 from routing import RemoteEntry, SubListStats, Subscription, is_valid_literal_subject, subject_matches
+from transport.tls import DEFAULT_TIMEOUT as DEFAULT_TLS_TIMEOUT
 
 __all__ = [
     "DEFAULT_LIST_SIZE",
@@ -197,6 +198,11 @@ def varz(state: MonitorState) -> dict[str, Any]:
     doc = broker.identity()
     if config.auth_required:
         doc["auth_required"] = True
+    tls = config.tls
+    if tls is not None:
+        doc["tls_required"] = True
+        if tls.verify or tls.verify_and_map:
+            doc["tls_verify"] = True
     doc["max_connections"] = config.max_connections
     if config.max_subscriptions:
         doc["max_subscriptions"] = config.max_subscriptions
@@ -204,10 +210,11 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "ping_interval": round(config.ping_interval * _SECOND),
         "ping_max": config.ping_max,
         "http_host": state.http_host,
-        "http_port": state.http_port,
+        "http_port": state.http_port if config.https_port is None else 0,
         "http_base_path": "",
-        "https_port": 0,
+        "https_port": state.http_port if config.https_port is not None else 0,
         "auth_timeout": config.auth_timeout,
+        "tls_timeout": tls.timeout if tls is not None else DEFAULT_TLS_TIMEOUT,
         "max_control_line": config.max_control_line,
         "max_payload": config.max_payload,
         "max_pending": config.max_pending,

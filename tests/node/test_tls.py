@@ -336,6 +336,8 @@ async def test_monitoring_over_https_answers_varz(nursery: trio.Nursery, certs: 
 
     varz = await trio.to_thread.run_sync(fetch, certs.client_context())
     assert varz["server_id"] == node.server.broker.server_id
+    assert (varz["tls_required"], varz["tls_timeout"]) == (True, node.server.config.tls.timeout)  # type: ignore[union-attr]
+    assert (varz["http_port"], varz["https_port"]) == (0, node.http_port)
     with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
         await trio.to_thread.run_sync(fetch, ssl.create_default_context())
 
