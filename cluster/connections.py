@@ -3,8 +3,10 @@
 A manager of links (``RouteManager``, ``GatewayManager``) decides what a link is for: who may
 connect, what its HELLO says, what an interest frame means, what to forget when it drops. Everything
 else is the same for both and lives here: a connection's reader, writer and heartbeat tasks, the
-first frame that must be a HELLO, PING and PONG, a peer's ERR, protocol errors answered with an ERR
-before closing, dialing with a timeout, and interest snapshots sent in batches.
+handshake (see ``cluster.handshake``: nothing but a CHALLENGE goes out before the peer has proved it
+knows the secret, and a link that has not finished it in time is closed), PING and PONG, a peer's
+ERR, protocol errors answered with an ERR before closing, dialing with a timeout, interest snapshots
+sent in batches, and the cap on accounts that frames from links may bring into being.
 """
 
 from __future__ import annotations
@@ -18,7 +20,22 @@ from typing import Any, Protocol
 import trio
 
 from cluster.config import parse_url
-from cluster.frames import Err, Frame, Hello, LinkError, Ping, Pong, Snapshot
+from cluster.frames import (
+    NONCE_SIZE,
+    SNAPSHOT_BATCH,
+    Challenge,
+    Err,
+    Frame,
+    GatewayHello,
+    Hello,
+    LinkError,
+    Ping,
+    Pong,
+    Proof,
+    RouteHello,
+    Snapshot,
+)
+from cluster.handshake import AuthenticationFailed, Handshake
 from cluster.host import NodeHost
 from cluster.link import Link
 from routing import InterestChange, Origin
@@ -28,10 +45,10 @@ __all__ = ["Dial", "LinkManager", "LinkSettings"]
 
 log = logging.getLogger("pubmesh")
 
-SNAPSHOT_BATCH = 1000
-"""Interest entries per snapshot frame: 100k subscriptions are a hundred frames, not 100k."""
 DIAL_TIMEOUT = 2.0
 WRITE_DEADLINE = 10.0
+ACCOUNT_WARNING_INTERVAL = 10.0
+"""Seconds between warnings that frames for accounts past the cap are being dropped."""
 
 Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
 """Opens a stream to (host, port); the in-process harness passes one over memory."""
@@ -55,6 +72,12 @@ class LinkSettings(Protocol):
     @property
     def max_frame(self) -> int: ...
 
+    @property
+    def secret(self) -> str: ...
+
+    @property
+    def max_accounts(self) -> int: ...
+
 
 class LinkManager:
     """The connection machinery of one kind of link; subclasses give the links their meaning.
@@ -68,7 +91,7 @@ class LinkManager:
     """
 
     kind = "Link"
-    """How logs name these links ("Route", "Gateway")."""
+    """How logs name these links ("Route", "Gateway"); lowercased, what a handshake names."""
 
     def __init__(
         self,
@@ -88,6 +111,10 @@ class LinkManager:
         """Every open connection, registered or not (for monitoring and shutdown)."""
         self._next_rid = 0
         self._nursery: trio.Nursery | None = None
+        self.link_accounts: set[str] = set()
+        """Accounts that frames from links brought into being (at most ``max_accounts``)."""
+        self._refused_accounts = 0
+        self._next_account_warning = 0.0
 
     @property
     def server_id(self) -> str:
@@ -95,11 +122,11 @@ class LinkManager:
 
     # -- what subclasses decide --------------------------------------------------------------
 
-    def _hello(self, link: Link) -> dict[str, Any]:
-        """The HELLO this node sends first on ``link``."""
+    def _hello(self, link: Link) -> RouteHello | GatewayHello:
+        """The HELLO this node sends on ``link`` once the peer is authenticated."""
         raise NotImplementedError
 
-    def _handshake(self, link: Link, info: dict[str, Any]) -> None:
+    def _handshake(self, link: Link, info: Any) -> None:
         """The peer's HELLO arrived: accept the link (register it) or refuse it."""
         raise NotImplementedError
 
@@ -127,9 +154,15 @@ class LinkManager:
         ``setup`` marks the new link before its HELLO goes out (a route's slot, say).
         """
         session = Session(stream)
+        handshake = Handshake(
+            self.kind.lower(),
+            self.settings.secret,
+            dialer=solicited,
+            nonce=self._rng.getrandbits(NONCE_SIZE * 8).to_bytes(NONCE_SIZE, "big"),
+        )
         link = Link(
             self.host,
-            self._on_frame,
+            partial(self._on_frame, handshake),
             solicited=solicited,
             max_frame=self.settings.max_frame,
             wake=partial(self.flusher.wake, session),
@@ -138,6 +171,7 @@ class LinkManager:
             origin=origin,
             takes_messages=takes_messages,
             kind=self.kind,
+            admit=self.admit_account,
         )
         session.conn = link
         self._next_rid += 1
@@ -147,7 +181,7 @@ class LinkManager:
         if setup is not None:
             setup(link)
         self.links.append(link)
-        link.send(Hello(self._hello(link)))
+        link.send(handshake.challenge())
         try:
             await session.run(
                 self.flusher, write_deadline=WRITE_DEADLINE, timers=partial(self._heartbeat, session)
@@ -162,20 +196,23 @@ class LinkManager:
     async def _heartbeat(self, session: Session) -> None:
         link: Link = session.conn  # type: ignore[assignment]
         settings = self.settings
+        deadline = trio.current_time() + settings.ping_interval * settings.ping_max
         while link.closing is None:
             await trio.sleep(settings.ping_interval)
+            if link.remote is None and trio.current_time() >= deadline:
+                link.log(logging.INFO, f"{self.kind} handshake not done in time, closing")
+                link.refuse("handshake timeout", "Handshake timeout")
+                return
             if not link.heartbeat(settings.ping_interval, settings.ping_max):
                 link.log(logging.INFO, f"{self.kind} silent for too long, closing")
                 link.close("Stale Connection", flush=False)
                 session.abandon()  # its writer may be stuck on a socket nobody reads
 
-    def _on_frame(self, link: Link, frame: Frame) -> None:
+    def _on_frame(self, handshake: Handshake, link: Link, frame: Frame) -> None:
         """Everything but messages (which ``Link.receive`` delivers itself)."""
         kind = type(frame)
         if link.remote is None:
-            if kind is not Hello:
-                raise LinkError("the first frame must be HELLO")
-            self._handshake(link, frame.info)  # type: ignore[union-attr]
+            self._opening(handshake, link, frame)
         elif kind is Ping:
             link.send(Pong())
         elif kind is Pong:
@@ -184,10 +221,63 @@ class LinkManager:
             text = frame.text  # type: ignore[union-attr]
             link.log(logging.WARNING, f"{self.kind} closed by peer: {text}")
             link.close(f"Closed by peer: {text}")
-        elif kind is Hello:
-            raise LinkError("HELLO sent twice")
+        elif kind is Hello or kind is Challenge or kind is Proof:
+            raise LinkError(f"{kind.__name__.upper()} after the handshake")
         else:
             self._control(link, frame)
+
+    def _opening(self, handshake: Handshake, link: Link, frame: Frame) -> None:
+        """A frame before the peer's HELLO: the handshake, or a peer's ERR saying why it refused."""
+        if isinstance(frame, Challenge):
+            proof = handshake.on_challenge(frame)
+            if proof is not None:
+                link.send(proof)
+        elif isinstance(frame, Proof):
+            try:
+                proof = handshake.on_proof(frame)
+            except AuthenticationFailed as exc:
+                self._refuse(link, str(exc))
+                return
+            link.decoder.open()
+            if proof is not None:
+                link.send(proof)
+            link.send(Hello(self._hello(link)))
+        elif isinstance(frame, Hello) and handshake.authenticated:
+            self._handshake(link, frame.info)
+        elif isinstance(frame, Err):
+            link.log(logging.WARNING, f"{self.kind} refused by peer: {frame.text}")
+            link.close(f"Refused by peer: {frame.text}")
+        else:
+            raise LinkError(
+                f"{type(frame).__name__.upper()} before the handshake (CHALLENGE, PROOF, HELLO)"
+            )
+
+    def admit_account(self, name: str) -> Any:
+        """The account a message from a link is for, or None if it may not be brought into being
+        (see ``admits``)."""
+        account = self.host.accounts.get(name)
+        if account is None and self.admits(name):
+            account = self.host.account(name)
+        return account
+
+    def admits(self, name: str) -> bool:
+        """Whether frames from links may name account ``name``: any account the node has, and new
+        ones until ``max_accounts`` came from links; past that they are dropped, with a warning now
+        and then, so a peer cannot make the node hold accounts without bound."""
+        if name in self.link_accounts or name in self.host.accounts:
+            return True
+        if len(self.link_accounts) < self.settings.max_accounts:
+            self.link_accounts.add(name)
+            return True
+        self._refused_accounts += 1
+        now = trio.current_time()
+        if now >= self._next_account_warning:
+            self._next_account_warning = now + ACCOUNT_WARNING_INTERVAL
+            log.warning(
+                "%s frames for unknown accounts dropped (%d so far): %d accounts came from links "
+                "already, the most allowed", self.kind, self._refused_accounts, len(self.link_accounts)
+            )  # fmt: skip
+        return False
 
     def _refuse(self, link: Link, reason: str) -> None:
         link.log(logging.WARNING, f"Refusing {self.kind.lower()}: {reason}")
@@ -208,11 +298,13 @@ class LinkManager:
 
     # -- dialing -----------------------------------------------------------------------------
 
-    def _backoff(self, delay: float) -> tuple[float, float]:
-        """(how long to wait now, the delay to pass next time): exponential, with jitter."""
+    def _backoff(self, delay: float, most: float | None = None) -> tuple[float, float]:
+        """(how long to wait now, the delay to pass next time): exponential, with jitter, up to
+        ``most`` (default: the configured ``reconnect_max``)."""
         settings = self.settings
         wait = delay * (0.5 + self._rng.random())
-        return wait, min(max(delay * 2, settings.reconnect_min), settings.reconnect_max)
+        most = settings.reconnect_max if most is None else max(most, settings.reconnect_max)
+        return wait, min(max(delay * 2, settings.reconnect_min), most)
 
     async def _connect(self, url: str) -> trio.abc.Stream | None:
         try:

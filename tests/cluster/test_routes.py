@@ -16,13 +16,14 @@ import trio.testing
 from trio.testing import MockClock
 
 from cluster.config import ClusterConfig
-from cluster.frames import Err, Hello, MessageFrame, SubAdd, encode
+from cluster.frames import Err, MessageFrame, PeerInfo, SubAdd, encode
 from cluster.link import Link
 from cluster.peer import fnv1a32
 from cluster.routes import RouteManager
 from node.config import AccountConfig, Config
 from node.harness import Cluster, HarnessNode, open_cluster
 from routing import Message, Origin
+from tests.cluster.impostor import Impostor, route_hello
 
 CONFIG = ClusterConfig(name="test", ping_interval=0.5, ping_max=3)
 
@@ -265,7 +266,7 @@ async def test_simultaneous_dials_leave_one_connection_per_slot(autojump_clock: 
         (a,) = cluster.nodes
         # b seeds a and a learns b at once; whoever dials each slot, one connection survives.
         b = await cluster.start_node(seeds=(f"nats://{a.name}:6222",))
-        a.routes._learn({"id": b.server_id, "name": b.name, "url": f"nats://{b.name}:6222"})
+        a.routes._learn(PeerInfo(b.server_id, b.name, f"nats://{b.name}:6222"))
         await converged(cluster)
         for x, y in ((a, b), (b, a)):
             assert len(registered(x, y)) == CONFIG.pool_size
@@ -304,23 +305,19 @@ async def test_a_wrong_route_credential_is_refused(
         assert any("route credential refused" in r.getMessage() for r in caplog.records)
 
 
-async def talk_to_routes(cluster: Cluster, node: HarnessNode, *frames: bytes) -> bytes:
-    """Dial ``node``'s route port as an impostor and send raw frames; what came back."""
+async def talk_to_routes(
+    cluster: Cluster, node: HarnessNode, *frames: bytes, hello: bytes | None = None
+) -> bytes:
+    """Dial ``node``'s route port as an impostor, authenticate and send ``hello`` if given, then
+    send raw frames; what came back."""
     stream = await cluster.network.dialer("impostor")(node.name, 6222)
-    for frame in frames:
-        await stream.send_all(frame)
-    received = b""
-    with trio.move_on_after(2):
-        while chunk := await stream.receive_some(65536):
-            received += chunk
-    await stream.aclose()
+    impostor = Impostor(stream, "route")
+    if hello is not None:
+        assert await impostor.authenticate(hello) is not None
+    await impostor.send(*frames)
+    received = await impostor.drain()
+    await impostor.aclose()
     return received
-
-
-def hello(node_id: str, **extra: object) -> bytes:
-    info = {"kind": "route", "id": node_id, "name": node_id, "cluster": "test", "secret": "",
-            "url": f"nats://{node_id}:6222", "pool_size": 3, "slot": 0, **extra}  # fmt: skip
-    return encode(Hello(info))
 
 
 async def test_garbage_on_a_route_closes_only_that_link(
@@ -331,10 +328,10 @@ async def test_garbage_on_a_route_closes_only_that_link(
         a, b = cluster.nodes
         inbox = b.subscribe("ok")
         await converged(cluster)
-        answer = await talk_to_routes(cluster, a, hello("Z" * 56), b"\xc1\xc1\xc1")
+        answer = await talk_to_routes(cluster, a, b"\xc1\xc1\xc1", hello=route_hello("Z" * 56))
         assert b"protocol error" in answer
         answer = await talk_to_routes(cluster, a, encode(SubAdd("$G", "before.hello", None, 1)))
-        assert b"HELLO" in answer
+        assert b"before the handshake" in answer
         assert any("Route protocol error" in r.getMessage() for r in caplog.records)
         a.publish("ok", b"still fine")
         with trio.fail_after(5):
@@ -348,10 +345,10 @@ async def test_a_message_for_a_bad_subject_from_a_peer_does_no_harm(autojump_clo
         await talk_to_routes(
             cluster,
             a,
-            hello("Y" * 56),
             encode(SubAdd("$G", "bad..subject", None, 1)),
             encode(MessageFrame("$G", b"a..b", None, None, b"x", ())),
             encode(Err("bye")),
+            hello=route_hello("Y" * 56),
         )
         assert inbox.messages == []  # an empty token matches nothing, not even ">"
 
