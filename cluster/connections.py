@@ -199,10 +199,12 @@ class LinkManager:
         deadline = trio.current_time() + settings.ping_interval * settings.ping_max
         while link.closing is None:
             await trio.sleep(settings.ping_interval)
-            if link.remote is None and trio.current_time() >= deadline:
-                link.log(logging.INFO, f"{self.kind} handshake not done in time, closing")
-                link.refuse("handshake timeout", "Handshake timeout")
-                return
+            if link.remote is None:  # (no PING yet: before its HELLO, a peer may send none back)
+                if trio.current_time() >= deadline:
+                    link.log(logging.INFO, f"{self.kind} handshake not done in time, closing")
+                    link.refuse("handshake timeout", "Handshake timeout")
+                    return
+                continue
             if not link.heartbeat(settings.ping_interval, settings.ping_max):
                 link.log(logging.INFO, f"{self.kind} silent for too long, closing")
                 link.close("Stale Connection", flush=False)

@@ -132,8 +132,9 @@ def gateway_hello(gateway: str, **extra: Any) -> bytes:
     return encode(Hello(GatewayHello(**(fields | extra))))
 
 
-def peers(count: int, prefix: str = "fake") -> tuple[PeerInfo, ...]:
-    """Made-up peers at addresses where no node listens (low ports of 127.0.0.1)."""
+def peers(count: int, prefix: str = "fake", first_port: int = 1) -> tuple[PeerInfo, ...]:
+    """Made-up peers at addresses where no node listens (low ports of 127.0.0.1, each its own)."""
     return tuple(
-        PeerInfo(f"{prefix}{i:04d}", f"{prefix}{i}", f"nats://127.0.0.1:{i + 1}") for i in range(count)
+        PeerInfo(f"{prefix}{i:04d}", f"{prefix}{i}", f"nats://127.0.0.1:{first_port + i}")
+        for i in range(count)
     )
