@@ -118,7 +118,7 @@ def frames_in(data: bytes) -> list[Frame]:
 def route_hello(node_id: str, cluster: str = "test", **extra: Any) -> bytes:
     """A route HELLO from a made-up node (any field overridden by ``extra``)."""
     fields: dict[str, Any] = {
-        "id": node_id, "name": node_id, "cluster": cluster, "url": f"nats://{node_id}:6222",
+        "id": node_id, "name": node_id, "cluster": cluster, "url": "nats://127.0.0.1:1",
         "pool_size": 3, "slot": 0, "connection": "c0",
     }  # fmt: skip
     return encode(Hello(RouteHello(**(fields | extra))))
@@ -127,7 +127,8 @@ def route_hello(node_id: str, cluster: str = "test", **extra: Any) -> bytes:
 def gateway_hello(gateway: str, **extra: Any) -> bytes:
     """A gateway HELLO from a made-up node of cluster ``gateway``."""
     fields: dict[str, Any] = {
-        "id": "I" * 56, "name": "impostor", "gateway": gateway, "url": "nats://impostor:7222",
+        "id": "I" * 56, "name": "impostor", "gateway": gateway, "url": "nats://127.0.0.1:1",
+        "urls": ("nats://127.0.0.1:1",),
     }  # fmt: skip
     return encode(Hello(GatewayHello(**(fields | extra))))
 
