@@ -16,7 +16,9 @@ import asyncio
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import attrs
@@ -35,6 +37,7 @@ from cluster.routes import MAX_UNMET_PEERS
 from node.config import Config
 from node.launch import NodeHandle, run_node
 from tests.cluster.impostor import Impostor, frames_in, gateway_hello, route_hello
+from tests.cluster.test_real_link_attacks import subscribed
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(600)]
 
@@ -123,6 +126,8 @@ def target() -> Iterator[Target]:
     thread.start()
     node, token = started.get(timeout=30)
     canary = Canary(node.url)
+    while not trio.from_thread.run_sync(partial(subscribed, node, "canary"), trio_token=token):
+        time.sleep(0.01)
     yield Target(node, token, canary)
     canary.close()
     trio.from_thread.run_sync(node.shutdown, trio_token=token)

@@ -33,7 +33,7 @@ from cluster.frames import (
 from cluster.routes import MAX_UNMET_PEERS
 from node.config import Config
 from node.launch import NodeHandle
-from tests.cluster.clients import connect, until
+from tests.cluster.clients import connect, eventually, until
 from tests.cluster.impostor import Impostor, frames_in, peers, route_hello
 from tests.node.conftest import in_asyncio, start_node
 
@@ -76,12 +76,19 @@ async def serves(node: NodeHandle) -> None:
 
         await responder.subscribe("canary", cb=echo)
         await responder.flush()
+        await eventually(lambda: subscribed(node, "canary"))
         reply = await requester.request("canary", b"hi", timeout=5)
         await responder.close()
         await requester.close()
         return reply.data
 
     assert await in_asyncio(scenario) == b"alive:hi"
+
+
+def subscribed(node: NodeHandle, subject: str) -> bool:
+    """Whether a client of ``node`` subscribed to ``subject`` (a PONG can come back before the
+    node has applied a SUB sent ahead of it: waiting for that is not what these tests are about)."""
+    return bool(node.server.broker.accounts["$G"].match(subject.encode())[0].plain)
 
 
 def rss() -> int:
