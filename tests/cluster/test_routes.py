@@ -16,7 +16,7 @@ import trio.testing
 from trio.testing import MockClock
 
 from cluster.config import ClusterConfig
-from cluster.frames import Err, MessageFrame, PeerInfo, SubAdd, encode
+from cluster.frames import Err, Gossip, MessageFrame, PeerInfo, SubAdd, encode
 from cluster.link import Link
 from cluster.peer import fnv1a32
 from cluster.routes import RouteManager
@@ -397,3 +397,27 @@ async def test_a_pinned_account_has_a_connection_of_its_own(autojump_clock: Mock
         with trio.fail_after(5):
             await vip.wait_for(2)
         assert other.messages == []
+
+
+async def test_peers_only_heard_of_are_dialed_a_few_times_then_forgotten(
+    autojump_clock: MockClock,
+) -> None:
+    """A registered peer names peers that do not exist: each is dialed (on one connection, with
+    growing pauses) a bounded number of times, then forgotten; the real peer stays."""
+    async with open_cluster(2, config=CONFIG) as cluster:
+        a, b = cluster.nodes
+        await converged(cluster)
+        stream = await cluster.network.dialer("impostor")(a.name, 6222)
+        impostor = Impostor(stream, "route")
+        # ("0..." sorts below every server id: the fake peers are a's to dial, the impostor is not.)
+        named = tuple(PeerInfo(f"z{i:03d}", f"z{i}", f"nats://ghost{i}:6222") for i in range(40))
+        assert await impostor.authenticate(route_hello("0" * 56, peers=named)) is not None
+        await impostor.send(encode(Gossip(list(named[:5]))))
+        with trio.fail_after(5):
+            await eventually(lambda: all(p.id in a.routes.peers for p in named))
+        await impostor.aclose()
+        assert all(key[1] == 0 for key in a.routes._dialing if key[0].startswith("z"))
+        with trio.fail_after(600):
+            await eventually(lambda: not any(p.startswith("z") for p in a.routes.peers), step=1.0)
+        assert b.server_id in a.routes.peers
+        assert not any(key[0].startswith("z") for key in a.routes._dialing)
