@@ -410,3 +410,14 @@ async def test_a_gateway_of_another_name_at_a_configured_url_is_refused(
         assert e1.gateways.remotes["north"].outbound is None
         assert any('expected gateway "north", reached "west"' in r.getMessage() for r in caplog.records)
         await converged(sc)
+
+
+async def test_a_cluster_only_heard_of_is_forgotten_if_never_reached(autojump_clock: MockClock) -> None:
+    """News of a cluster nobody can reach is dialed with growing pauses, then forgotten."""
+    async with open_supercluster({"east": 1}, config=CLUSTER, gateway=GATEWAY) as sc:
+        (e1,) = sc["east"].nodes
+        assert e1.gateways is not None
+        e1.gateways.learn({"ghost": ("nats://ghost:7222",)})
+        assert "ghost" in e1.gateways.remotes
+        await trio.sleep(600)
+        assert "ghost" not in e1.gateways.remotes
