@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench run clean
+.PHONY: test lint typecheck unit fuzz bench run clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ unit: $(STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# The fuzz tests run in `make unit` too, with few examples; this runs them far longer.
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest -m fuzz -p no:randomly --timeout 3600
 
 bench: $(STAMP)
 	$(BIN)/pytest tests/routing/bench_routing.py -p no:randomly \

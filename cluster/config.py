@@ -6,10 +6,16 @@ from typing import Any
 
 import attrs
 
+from transport.tls import TlsConfig
+
 __all__ = ["ClusterConfig", "GatewayConfig", "parse_url"]
 
 DEFAULT_CLUSTER_PORT = 6222
 DEFAULT_GATEWAY_PORT = 7222
+DEFAULT_MAX_PENDING = 32 * 1024 * 1024
+"""Bytes a link may hold for a peer that does not read them before it is cut as a slow consumer
+(nats-server bounds clients at 64 MiB; a link serves many, but what it holds is all in memory)."""
+DEFAULT_WRITE_DEADLINE = 10.0
 
 
 @attrs.frozen
@@ -34,6 +40,13 @@ class ClusterConfig:
             proved it knows the secret, frames of at most 64 KiB are accepted.)
         max_accounts: how many accounts frames from routes may bring into being (accounts this
             node has anyway do not count); frames for further ones are dropped with a warning.
+        max_pending: bytes queued for a peer (and not yet taken by its socket) past which the link
+            is cut as a slow consumer; from three quarters of it on, client publishers feeding the
+            link pause briefly for it to drain. It must hold the interest snapshot a link starts with.
+        write_deadline: seconds one write to a peer may take before the link is cut as a slow
+            consumer.
+        tls: TLS for routes in both directions (None: plain TCP); each side presents its
+            certificate and checks the other's against ``tls.ca_file``.
     """
 
     name: str = "pubmesh"
@@ -49,6 +62,9 @@ class ClusterConfig:
     reconnect_min: float = 0.05
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
+    max_pending: int = DEFAULT_MAX_PENDING
+    write_deadline: float = DEFAULT_WRITE_DEADLINE
+    tls: TlsConfig | None = None
     max_accounts: int = 4096
 
     def evolve(self, **changes: Any) -> ClusterConfig:
@@ -66,8 +82,8 @@ class GatewayConfig:
             and clusters not listed here, are learned from the links themselves.
         advertise: the gateway URL to tell others (default: host:port as bound).
         secret: a shared secret each side of a gateway link proves it knows (never sent).
-        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame, max_accounts: as for
-            routes.
+        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame, max_accounts,
+            max_pending, write_deadline, tls: as for routes.
         reply_ttl: seconds a reply subject that crossed a gateway is remembered, so the reply can
             go straight back to the requester's node.
     """
@@ -84,7 +100,10 @@ class GatewayConfig:
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
     max_accounts: int = 4096
+    max_pending: int = DEFAULT_MAX_PENDING
+    write_deadline: float = DEFAULT_WRITE_DEADLINE
     reply_ttl: float = 2.0
+    tls: TlsConfig | None = None
 
     def evolve(self, **changes: Any) -> GatewayConfig:
         return attrs.evolve(self, **changes)

@@ -5,14 +5,16 @@ connect, what its HELLO says, what an interest frame means, what to forget when 
 else is the same for both and lives here: a connection's reader, writer and heartbeat tasks, the
 handshake (see ``cluster.handshake``: nothing but a CHALLENGE goes out before the peer has proved it
 knows the secret, and a link that has not finished it in time is closed), PING and PONG, a peer's
-ERR, protocol errors answered with an ERR before closing, dialing with a timeout, interest snapshots
-sent in batches, and the cap on accounts that frames from links may bring into being.
+ERR, protocol errors answered with an ERR before closing, dialing with a timeout, TLS (from the
+first byte, both sides presenting certificates), interest snapshots sent in batches, and the cap on
+accounts that frames from links may bring into being.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any, Protocol
@@ -40,13 +42,13 @@ from cluster.host import NodeHost
 from cluster.link import Link
 from routing import InterestChange, Origin
 from transport.sessions import Flusher, Session
+from transport.tls import TlsConfig, TlsError, client_context, handshake, server_context
 
 __all__ = ["Dial", "LinkManager", "LinkSettings"]
 
 log = logging.getLogger("pubmesh")
 
 DIAL_TIMEOUT = 2.0
-WRITE_DEADLINE = 10.0
 ACCOUNT_WARNING_INTERVAL = 10.0
 """Seconds between warnings that frames for accounts past the cap are being dropped."""
 
@@ -78,6 +80,15 @@ class LinkSettings(Protocol):
     @property
     def max_accounts(self) -> int: ...
 
+    @property
+    def max_pending(self) -> int: ...
+
+    @property
+    def write_deadline(self) -> float: ...
+
+    @property
+    def tls(self) -> TlsConfig | None: ...
+
 
 class LinkManager:
     """The connection machinery of one kind of link; subclasses give the links their meaning.
@@ -88,6 +99,9 @@ class LinkManager:
         flusher: the node's flusher (link input is delivered to client connections and back).
         dial: how to open a connection (real TCP unless a test network is passed).
         rng: the source of backoff jitter and connection names.
+
+    Raises:
+        OSError, ssl.SSLError, ValueError: ``settings.tls`` names unusable files.
     """
 
     kind = "Link"
@@ -111,6 +125,11 @@ class LinkManager:
         """Every open connection, registered or not (for monitoring and shutdown)."""
         self._next_rid = 0
         self._nursery: trio.Nursery | None = None
+        tls = settings.tls
+        # A link's acceptor requires a certificate just as its dialer checks one (as nats-server
+        # does for routes and gateways): only nodes holding certificates from ``ca_file`` get in.
+        self._accept_tls = server_context(tls, require_certificates=True) if tls else None
+        self._dial_tls = client_context(tls) if tls else None
         self.link_accounts: set[str] = set()
         """Accounts that frames from links brought into being (at most ``max_accounts``)."""
         self._refused_accounts = 0
@@ -151,22 +170,30 @@ class LinkManager:
     ) -> Link:
         """Run one connection until it closes; return its link (its ``closing`` says why).
 
-        ``setup`` marks the new link before its HELLO goes out (a route's slot, say).
+        ``setup`` marks the new link before its HELLO goes out (a route's slot, say). An accepted
+        connection does its TLS handshake (if configured) here, in its own task; a dialed one
+        arrives secured by ``_connect``.
         """
+        address = _peer_address(stream)
+        secure: trio.SSLStream[trio.abc.Stream] | None = None
+        if not solicited and self._accept_tls is not None:
+            stream = secure = trio.SSLStream(stream, self._accept_tls, server_side=True)
         session = Session(stream)
-        handshake = Handshake(
+        opening = Handshake(
             self.kind.lower(),
             self.settings.secret,
             dialer=solicited,
-            nonce=self._rng.getrandbits(NONCE_SIZE * 8).to_bytes(NONCE_SIZE, "big"),
+            nonce=secrets.token_bytes(NONCE_SIZE),
         )
         link = Link(
             self.host,
-            partial(self._on_frame, handshake),
+            partial(self._on_frame, opening),
             solicited=solicited,
             max_frame=self.settings.max_frame,
+            max_pending=self.settings.max_pending,
             wake=partial(self.flusher.wake, session),
-            address=_peer_address(stream),
+            abandon=session.abandon,
+            address=address,
             clock=trio.current_time,
             origin=origin,
             takes_messages=takes_messages,
@@ -181,10 +208,14 @@ class LinkManager:
         if setup is not None:
             setup(link)
         self.links.append(link)
-        link.send(handshake.challenge())
+        link.send(opening.challenge())
         try:
+            if secure is not None and not await self._secure(secure, link):
+                return link
             await session.run(
-                self.flusher, write_deadline=WRITE_DEADLINE, timers=partial(self._heartbeat, session)
+                self.flusher,
+                write_deadline=self.settings.write_deadline,
+                timers=partial(self._heartbeat, session),
             )
         finally:
             link.close("Connection closed")
@@ -192,6 +223,17 @@ class LinkManager:
             self.links.remove(link)
             self._dropped(link)
         return link
+
+    async def _secure(self, stream: trio.SSLStream[trio.abc.Stream], link: Link) -> bool:
+        """Whether the TLS handshake of an accepted connection succeeded (in time)."""
+        assert self.settings.tls is not None
+        try:
+            await handshake(stream, self.settings.tls)
+        except TlsError as exc:
+            link.log(logging.WARNING, f"{self.kind} {exc}")
+            link.close("TLS Handshake Failure", flush=False)
+            return False
+        return True
 
     async def _heartbeat(self, session: Session) -> None:
         link: Link = session.conn  # type: ignore[assignment]
@@ -207,14 +249,13 @@ class LinkManager:
                 continue
             if not link.heartbeat(settings.ping_interval, settings.ping_max):
                 link.log(logging.INFO, f"{self.kind} silent for too long, closing")
-                link.close("Stale Connection", flush=False)
-                session.abandon()  # its writer may be stuck on a socket nobody reads
+                link.close("Stale Connection", flush=False)  # (which stops its session at once)
 
-    def _on_frame(self, handshake: Handshake, link: Link, frame: Frame) -> None:
+    def _on_frame(self, opening: Handshake, link: Link, frame: Frame) -> None:
         """Everything but messages (which ``Link.receive`` delivers itself)."""
         kind = type(frame)
         if link.remote is None:
-            self._opening(handshake, link, frame)
+            self._opening(opening, link, frame)
         elif kind is Ping:
             link.send(Pong())
         elif kind is Pong:
@@ -228,15 +269,15 @@ class LinkManager:
         else:
             self._control(link, frame)
 
-    def _opening(self, handshake: Handshake, link: Link, frame: Frame) -> None:
+    def _opening(self, opening: Handshake, link: Link, frame: Frame) -> None:
         """A frame before the peer's HELLO: the handshake, or a peer's ERR saying why it refused."""
         if isinstance(frame, Challenge):
-            proof = handshake.on_challenge(frame)
+            proof = opening.on_challenge(frame)
             if proof is not None:
                 link.send(proof)
         elif isinstance(frame, Proof):
             try:
-                proof = handshake.on_proof(frame)
+                proof = opening.on_proof(frame)
             except AuthenticationFailed as exc:
                 self._refuse(link, str(exc))
                 return
@@ -244,7 +285,7 @@ class LinkManager:
             if proof is not None:
                 link.send(proof)
             link.send(Hello(self._hello(link)))
-        elif isinstance(frame, Hello) and handshake.authenticated:
+        elif isinstance(frame, Hello) and opening.authenticated:
             self._handshake(link, frame.info)
         elif isinstance(frame, Err):
             link.log(logging.WARNING, f"{self.kind} refused by peer: {frame.text}")
@@ -309,16 +350,30 @@ class LinkManager:
         return wait, min(max(delay * 2, settings.reconnect_min), most)
 
     async def _connect(self, url: str) -> trio.abc.Stream | None:
+        """A connection to ``url`` (secured, with TLS), or None if none could be made."""
         try:
             host, port = parse_url(url)
             with trio.fail_after(DIAL_TIMEOUT):
-                return await self._dial(host, port)
+                stream = await self._dial(host, port)
         except (OSError, ValueError, trio.TooSlowError) as exc:
             log.debug("Error trying to connect to %s %s: %s", self.kind.lower(), url, exc)
             return None
+        if self._dial_tls is None:
+            return stream
+        assert self.settings.tls is not None
+        secure = trio.SSLStream(stream, self._dial_tls, server_hostname=host)
+        try:
+            await handshake(secure, self.settings.tls)
+        except TlsError as exc:
+            log.warning("Error trying to connect to %s %s: %s", self.kind.lower(), url, exc)
+            await trio.aclose_forcefully(stream)
+            return None
+        return secure
 
 
 def _peer_address(stream: trio.abc.Stream) -> tuple[str, int]:
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
     if isinstance(stream, trio.SocketStream):
         try:
             host, port, *_ = stream.socket.getpeername()

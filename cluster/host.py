@@ -28,6 +28,13 @@ class NodeHost(Protocol):
     """Interest other clusters announced over gateways; written by the gateway links."""
     interest_listeners: list[Callable[[InterestChange], None]]
     """Called with every change of local interest, in order, as it happens."""
+    congested: set[Any]
+    """Connections past their stall threshold: a link backing up adds itself, and the node's
+    client publishers pause for it as for a slow client."""
+
+    def count_slow_link(self, kind: str) -> None:
+        """A link of ``kind`` ("Route", "Gateway") was cut as a slow consumer."""
+        ...
 
     def set_gateway_order(self, order: Sequence[Gateway]) -> None:
         """Gateways by preference (lowest round trip first), for queue groups served remotely."""

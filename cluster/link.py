@@ -40,6 +40,9 @@ _packer = msgpack.Packer(use_bin_type=True)
 Control = Callable[["Link", Frame], None]
 """What a link's manager does with every frame but messages (raising ``LinkError`` to refuse)."""
 
+SLOW_PENDING = "Slow Consumer (Pending Bytes)"
+SLOW_DEADLINE = "Slow Consumer (Write Deadline)"
+
 
 class Link(Outbox):
     """The protocol side of one route (or gateway) connection.
@@ -49,7 +52,10 @@ class Link(Outbox):
         control: the manager's handler for every other frame.
         solicited: whether this node dialed it.
         max_frame: the largest frame the peer may send.
+        max_pending: the most bytes held for the peer before the link is cut as a slow consumer.
         wake: the I/O side's wake-up (see ``Outbox``).
+        abandon: stops the I/O side at once, for a close that writes nothing more (its writer may
+            be stuck on a socket nobody reads).
         address: the peer's (host, port), for monitoring.
         clock: the time source for liveness (the I/O side's, so a test clock works).
         origin: what kind of link this is, as the publish path needs to know.
@@ -66,7 +72,9 @@ class Link(Outbox):
         *,
         solicited: bool,
         max_frame: int,
+        max_pending: int,
         wake: Callable[[], None],
+        abandon: Callable[[], None],
         address: tuple[str, int] = ("", 0),
         clock: Callable[[], float] = time.monotonic,
         origin: Origin = Origin.ROUTE,
@@ -75,6 +83,10 @@ class Link(Outbox):
         admit: Callable[[str], Any] | None = None,
     ) -> None:
         super().__init__(wake)
+        self._abandon = abandon
+        self.max_pending = max_pending
+        self.stall_at = max_pending * 3 // 4
+        """Pending bytes past which the link is congested (as a client connection's ``stall_at``)."""
         self.host = host
         self.control = control
         self.kind = kind
@@ -165,7 +177,7 @@ class Link(Outbox):
         elif how is Hangup.READ_ERROR:
             self.close("Read error")
         elif how is Hangup.WRITE_DEADLINE:
-            self.close("Write deadline exceeded", flush=False)
+            self._slow(SLOW_DEADLINE)
         else:
             self.close("Write error", flush=False)
 
@@ -189,12 +201,42 @@ class Link(Outbox):
 
     def send_message(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
         """Queue a MSG frame (the hot path: packed directly, no frame object)."""
-        self.outbound += _packer.pack(
-            ["MSG", account, msg.subject, msg.reply, msg.headers, msg.payload, queues]
-        )
         self.out_msgs += 1
         self.out_bytes += len(msg.payload)
-        self._notify()
+        self._send(
+            _packer.pack(["MSG", account, msg.subject, msg.reply, msg.headers, msg.payload, queues])
+        )
+
+    def _send(self, data: bytes) -> None:
+        """Queue one frame, whatever it is: interest, heartbeats and messages all count."""
+        out = self.outbound
+        out += data
+        pending = len(out) + self._writing
+        if pending > self.stall_at and self._congested(pending):
+            return
+        if not self._woken:
+            self._woken = True
+            self._wake()
+
+    def _congested(self, pending: int) -> bool:
+        """Note the peer falling behind; True if the frame is not to be sent (the link is cut)."""
+        if pending <= self.max_pending:
+            if self.closing is None:
+                self.host.congested.add(self)
+            return False
+        if self.closing is None:
+            self._slow(SLOW_PENDING)
+        else:
+            self.outbound.clear()  # closing already, and still given more than it may hold
+        return True
+
+    def _slow(self, reason: str) -> None:
+        """Cut the link as a slow consumer: counted, nothing more written, and (as on any
+        disconnect) its manager forgets what came over it, and redials it if it dials it."""
+        if self.closing is None:
+            self.log(logging.WARNING, f"{reason}, {self.pending_bytes} bytes pending: closing")
+            self.host.count_slow_link(self.kind)
+            self.close(reason, flush=False)
 
     def heartbeat(self, interval: float, allowed: int) -> bool:
         """The heartbeat timer fired: ping, and say whether the peer is still alive.
@@ -214,6 +256,9 @@ class Link(Outbox):
             self.rtt = self._clock() - self.ping_sent
 
     def close(self, reason: str, *, flush: bool = True) -> None:
+        """Start closing; without ``flush``, nothing more is written and the I/O side stops now."""
         if self.closing is None:
             self.stop_ns = time.time_ns()
-        super().close(reason, flush=flush)
+            super().close(reason, flush=flush)
+            if not flush:
+                self._abandon()

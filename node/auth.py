@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 from typing import Any
 
 from node.config import Config, UserConfig
@@ -14,12 +15,18 @@ ANONYMOUS = UserConfig()
 
 
 def _same(given: Any, expected: str | None) -> bool:
-    """Constant-time comparison, so response times do not leak how much of a secret matched."""
-    return (
-        isinstance(given, str)
-        and expected is not None
-        and hmac.compare_digest(given.encode(), expected.encode())
-    )
+    """Constant-time comparison, so response times do not leak how much of a secret matched.
+
+    A credential that is not valid Unicode (CONNECT passes lone surrogates and bytes that are not
+    UTF-8 on as sent) matches nothing: it fails authentication like any wrong one.
+    """
+    if not isinstance(given, str) or expected is None:
+        return False
+    try:
+        sent = given.encode()
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(sent, expected.encode())
 
 
 class Authenticator:
@@ -30,11 +37,15 @@ class Authenticator:
         self._tokens = [u for u in config.users if u.token is not None]
         self._no_auth_user = self._users.get(config.no_auth_user) if config.no_auth_user else None
         self.required = bool(config.users)
+        self._by_certificate = config.tls is not None and config.tls.verify_and_map
 
-    def authenticate(self, options: dict[str, Any]) -> UserConfig | None:
-        """The user these CONNECT options prove to be, or None for an ``Authorization Violation``."""
+    def authenticate(self, options: dict[str, Any], certified: Sequence[str] = ()) -> UserConfig | None:
+        """The user these CONNECT options (or, with ``verify_and_map``, the names ``certified`` by
+        the client's TLS certificate) prove to be, or None for an ``Authorization Violation``."""
         if not self.required:
             return ANONYMOUS
+        if self._by_certificate:
+            return next((self._users[n] for n in certified if n in self._users), None)
         name = options.get("user")
         if name:
             user = self._users.get(name) if isinstance(name, str) else None

@@ -34,7 +34,7 @@ from routing import (
     plan_delivery,
 )
 
-__all__ = ["VERSION", "Broker", "Forwarder", "ReplyMapping", "Subscriber"]
+__all__ = ["VERSION", "Broker", "Consumer", "Forwarder", "ReplyMapping", "Subscriber"]
 
 VERSION = "0.1.0"
 """pubmesh's version, reported in INFO and /varz (semver, which NATS clients parse)."""
@@ -72,19 +72,25 @@ class ReplyMapping(Protocol):
         ...
 
 
-class Client(Subscriber, Protocol):
+class Consumer(Protocol):
+    """A connection whose output can back up: a client, a route, a gateway. Past ``stall_at``
+    pending bytes it is congested, and publishers feeding it pause for it."""
+
+    closing: str | None
+    stall_at: int
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+
+class Client(Subscriber, Consumer, Protocol):
     """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
 
     cid: int
-    closing: str | None
-    stall_at: int
     in_msgs: int
     in_bytes: int
     out_msgs: int
     out_bytes: int
-
-    @property
-    def pending_bytes(self) -> int: ...
 
     def close(self, reason: str) -> None: ...
 
@@ -130,12 +136,15 @@ class Broker:
         for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
             self.account(name)
         self.clients: dict[int, Client] = {}
-        self.congested: set[Client] = set()
+        self.congested: set[Consumer] = set()
         """Consumers past their stall threshold since the last producer paused for them."""
         self.closed: collections.deque[Client] = collections.deque(maxlen=CLOSED_KEPT)
         self._next_cid = 0
         self.total_connections = 0
         self.slow_consumers = 0
+        """Client connections cut as slow consumers."""
+        self.slow_links: collections.Counter[str] = collections.Counter()
+        """Links cut as slow consumers, by kind ("Route", "Gateway")."""
         self.stale_connections = 0
         # Traffic of connections that have closed, so totals survive them.
         self._closed_traffic = [0, 0, 0, 0]
@@ -173,6 +182,9 @@ class Broker:
             traffic[1] += client.in_bytes
             traffic[2] += client.out_msgs
             traffic[3] += client.out_bytes
+
+    def count_slow_link(self, kind: str) -> None:
+        self.slow_links[kind] += 1
 
     def traffic(self) -> tuple[int, int, int, int]:
         """Messages and bytes in and out since start: (in_msgs, in_bytes, out_msgs, out_bytes)."""

@@ -1,8 +1,8 @@
 """The ``pubmesh`` command: ``pubmesh serve`` (the default), ``pubmesh local`` and ``pubmesh bench``.
 
 ``serve`` takes the flags nats-server users know (``-p``, ``-a``, ``-m``, ``--user``, ``--pass``,
-``--auth``, ``-c``, ``-DV`` ...), so scripts and test harnesses written for nats-server can start
-pubmesh instead; a command line that starts with a flag is taken as ``serve``.
+``--auth``, ``--tls``, ``-c``, ``-DV`` ...), so scripts and test harnesses written for nats-server can
+start pubmesh instead; a command line that starts with a flag is taken as ``serve``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,17 @@ import trio
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.broker import VERSION
-from node.config import Config, ConfigError, UserConfig, check_urls, load, reconcile_names
+from node.config import (
+    Config,
+    ConfigError,
+    UserConfig,
+    check_tls,
+    check_urls,
+    load,
+    reconcile_names,
+)
 from node.launch import run_node
+from transport.tls import TlsConfig
 
 __all__ = ["command_line_config", "main"]
 
@@ -47,11 +56,19 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("-p", "--port", type=int, help="client port (0 picks a free one)")
     p.add_argument("-n", "--name", "--server_name", dest="server_name", help="server name")
     p.add_argument("-m", "--http_port", type=int, help="HTTP monitoring port")
+    p.add_argument(
+        "-ms", "--https_port", type=int, help="HTTPS monitoring port (uses the TLS certificate)"
+    )
     p.add_argument("--http_host", help="HTTP monitoring address (default: the client address)")
     p.add_argument("--user", help="user required for connections")
     p.add_argument("--pass", dest="password", help="password required for connections")
     p.add_argument("--auth", help="authorization token required for connections")
     p.add_argument("--max_payload", type=int, help="largest message payload in bytes")
+    p.add_argument("--tls", action="store_true", help="enable TLS for clients (no client certificates)")
+    p.add_argument("--tlscert", metavar="FILE", help="server certificate file")
+    p.add_argument("--tlskey", metavar="FILE", help="private key of the server certificate")
+    p.add_argument("--tlscacert", metavar="FILE", help="authorities client certificates must chain to")
+    p.add_argument("--tlsverify", action="store_true", help="enable TLS and require client certificates")
     p.add_argument(
         "--cluster", "--cluster_listen", dest="cluster_listen", metavar="URL",
         help="accept routes at this URL (nats://host:port)",
@@ -91,7 +108,7 @@ def serve_config(args: argparse.Namespace) -> Config:
     config = load(args.config) if args.config else Config()
     changes = {
         key: getattr(args, key)
-        for key in ("host", "port", "server_name", "http_port", "max_payload")
+        for key in ("host", "port", "server_name", "http_port", "https_port", "max_payload")
         if getattr(args, key) is not None
     }
     http_host = args.http_host or changes.get("host")
@@ -103,6 +120,9 @@ def serve_config(args: argparse.Namespace) -> Config:
         changes["users"] = (UserConfig(user=args.user, password=args.password),)
     if args.auth:
         changes["users"] = (*changes.get("users", config.users), UserConfig(token=args.auth))
+    tls = _tls_flags(args, config.tls)
+    if tls is not None:
+        changes["tls"] = tls
     cluster = config.cluster
     if args.cluster_listen or args.routes or args.cluster_name or args.cluster_advertise:
         cluster = cluster or ClusterConfig()
@@ -124,7 +144,23 @@ def serve_config(args: argparse.Namespace) -> Config:
         changes["gateway"] = gateway
     if args.debug or args.trace:
         changes["debug"] = True
-    return reconcile_names(config.evolve(**changes))
+    config = reconcile_names(config.evolve(**changes))
+    check_tls(config, "command line")
+    return config
+
+
+def _tls_flags(args: argparse.Namespace, tls: TlsConfig | None) -> TlsConfig | None:
+    """The client TLS settings after the flags (any of which turns TLS on); None when neither
+    file nor flags set any."""
+    if not (args.tls or args.tlsverify or args.tlscert or args.tlskey or args.tlscacert):
+        return tls
+    tls = tls or TlsConfig()
+    for flag, field in (("tlscert", "cert_file"), ("tlskey", "key_file"), ("tlscacert", "ca_file")):
+        if getattr(args, flag):
+            tls = tls.evolve(**{field: getattr(args, flag)})
+    if args.tlsverify:
+        tls = tls.evolve(verify=True)
+    return tls
 
 
 def _gateway_flags(args: argparse.Namespace, gateway: GatewayConfig | None) -> GatewayConfig | None:

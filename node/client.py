@@ -8,6 +8,20 @@ can observe is decided here, so it can be tested by feeding bytes and reading by
 Behaviour follows nats-server's, because clients depend on it: which errors close the connection,
 the exact ``-ERR`` texts, verbose/pedantic defaulting to on until CONNECT says otherwise, options
 left out of CONNECT keeping their value, and the 503 no-responders reply.
+
+**Strings from the wire.** The protocol is bytes, but parts of the node (subject tries, the msgpack
+codec of links, monitoring's JSON) hold text, and text must be valid Unicode or encoding it fails
+far from the connection that sent it. So text is made at this edge, by one rule:
+
+- What is published stays bytes, end to end: PUB and HPUB subjects, replies, sids, headers and
+  payloads are never decoded on the publish path (a route forwards the bytes it was given); an
+  ``-ERR`` that quotes them quotes the bytes as sent.
+- Subjects and queue names of a SUB become text, decoded strictly as UTF-8: one that is not valid
+  UTF-8 gets ``-ERR 'Invalid Subject'``, as any other invalid subject does, and the connection
+  carries on.
+- CONNECT's credentials (user, pass, auth_token...) that are not valid Unicode (a lone surrogate
+  escape, bytes that are not UTF-8) fail authentication; its other strings (name, lang, version)
+  have each offending character replaced by U+FFFD. ``node.protocol.connect`` reads CONNECT so.
 """
 
 from __future__ import annotations
@@ -60,6 +74,7 @@ class Reason:
     READ_ERROR: Final = "Read Error"
     WRITE_ERROR: Final = "Write Error"
     INTERNAL_ERROR: Final = "Internal Error"
+    TLS_HANDSHAKE: Final = "TLS Handshake Failure"
 
 
 AUTH_VIOLATION = "Authorization Violation"
@@ -73,6 +88,14 @@ RTT_REFRESH = 3600.0
 DEFAULT_RTT_MEASUREMENT_INTERVAL), and so pings even a client it heard from lately."""
 
 
+_SHOWN_OPTIONS = ("name", "lang", "version")
+"""The CONNECT fields /connz shows."""
+
+
+def _ignore() -> None:
+    """The wake-up of a retired connection: there is no one left to wake."""
+
+
 def _is_literal(subject: bytes) -> bool:
     """A valid publish subject, checked on the bytes (pedantic mode) to avoid decoding."""
     tokens = subject.split(b".")
@@ -80,6 +103,7 @@ def _is_literal(subject: bytes) -> bool:
 
 
 def _text(value: bytes) -> str:
+    """Published bytes, quoted in an ``-ERR``: ``writer.err`` turns them back into the same bytes."""
     return value.decode("utf-8", "surrogateescape")
 
 
@@ -128,6 +152,8 @@ class ClientConnection(Outbox):
         # required, the auth timer runs until a CONNECT, or until the no_auth_user is signed in.
         self.user: UserConfig | None = broker.auth.authenticate({})
         self.awaiting_connect = broker.auth.required
+        self.tls_names: tuple[str, ...] = ()
+        """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
         self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
         self.account: Account = broker.account(self.user.account if self.user else "$G")
@@ -160,6 +186,11 @@ class ClientConnection(Outbox):
         fields["client_ip"] = self.host
         if self.awaiting_connect and self.user is None:
             fields["auth_required"] = True
+        tls = self.broker.config.tls
+        if tls is not None:
+            fields["tls_required"] = True
+            if tls.verify or tls.verify_and_map:
+                fields["tls_verify"] = True
         return fields
 
     def receive_data(self, data: bytes) -> None:
@@ -215,13 +246,12 @@ class ClientConnection(Outbox):
         return True
 
     def _connect(self, event: Connect) -> None:
-        options = {**self.options, **event.options}
-        user = self.broker.auth.authenticate(options)
+        options = {**self.options, **event.options}  # (each of the right type: see node.protocol)
+        user = self.broker.auth.authenticate(options, self.tls_names)
         if user is None or options.get("account") or options.get("new_account"):
             self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
             return
-        protocol = options.get("protocol", 0)
-        if not isinstance(protocol, int) or not 0 <= protocol <= 1:
+        if not 0 <= options.get("protocol", 0) <= 1:
             self._fail("invalid client protocol", Reason.BAD_CLIENT_PROTOCOL)
             return
         headers = bool(options.get("headers"))
@@ -305,8 +335,12 @@ class ClientConnection(Outbox):
 
     def _sub(self, event: Sub) -> None:
         self.active_since_ping = True  # (even a refused SUB shows the client is alive)
-        subject = _text(event.subject)
-        queue = _text(event.queue) if event.queue is not None else None
+        try:
+            subject = event.subject.decode()
+            queue = event.queue.decode() if event.queue is not None else None
+        except UnicodeDecodeError:
+            self._error(INVALID_SUBJECT)
+            return
         if queue == "_sys_" or (self.perms is not None and not self.perms.can_subscribe(subject, queue)):
             text = f'Permissions Violation for Subscription to "{subject}"'
             self._error(f'{text} using queue "{queue}"' if queue is not None else text)
@@ -468,6 +502,7 @@ class ClientConnection(Outbox):
             return
         self.closing = reason
         self.stop_ns = time.time_ns()
+        self.parser.clear()  # (nothing more is read)
         if not flush:
             self.outbound.clear()
         if self.subs:
@@ -477,6 +512,20 @@ class ClientConnection(Outbox):
             self.broker.unsubscribe(self.account, subs)
         self.broker.remove_client(self)
         self._notify()
+
+    def retire(self) -> None:
+        """The I/O side is done with this connection: keep only what /connz shows of it.
+
+        The broker remembers thousands of closed connections, so nothing an open one may hold
+        stays: buffered input and output (up to max_payload and max_pending), permissions, the
+        CONNECT fields monitoring does not show, and the way to the session (and its socket).
+        """
+        self.parser.clear()
+        self.outbound = bytearray()
+        self._writing = 0
+        self.perms = None
+        self.options = {key: self.options[key] for key in _SHOWN_OPTIONS if key in self.options}
+        self._wake = _ignore
 
     # -- monitoring ------------------------------------------------------------------------------
 

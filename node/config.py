@@ -8,6 +8,7 @@ Names follow nats-server's options so that its users recognise them (``max_paylo
 
 from __future__ import annotations
 
+import ssl
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import attrs
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
+from transport.tls import TlsConfig, client_context, server_context
 
 __all__ = [
     "AccountConfig",
@@ -23,6 +25,7 @@ __all__ = [
     "ConfigError",
     "Permissions",
     "UserConfig",
+    "check_tls",
     "check_urls",
     "reconcile_names",
 ]
@@ -81,6 +84,8 @@ class Config:
     port: int = DEFAULT_PORT
     http_host: str = "0.0.0.0"
     http_port: int | None = None
+    https_port: int | None = None
+    """Monitoring over HTTPS (with ``tls``'s certificate) instead of ``http_port``."""
     max_payload: int = MAX_PAYLOAD
     max_control_line: int = MAX_CONTROL_LINE
     max_pending: int = MAX_PENDING
@@ -91,6 +96,8 @@ class Config:
     auth_timeout: float = 2.0
     write_deadline: float = 10.0
     users: tuple[UserConfig, ...] = ()
+    tls: TlsConfig | None = None
+    """TLS for clients (after the INFO, as nats-server); None serves them in plain text."""
     cluster: ClusterConfig | None = None
     """Route settings; None runs a node on its own."""
     gateway: GatewayConfig | None = None
@@ -113,6 +120,7 @@ _SCALARS = {
     "port": int,
     "http_host": str,
     "http_port": int,
+    "https_port": int,
     "max_payload": int,
     "max_control_line": int,
     "max_pending": int,
@@ -125,7 +133,14 @@ _SCALARS = {
     "no_auth_user": str,
     "debug": bool,
 }
-_ALIASES = {"listen": None, "name": "server_name", "net": "host", "http": None, "trace": "debug"}
+_ALIASES = {
+    "listen": None,
+    "name": "server_name",
+    "net": "host",
+    "http": None,
+    "https": None,
+    "trace": "debug",
+}
 
 
 def load(path: str | Path) -> Config:
@@ -153,6 +168,11 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
         elif key == "http":
             http = _host_port(value, f"{where}: http")
             fields["http_host"], fields["http_port"] = http["host"], http["port"]
+        elif key == "https":
+            https = _host_port(value, f"{where}: https")
+            fields["http_host"], fields["https_port"] = https["host"], https["port"]
+        elif key == "tls":
+            fields["tls"] = _tls(_table(value, f"{where}: tls"), f"{where}: tls", clients=True)
         elif key == "authorization":
             users += _authorization(_table(value, f"{where}: authorization"), f"{where}: authorization")
         elif key == "cluster":
@@ -170,7 +190,57 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
         else:
             raise ConfigError(f"{where}: unknown option {key!r}")
     _check_users(users, where)
-    return Config(**fields, users=tuple(users), accounts=tuple(accounts))
+    config = Config(**fields, users=tuple(users), accounts=tuple(accounts))
+    check_tls(config, where)
+    return config
+
+
+_TLS_OPTIONS = {
+    "cert_file": str,
+    "key_file": str,
+    "ca_file": str,
+    "verify": bool,
+    "timeout": float,
+    "verify_and_map": bool,
+    "handshake_first": bool,
+}
+_CLIENT_ONLY = ("verify_and_map", "handshake_first")
+
+
+def _tls(body: dict[str, Any], where: str, *, clients: bool = False) -> TlsConfig:
+    """nats-server's ``tls`` block: cert_file, key_file, ca_file, verify, timeout, and for client
+    listeners verify_and_map and handshake_first."""
+    fields: dict[str, Any] = {}
+    for key, value in body.items():
+        if key not in _TLS_OPTIONS or (key in _CLIENT_ONLY and not clients):
+            raise ConfigError(f"{where}: unknown option {key!r}")
+        fields[key] = _scalar(value, _TLS_OPTIONS[key], f"{where}: {key}")
+    if fields.get("timeout", 1.0) <= 0:
+        raise ConfigError(f"{where}: timeout must be positive")
+    return TlsConfig(**fields)
+
+
+def check_tls(config: Config, where: str = "config") -> None:
+    """Check that every TLS setting can be used (files readable, certificate matching its key),
+    and that HTTPS monitoring has a certificate, raising ``ConfigError`` otherwise."""
+    if config.http_port is not None and config.https_port is not None:
+        raise ConfigError(f"{where}: can't specify both HTTP and HTTPS monitoring ports")
+    if config.https_port is not None and config.tls is None:
+        raise ConfigError(f"{where}: TLS cert and key required for HTTPS")
+    settings = [("tls", config.tls, False)]
+    if config.cluster is not None:
+        settings.append(("cluster.tls", config.cluster.tls, True))
+    if config.gateway is not None:
+        settings.append(("gateway.tls", config.gateway.tls, True))
+    for name, tls, dials in settings:
+        if tls is None:
+            continue
+        try:
+            server_context(tls)
+            if dials:
+                client_context(tls)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise ConfigError(f"{where}: {name}: {exc}") from exc
 
 
 _CLUSTER_OPTIONS = {
@@ -180,6 +250,8 @@ _CLUSTER_OPTIONS = {
     "pool_size": ("pool_size", int),
     "ping_interval": ("ping_interval", float),
     "ping_max": ("ping_max", int),
+    "max_pending": ("max_pending", int),
+    "write_deadline": ("write_deadline", float),
 }
 
 
@@ -198,6 +270,8 @@ def _cluster(body: dict[str, Any], where: str) -> ClusterConfig:
             if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
                 raise ConfigError(f"{where}: accounts must be a list of account names")
             fields["pinned_accounts"] = tuple(value)
+        elif key == "tls":
+            fields["tls"] = _tls(_table(value, f"{where}: tls"), f"{where}: tls")
         elif key in _CLUSTER_OPTIONS:
             name, kind = _CLUSTER_OPTIONS[key]
             fields[name] = _scalar(value, kind, f"{where}: {key}")
@@ -215,6 +289,8 @@ _GATEWAY_OPTIONS = {
     "ping_interval": ("ping_interval", float),
     "ping_max": ("ping_max", int),
     "reply_ttl": ("reply_ttl", float),
+    "max_pending": ("max_pending", int),
+    "write_deadline": ("write_deadline", float),
 }
 
 
@@ -232,6 +308,8 @@ def _gateway(body: dict[str, Any], where: str) -> GatewayConfig:
             if not isinstance(value, list):
                 raise ConfigError(f"{where}: gateways must be a list of tables")
             fields["gateways"] = tuple(_remote_gateway(_table(g, where), where) for g in value)
+        elif key == "tls":
+            fields["tls"] = _tls(_table(value, f"{where}: tls"), f"{where}: tls")
         elif key in _GATEWAY_OPTIONS:
             name, kind = _GATEWAY_OPTIONS[key]
             fields[name] = _scalar(value, kind, f"{where}: {key}")

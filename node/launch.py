@@ -33,6 +33,7 @@ class NodeHandle:
     host: str
     port: int
     http_port: int | None = None
+    """The monitoring port (HTTPS when the configuration asks for ``https_port``)."""
     cluster_port: int | None = None
     gateway_port: int | None = None
     finished: trio.Event = attrs.field(factory=trio.Event)
@@ -86,7 +87,9 @@ async def run_node(
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run, listeners)
             _log_links(config)
-            if config.http_port is not None:
+            https = config.https_port is not None
+            monitor_port = config.https_port if https else config.http_port
+            if monitor_port is not None:
                 from node.monitor import serve_monitoring  # hypercorn loads only when monitoring is on
 
                 handle.http_port = await nursery.start(
@@ -94,12 +97,16 @@ async def run_node(
                         serve_monitoring,
                         node,
                         config.http_host,
-                        config.http_port,
+                        monitor_port,
                         shutdown=node.server.stopping,
+                        tls=config.tls if https else None,
                     )
                 )
-                log.info("Starting http monitor on %s:%d", config.http_host, handle.http_port)
+                scheme = "https" if https else "http"
+                log.info("Starting %s monitor on %s:%d", scheme, config.http_host, handle.http_port)
             log.info("Listening for client connections on %s:%d", handle.host, handle.port)
+            if config.tls is not None:
+                log.info("TLS required for client connections")
             log.info("Server is ready")
             task_status.started(handle)
     finally:

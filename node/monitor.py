@@ -38,6 +38,7 @@ from node.monitoring_views import (
     subsz,
     varz,
 )
+from transport.tls import TlsConfig
 
 __all__ = ["serve_monitoring"]
 
@@ -276,8 +277,10 @@ class _App:
             await send({"type": "http.response.body", "body": response.body, "more_body": False})
 
 
-def _hypercorn_config(host: str, port: int) -> HypercornConfig:
+def _hypercorn_config(host: str, port: int, tls: TlsConfig | None) -> HypercornConfig:
     config = HypercornConfig()
+    if tls is not None:  # HTTPS with the node's certificate; no client certificates asked for
+        config.certfile, config.keyfile = tls.cert_file, tls.key_file
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
@@ -292,9 +295,11 @@ async def serve_monitoring(
     port: int,
     *,
     shutdown: trio.Event,
+    tls: TlsConfig | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the monitoring endpoints on ``host:port`` until ``shutdown`` is set.
+    """Serve the monitoring endpoints on ``host:port`` until ``shutdown`` is set (over HTTPS
+    when ``tls`` is given, as nats-server's ``https_port``).
 
     Reports the port it listens on through ``task_status`` (the one picked when ``port`` is 0).
     """
@@ -302,7 +307,7 @@ async def serve_monitoring(
     app = _App(state)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
-            partial(serve, app, _hypercorn_config(host, port), shutdown_trigger=shutdown.wait)
+            partial(serve, app, _hypercorn_config(host, port, tls), shutdown_trigger=shutdown.wait)
         )
         state.http_port = int(binds[0].rsplit(":", 1)[1])
         task_status.started(state.http_port)

@@ -106,9 +106,20 @@ def _stats(broker: Broker, account: str = "") -> SubListStats:
     )
 
 
-# Only client connections are counted as slow or stale: routes keep no such counts, and gateways and
-# leaf nodes are not there, so those kinds report zero, in the shape nats-server uses.
+# Stale connections are counted among clients only (a link gone silent is redialed, not counted),
+# and there are no leaf nodes: those report zero, in the shape nats-server uses.
 _NO_LINKS = {"routes": 0, "gateways": 0, "leafs": 0}
+
+
+def _slow_consumer_stats(broker: Broker) -> dict[str, int]:
+    """Connections cut as slow consumers, by kind (their sum is /varz ``slow_consumers``)."""
+    links = broker.slow_links
+    return {
+        "clients": broker.slow_consumers,
+        "routes": links["Route"],
+        "gateways": links["Gateway"],
+        "leafs": 0,
+    }
 
 
 def varz(state: MonitorState) -> dict[str, Any]:
@@ -116,6 +127,7 @@ def varz(state: MonitorState) -> dict[str, Any]:
     config = broker.config
     now = time.time_ns()
     in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
+    slow = _slow_consumer_stats(broker)
     cluster = state.node.routes
     routes, remotes = _route_counts(cluster)
     doc = broker.identity()
@@ -158,12 +170,12 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "in_bytes": in_bytes,
         "out_msgs": out_msgs,
         "out_bytes": out_bytes,
-        "slow_consumers": broker.slow_consumers,
+        "slow_consumers": sum(slow.values()),
         "stale_connections": broker.stale_connections,
         "subscriptions": _stats(broker).num_subscriptions,
         "http_req_stats": dict(sorted(state.requests.items())),
         "config_load_time": go_time(broker.start_ns),
-        "slow_consumer_stats": {"clients": broker.slow_consumers, **_NO_LINKS},
+        "slow_consumer_stats": slow,
         "stale_connection_stats": {"clients": broker.stale_connections, **_NO_LINKS},
     }
     return doc

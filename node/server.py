@@ -4,6 +4,9 @@ Each connection runs three tasks: a reader feeding ``ClientConnection.receive_da
 node's ``Flusher``, which writes what that input produced straight to the sockets it reached), a
 writer for output that had to wait, and its timers (ping, auth timeout). The protocol decisions all
 live in ``node.client``; this module only moves bytes and keeps time.
+
+With TLS configured, a client gets its INFO in the clear and then starts TLS, as nats-server's clients
+expect; the handshake runs in the connection's own task, with a deadline.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from node.client import ClientConnection, Reason
 from node.config import Config
 from node.protocol import writer as w
 from transport.sessions import Flusher, Session
+from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 
 __all__ = ["Server"]
 
@@ -50,6 +54,7 @@ class Server:
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
         self.flusher = Flusher()
+        self._tls = server_context(config.tls) if config.tls is not None else None
 
     async def serve(
         self,
@@ -88,6 +93,9 @@ class Server:
                 await stream.send_all(w.err("maximum connections exceeded"))
             await trio.aclose_forcefully(stream)
             return
+        secure: trio.SSLStream[trio.abc.Stream] | None = None
+        if self._tls is not None:
+            stream = secure = trio.SSLStream(stream, self._tls, server_side=True)
         session = Session(stream)
         conn = ClientConnection(
             broker,
@@ -103,6 +111,8 @@ class Server:
         conn.greeting()
         self._handlers += 1
         try:
+            if secure is not None and not await self._start_tls(secure, conn):
+                return
             await session.run(
                 self.flusher,
                 write_deadline=self.config.write_deadline,
@@ -111,14 +121,36 @@ class Server:
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
+            conn.retire()
             await trio.aclose_forcefully(stream)
             self._handlers -= 1
             self._handler_done.set()
             self.flusher.wrote.set()
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
+    async def _start_tls(self, stream: trio.SSLStream[trio.abc.Stream], conn: ClientConnection) -> bool:
+        """Whether the client completed a TLS handshake in time: after taking the INFO in the clear,
+        or (``handshake_first``) before the INFO, which then goes out over TLS."""
+        tls = self.config.tls
+        assert tls is not None
+        greeting = bytearray() if tls.handshake_first else conn.take_output()
+        try:
+            if tls.handshake_first:
+                await handshake(stream, tls)
+            else:
+                await start_after(stream, bytes(greeting), tls)
+        except TlsError as exc:
+            log.error("%s - %s", conn.describe(), exc)
+            conn.close(Reason.TLS_HANDSHAKE, flush=False)
+            return False
+        finally:
+            conn.output_sent(greeting, len(greeting))
+        conn.tls_names = peer_names(stream)
+        return True
+
     async def _stall_if_congested(self) -> None:
-        """Pause a producer whose messages pushed consumers past their stall threshold."""
+        """Pause a producer whose messages pushed consumers (clients, routes, gateways) past their
+        stall threshold."""
         congested = self.broker.congested
         if not congested:
             return

@@ -47,8 +47,15 @@ class Hangup(enum.Enum):
 class Connection(Protocol):
     """The protocol side of a connection, as a session drives it (an ``Outbox`` plus input)."""
 
-    outbound: bytearray
-    closing: str | None
+    @property
+    def outbound(self) -> bytearray:
+        """Bytes waiting to be written."""
+        ...
+
+    @property
+    def closing(self) -> str | None:
+        """Why the connection is closing, once it is."""
+        ...
 
     def take_output(self) -> bytearray: ...
 

@@ -30,7 +30,8 @@ __all__ = [
 
 @attrs.define(slots=True)
 class Connect:
-    """``CONNECT {json}``: the client's options, as sent."""
+    """``CONNECT {json}``: the options it sets, each of its type (read as nats-server reads them,
+    see ``node.protocol.connect``)."""
 
     options: dict[str, Any]
 

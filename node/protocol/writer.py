@@ -38,8 +38,9 @@ def info(fields: dict[str, Any]) -> bytes:
 
 
 def err(message: str) -> bytes:
-    """``-ERR`` with the text in single quotes, which is how clients recognise it."""
-    return b"-ERR '" + message.encode() + b"'\r\n"
+    """``-ERR`` with the text in single quotes, which is how clients recognise it. Bytes a client
+    sent that are not UTF-8, quoted in ``message`` as ``surrogateescape`` made them, go back as sent."""
+    return b"-ERR '" + message.encode("utf-8", "surrogateescape") + b"'\r\n"
 
 
 def msg(

@@ -1,5 +1,6 @@
-"""The docker-compose super-cluster, built offline and run for real: traffic across its clusters,
-and a seeded chaos run of network disconnects, pauses and kills that must heal every time.
+"""The docker-compose super-cluster, built offline and run for real (routes and gateways over TLS,
+with certificates from deploy/make-certs): traffic across its clusters, and a seeded chaos run of
+network disconnects, pauses and kills that must heal every time.
 
 Without a Docker engine these tests are skipped, saying so; with PUBMESH_REQUIRE_DOCKER=1 (as CI
 sets) that is a failure instead. Traffic goes only to the containers made here, over 127.0.0.1.
@@ -84,6 +85,10 @@ def deployment() -> Iterator[tuple[str, list[Node]]]:
         timeout=SETUP_TIMEOUT,
     )
     assert image.returncode == 0, image.stderr
+    certs = subprocess.run(
+        [str(ROOT / "deploy" / "make-certs")], capture_output=True, text=True, timeout=60
+    )  # (kept if already there: the containers mount them from deploy/certs/)
+    assert certs.returncode == 0, certs.stderr
     project = f"pubmeshtest{secrets.token_hex(3)}"
     env = dict(os.environ, PUBMESH_IMAGE=image.stdout.strip())
     ports = iter(free_ports(2 * len(SERVICES)))
@@ -118,6 +123,18 @@ def test_the_super_cluster_carries_traffic_across_its_clusters(
             assert docker("port", node.container, port).startswith("127.0.0.1:")  # loopback only
         assert docker("exec", node.container, "id", "-u") != "0"  # not root
         assert healthy(node)
+    # Routes and gateways speak only TLS: plain text to their ports is hung up on, unanswered.
+    probe = (
+        "import socket\n"
+        "for port in (6222, 7222):\n"
+        "    s = socket.create_connection(('east2', port), timeout=5)\n"
+        "    s.sendall(b'CONNECT {}\\r\\n')\n"
+        "    try:\n"
+        "        assert s.recv(100) == b'', port\n"
+        "    except ConnectionResetError:\n"
+        "        pass\n"
+    )
+    docker("exec", by_name["east1"].container, "python3", "-c", probe)
 
     async def scenario() -> tuple[list[bytes], bytes]:
         west2 = await nats.connect(by_name["west2"].url, allow_reconnect=False)

@@ -146,6 +146,25 @@ def test_valid_client_protocols(protocol: int) -> None:
     assert (out(conn), conn.closing) == (OK, None)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"verbose": "yes"}, {"user": 5}, {"echo": 1}, {"protocol": "1"}, {"headers": []}, {"name": {}}],
+)
+def test_a_connect_field_of_the_wrong_type_closes_without_an_error(options: dict[str, Any]) -> None:
+    conn = connect(make_broker(), w.connect(options) + b"PING\r\n")
+    assert (out(conn), conn.closing) == (b"", Reason.PROTOCOL_VIOLATION)
+
+
+def test_null_in_connect_leaves_an_option_as_it_was() -> None:
+    conn = connect(make_broker(), b'CONNECT {"verbose":null,"pedantic":false}\r\nSUB a 1\r\n')
+    assert (out(conn), conn.verbose, conn.pedantic) == (OK + OK, True, False)
+
+
+def test_informational_connect_strings_are_made_valid_unicode() -> None:
+    conn = connect(make_broker(), b'CONNECT {"verbose":false,"name":"a\\ud800","lang":"\xffpy"}\r\n')
+    assert (conn.closing, conn.name, conn.options["lang"]) == (None, "a\ufffd", "\ufffdpy")
+
+
 def test_no_responders_requires_headers() -> None:
     conn = connect(make_broker(), b'CONNECT {"no_responders":true}\r\nPING\r\n')
     assert out(conn) == err("no responders requires headers support")
@@ -269,6 +288,23 @@ def test_a_repeated_connect_authenticates_again() -> None:
     assert (out(conn), conn.closing) == (AUTH_VIOLATION, Reason.AUTH_VIOLATION)
 
 
+@pytest.mark.parametrize(
+    "connect_line",
+    [
+        b'CONNECT {"user":"alice","pass":"\\ud800"}\r\n',  # a lone surrogate
+        b'CONNECT {"user":"alice","pass":"alice-pw\\udc00"}\r\n',
+        b'CONNECT {"user":"alice","pass":"alice-pw\xff"}\r\n',  # a byte that is not UTF-8
+        b'CONNECT {"user":"\\ud800alice","pass":"alice-pw"}\r\n',
+        b'CONNECT {"auth_token":"\\ud800"}\r\n',
+    ],
+)
+def test_credentials_that_are_not_valid_unicode_fail_authentication(connect_line: bytes) -> None:
+    conn = connect(auth_broker(), connect_line + b"PING\r\n")
+    assert (out(conn), conn.closing) == (AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+    conn = connect(make_broker(Config(users=(UserConfig(token="s3cr3t"),))), connect_line)
+    assert (out(conn), conn.closing) == (AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+
+
 def test_token_auth() -> None:
     broker = make_broker(Config(users=(UserConfig(token="s3cr3t"),)))
     conn = connect(broker, b'CONNECT {"auth_token":"s3cr3t"}\r\nPING\r\n')
@@ -339,6 +375,22 @@ def test_invalid_subject_keeps_the_connection(subject: bytes) -> None:
     assert list(conn.subs) == [b"2"]
     connect(broker, QUIET + pub(b"foo"))
     assert out(conn) == b"MSG foo 2 2\r\nhi\r\n"
+
+
+@pytest.mark.parametrize(
+    "sub", [b"SUB a.\xff 1\r\n", b"SUB \xc3 1\r\n", b"SUB a \xed\xa0\x80 1\r\n", b"SUB a q\x80 1\r\n"]
+)
+def test_a_subject_or_queue_that_is_not_utf8_is_invalid(sub: bytes) -> None:
+    """Subscriptions become text (tries, links, monitoring): strictly decoded, or refused."""
+    broker = make_broker()
+    conn = connect(broker, sub + b"PING\r\n")
+    assert (out(conn), conn.closing, conn.subs) == (err("Invalid Subject") + b"PONG\r\n", None, {})
+    assert list(broker.subscriptions()) == []
+
+
+def test_valid_utf8_subjects_are_text() -> None:
+    conn = connect(make_broker(), "SUB héllo.wörld q.€ 1\r\n".encode())
+    assert (out(conn), conn.subs[b"1"].subject, conn.subs[b"1"].queue) == (OK, "héllo.wörld", "q.€")
 
 
 @pytest.mark.parametrize("subject", [b"foo*", b"a>", b"*.>", b"foo.*.bar"])
@@ -645,6 +697,18 @@ def test_reserved_subject_and_replies_keep_the_connection() -> None:
     )
 
 
+def test_published_bytes_that_are_not_utf8_stay_bytes() -> None:
+    """Published subjects are never decoded: delivered as sent, quoted as sent in an -ERR."""
+    broker = make_broker()
+    spy = connect(broker, QUIET + b"SUB > 1\r\n")
+    conn = connect(broker, QUIET + pub(b"a.\xff") + pub(b"_GR_.\xff") + pub(b"b", reply=b"_R_.\xfe"))
+    assert out(conn) == (
+        b"-ERR 'Permissions Violation for Publish to \"_GR_.\xff\"'\r\n"
+        b"-ERR 'Permissions Violation for Publish with Reply of \"_R_.\xfe\"'\r\n"
+    )
+    assert (out(spy), conn.closing) == (b"MSG a.\xff 1 2\r\nhi\r\n", None)
+
+
 def test_publish_permissions_are_checked_before_reserved_replies() -> None:
     broker = restricted(publish=SubjectRule(deny=("foo",)))
     conn = connect(broker, login("u") + pub(b"foo", reply=b"_R_.x") + pub(b"bar", reply=b"_R_.x"))
@@ -827,6 +891,27 @@ def test_a_closed_connection_ignores_timers_and_input() -> None:
     conn.auth_expired()
     conn.receive_data(b"PING\r\n")
     assert (out(conn), conn.closing) == (b"", Reason.PROTOCOL_VIOLATION)
+
+
+def test_a_retired_connection_keeps_only_what_monitoring_shows() -> None:
+    broker = restricted(publish=SubjectRule(allow=("foo",)))
+    fields = {"name": "app", "lang": "py", "version": "1", "protocol": 1, "echo": False}
+    conn = connect(broker, w.connect({"user": "u", "pass": "u-pw", "verbose": False, **fields}))
+    conn.receive_data(b"SUB foo 1\r\nPUB foo 100000\r\n" + b"x" * 50_000)
+    assert conn.parser.buffered > 50_000
+    conn.close(Reason.CLIENT_CLOSED)  # (the client left half-way through)
+    assert conn.parser.buffered == 0
+    conn.retire()
+    assert (conn.closing, conn.subs, conn.perms, conn.pending_bytes) == (
+        Reason.CLIENT_CLOSED,
+        {},
+        None,
+        0,
+    )
+    assert conn.options == {"name": "app", "lang": "py", "version": "1"}
+    assert conn.user is not None
+    assert conn.user.user == "u"
+    assert list(broker.closed) == [conn]
 
 
 def test_queue_permission_entries_may_use_wildcards() -> None:

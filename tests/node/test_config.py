@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from cluster.config import ClusterConfig, GatewayConfig
 from node.cli import command_line_config
 from node.config import ConfigError, from_mapping
+from tests.certs import Certs, make_certs
+from transport.tls import TlsConfig
 
 SUPERCLUSTER = """
 server_name = "east-1"
@@ -122,3 +125,63 @@ def test_a_cluster_left_unnamed_takes_the_gateway_name() -> None:
     config = command_line_config(["--gateway_name", "east", "--cluster", "nats://127.0.0.1:6222"])
     assert config.cluster is not None
     assert config.cluster.name == "east" != ClusterConfig().name
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"), "node")
+
+
+def test_tls_tables_for_clients_routes_gateways_and_https(certs: Certs) -> None:
+    files = (
+        f'cert_file = "{certs.cert("node")}"\nkey_file = "{certs.key("node")}"\nca_file = "{certs.ca}"'
+    )
+    config = from_mapping(
+        tomllib.loads(
+            f"https_port = 8443\n[tls]\n{files}\ntimeout = 1\n"
+            "verify_and_map = true\nhandshake_first = true\n"
+            f'[cluster]\nname = "c"\n[cluster.tls]\n{files}\nverify = true\n'
+            f'[gateway]\nname = "c"\n[gateway.tls]\n{files}\n'
+        )
+    )
+    assert config.tls == certs.tls("node", verify_and_map=True, handshake_first=True, timeout=1.0)
+    assert config.https_port == 8443
+    assert config.http_port is None
+    assert config.cluster is not None
+    assert config.cluster.tls == certs.tls("node", verify=True)
+    assert config.gateway is not None
+    assert config.gateway.tls == certs.tls("node")
+
+
+@pytest.mark.parametrize(
+    ("toml", "error"),
+    [
+        ("[tls]\nverify = true\n", "tls: TLS needs a certificate and a key"),
+        ('[tls]\ncert_file = "/nonexistent.pem"\nkey_file = "/nonexistent.pem"\n', "tls: "),
+        ("[tls]\nciphers = []\n", "unknown option 'ciphers'"),
+        ("[cluster]\n[cluster.tls]\nverify_and_map = true\n", "unknown option 'verify_and_map'"),
+        ("[gateway]\n[gateway.tls]\nhandshake_first = true\n", "unknown option 'handshake_first'"),
+        ("[tls]\ntimeout = 0\n", "timeout must be positive"),
+        ('[tls]\nverify = "yes"\n', "expected bool"),
+        ("https_port = 8443\n", "TLS cert and key required for HTTPS"),
+        ("http_port = 8222\nhttps = 8443\n", "can't specify both HTTP and HTTPS"),
+    ],
+)
+def test_bad_tls_settings_say_what_is_wrong(toml: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        from_mapping(tomllib.loads(toml))
+
+
+def test_tls_flags_as_nats_server_takes_them(certs: Certs) -> None:
+    files = ["--tlscert", certs.cert("node"), "--tlskey", certs.key("node")]
+    assert command_line_config(["--tls", *files]).tls == TlsConfig(
+        cert_file=certs.cert("node"), key_file=certs.key("node")
+    )
+    config = command_line_config(["--tlsverify", *files, "--tlscacert", certs.ca, "-ms", "8443"])
+    assert config.tls == certs.tls("node", verify=True)
+    assert config.https_port == 8443
+    assert command_line_config([]).tls is None
+    with pytest.raises(ConfigError, match="TLS needs a certificate"):
+        command_line_config(["--tls"])
+    with pytest.raises(ConfigError, match="TLS cert and key required for HTTPS"):
+        command_line_config(["--https_port", "8443"])

@@ -283,6 +283,19 @@ payloads = st.one_of(
 )
 json_values = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.text(max_size=6))
 options = st.dictionaries(st.text(max_size=6), json_values, max_size=4)
+connect_options = st.fixed_dictionaries(
+    {},
+    optional={
+        "verbose": st.booleans(),
+        "echo": st.booleans(),
+        "headers": st.booleans(),
+        "protocol": st.integers(0, 1),
+        "name": st.text(max_size=6),
+        "user": st.text(max_size=6),
+        "import": st.fixed_dictionaries({"allow": st.lists(st.text(max_size=3), max_size=2)}),
+    },
+)
+"""CONNECT fields with values of their types (what a CONNECT may hold is a typed record)."""
 
 
 @st.composite
@@ -303,7 +316,7 @@ def client_ops(draw: st.DrawFn) -> tuple[bytes, object]:
         sid, most = draw(words), draw(st.none() | st.integers(0, 10**9 - 1))
         return w.unsub(sid, most), Unsub(sid, most)
     if kind == "connect":
-        fields = draw(options)
+        fields = draw(connect_options)
         return w.connect(fields), Connect(fields)
     return (w.PING, Ping()) if kind == "ping" else (w.PONG, Pong())
 
@@ -587,6 +600,93 @@ def test_max_payload_is_configurable() -> None:
 def test_argument_errors_have_no_message(data: bytes) -> None:
     """nats-server closes such connections without sending an -ERR."""
     assert client(data) == ([], FAILED)
+
+
+@pytest.mark.parametrize(
+    ("argument", "options"),
+    [
+        (b'{"verbose":null,"name":null}', {}),  # null leaves a field as it was
+        (b'{"VERBOSE":false,"Echo":false}', {"verbose": False, "echo": False}),
+        (b'{"verbose":false,"verbose":null}', {"verbose": False}),
+        (b'{"verbose":true,"verbose":false}', {"verbose": False}),
+        (b'{"unknown":{"a":[1]},"protocol":-0}', {"protocol": 0}),
+        (b'{"name":"a\\ud800b","lang":"\\udfff"}', {"name": "a\ufffdb", "lang": "\ufffd"}),
+        (b'{"version":"\xff1"}', {"version": "\ufffd1"}),  # bytes that are not UTF-8
+        (b'{"name":"\\ud83d\\ude00"}', {"name": "\U0001f600"}),  # a pair is one character
+        (b'{"pass":"\\ud800","auth_token":"x\xff"}', {"pass": "\ud800", "auth_token": "x\udcff"}),
+        (
+            b'{"import":{"allow":["a",null],"Deny":null}}',
+            {"import": {"allow": ["a", None], "deny": None}},
+        ),
+    ],
+)
+def test_connect_fields_are_read_as_nats_server_reads_them(argument: bytes, options: object) -> None:
+    """Into a typed record: known fields only, names in any case, null as absent; informational
+    strings made valid Unicode, credentials left as sent (so that they fail authentication)."""
+    assert client(b"CONNECT " + argument + b"\r\n") == ([Connect(options)], None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [
+        b'{"verbose":"yes"}',
+        b'{"verbose":1}',
+        b'{"pedantic":"no"}',
+        b'{"user":5}',
+        b'{"pass":true}',
+        b'{"auth_token":5}',
+        b'{"echo":1}',
+        b'{"protocol":"1"}',
+        b'{"protocol":1.0}',
+        b'{"protocol":1e0}',
+        b'{"protocol":99999999999999999999}',
+        b'{"headers":[]}',
+        b'{"name":{}}',
+        b'{"Name":5}',
+        b'{"import":{"allow":"a"}}',
+        b'{"export":[]}',
+        b'{"verbose":"x","verbose":false}',  # every occurrence is checked
+        b'{"protocol":NaN}',
+        b'{"x":Infinity}',
+        b'{"verbose":false}\xff',
+    ],
+)
+def test_connect_fields_of_the_wrong_type_are_a_parse_error(argument: bytes) -> None:
+    assert client(b"CONNECT " + argument + b"\r\n") == ([], FAILED)
+
+
+def bare_lf(encoded: bytes) -> bytes:
+    """An operation with its control line ended by a bare LF (control lines hold no CRLF)."""
+    return encoded.replace(b"\r\n", b"\n", 1)
+
+
+@given(st.lists(st.tuples(client_ops(), st.booleans()), max_size=16), st.data())
+def test_bare_lf_and_crlf_line_ends_give_the_same_operations(
+    ops: list[tuple[tuple[bytes, object], bool]], data: st.DataObject
+) -> None:
+    """Whichever line end each control line has, mixed at random, in any pieces."""
+    wire = b"".join(bare_lf(encoded) if lf else encoded for (encoded, _), lf in ops)
+    expected = [op for (_, op), _ in ops]
+    assert run(ClientOpParser(), [wire]) == (expected, None)
+    assert run(ClientOpParser(), data.draw(chunkings(wire))) == (expected, None)
+
+
+@given(st.lists(client_ops(), max_size=8))
+def test_bare_lf_lines_byte_at_a_time_give_the_same_operations(ops: list[tuple[bytes, object]]) -> None:
+    crlf = b"".join(encoded for encoded, _ in ops)
+    lf = b"".join(bare_lf(encoded) for encoded, _ in ops)
+    expected = [op for _, op in ops]
+    assert (
+        run(ClientOpParser(), bytewise(lf)) == run(ClientOpParser(), bytewise(crlf)) == (expected, None)
+    )
+
+
+def test_a_long_run_of_bare_lf_lines_in_one_read() -> None:
+    """Thousands of lines with no CRLF among them, as one piece: each is read from where the last
+    ended (the parser once re-sliced the rest of the piece for every line)."""
+    subs = [Sub(b"s.%d" % i, None, b"%d" % i) for i in range(5000)]
+    wire = b"".join(b"SUB %b %b\n" % (sub.subject, sub.sid) for sub in subs) + b"PUB a 1\nx\r\nPING\n"
+    assert client(wire) == ([*subs, (b"a", None, b"x", None), Ping()], None)
 
 
 @pytest.mark.parametrize(

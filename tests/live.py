@@ -1,0 +1,109 @@
+"""A node running as its own process, for attack and fuzz tests: its memory is measured from outside,
+and a canary client proves it still serves everyone else."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import attrs
+
+WAIT = 20.0
+
+
+def free_port() -> int:
+    """A port free right now, for a process that must be told its port up front."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@attrs.define
+class LiveNode:
+    """A ``pubmesh serve`` process on 127.0.0.1."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    http_port: int
+
+    def rss(self) -> int:
+        """Resident memory of the node's process, in bytes."""
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def assert_serving(self) -> None:
+        """A fresh client is greeted, answered and can round-trip a message: the node is healthy."""
+        assert self.process.poll() is None, "the node process has exited"
+        with socket.create_connection(("127.0.0.1", self.port), timeout=WAIT) as canary:
+            got = _read_until(canary, b"\r\n")
+            assert got.startswith(b"INFO "), got
+            canary.sendall(
+                b'CONNECT {"verbose":false}\r\nSUB canary 1\r\nPUB canary 2\r\nok\r\nPING\r\n'
+            )
+            got = _read_until(canary, b"PONG\r\n")
+            assert b"MSG canary 1 2\r\nok\r\n" in got, got
+
+    def http_get(self, path: str) -> tuple[int, bytes]:
+        """One monitoring request: (status, body)."""
+        with socket.create_connection(("127.0.0.1", self.http_port), timeout=WAIT) as conn:
+            conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            return parse_http(read_all(conn))
+
+
+def parse_http(response: bytes) -> tuple[int, bytes]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, body
+
+
+def read_all(conn: socket.socket) -> bytes:
+    """Everything until the peer closes (or the timeout)."""
+    chunks = []
+    try:
+        while chunk := conn.recv(1 << 16):
+            chunks.append(chunk)
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return b"".join(chunks)
+
+
+def _read_until(conn: socket.socket, end: bytes) -> bytes:
+    got = b""
+    while end not in got:
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+@contextmanager
+def live_node(*flags: str) -> Iterator[LiveNode]:
+    """Run a node with these extra flags until the block ends (then kill it)."""
+    port, http_port = free_port(), free_port()
+    args = [sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(port)]
+    args += ["-m", str(http_port), "--http_host", "127.0.0.1", *flags]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = LiveNode(process, port, http_port)
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                node.assert_serving()
+                if node.http_get("/healthz")[0] == 200:
+                    break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield node
+    finally:
+        process.kill()
+        process.wait(WAIT)
