@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.monitoring_views import ConnzOptions, MonitorState, SubszOptions, connz, subsz, varz
+from node.monitoring_views import ConnzOptions, MonitorState, Pacer, SubszOptions, connz, subsz, varz
 
 __all__ = ["CONTENT_TYPE", "exposition"]
 
@@ -66,8 +66,14 @@ _CONNZ_COUNTERS = {
 }
 
 
+_LABEL_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})
+_LABEL_ESCAPES.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
+
+
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A label value as the format quotes it; text decoded from bytes that were not UTF-8 (a server
+    name from the command line) shows U+FFFD for each such byte, as in the JSON documents."""
+    return value.translate(_LABEL_ESCAPES)
 
 
 class _Exposition:
@@ -88,7 +94,7 @@ class _Exposition:
         ]
 
 
-def exposition(state: MonitorState) -> str:
+async def exposition(state: MonitorState, pace: Pacer) -> str:
     """Every series, in the text format Prometheus scrapes."""
     broker = state.broker
     out = _Exposition(broker.server_id)
@@ -112,7 +118,7 @@ def exposition(state: MonitorState) -> str:
         out.add(name, count, f"Monitoring requests for {path}")
 
     # One page holding every open connection, so the sums cover them all.
-    page = connz(broker, ConnzOptions(limit=max(len(broker.clients), 1)))
+    page = await connz(broker, ConnzOptions(limit=max(len(broker.clients), 1)), pace)
     conns: list[dict[str, Any]] = page["connections"]
     conn_totals = {key: sum(c[key] for c in conns) for key in (*_CONNZ_GAUGES, *_CONNZ_COUNTERS)}
     out.add("gnatsd_connz_num_connections", page["num_connections"], "Client connections listed")
@@ -122,7 +128,7 @@ def exposition(state: MonitorState) -> str:
     for key, help_text in _CONNZ_COUNTERS.items():
         out.add(f"gnatsd_connz_{key}", conn_totals[key], help_text, kind="counter")
 
-    stats = subsz(broker, SubszOptions())
+    stats = await subsz(broker, SubszOptions(), pace)
     for key, help_text in _SUBSZ.items():
         out.add(f"gnatsd_subsz_{key}", stats[key], help_text)
     out.add("gnatsd_routez_num_routes", doc["routes"], "Route connections in use now (as /routez lists)")

@@ -3,16 +3,22 @@
 Operators point ``curl``, ``nats-top``, dashboards and Prometheus at a NATS server's monitoring port,
 so paths, query parameters, status codes and error texts follow nats-server: ``/varz``, ``/connz``,
 ``/subsz`` (and its alias ``/subscriptionsz``), ``/routez``, ``/gatewayz``, ``/healthz``, plus
-``/metrics`` in the Prometheus text format. The server runs in the node's own trio run, so every
-document is read straight from the broker, with no locks and no copies.
+``/metrics`` in the Prometheus text format. The server runs in the node's own trio run and reads
+the broker directly; documents are built and encoded a slice at a time (``Pacer``), so a large one
+never holds up the node's connections for long.
+
+Whatever goes wrong while a document is built is logged and answered with a 500 and a JSON error,
+and the next request is served as usual: monitoring must keep working when something is odd.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
 import trio
@@ -30,6 +36,7 @@ from node.monitoring_views import (
     ConnzOptions,
     GatewayzOptions,
     MonitorState,
+    Pacer,
     RoutezOptions,
     SubszOptions,
     connz,
@@ -41,6 +48,8 @@ from node.monitoring_views import (
 from transport.tls import TlsConfig
 
 __all__ = ["serve_monitoring"]
+
+log = logging.getLogger("pubmesh")
 
 GRACE = 1.0
 """Seconds a request still being answered at shutdown may take to finish."""
@@ -54,26 +63,46 @@ _UINT64_MAX = 2**64 - 1
 
 class Response(NamedTuple):
     status: int
-    body: bytes
+    body: tuple[bytes, ...]
+    """In parts, sent one after the other (at least one)."""
     headers: tuple[tuple[bytes, bytes], ...]
 
 
 _JSON_HEADERS = ((b"content-type", b"application/json"), (b"access-control-allow-origin", b"*"))
-_HEALTHY = b'{"status":"ok"}'
+_HEALTHY = (b'{"status":"ok"}',)
 """/healthz is the one document nats-server writes compactly."""
+_PIECES = 256
+"""Pieces of JSON (a key, a value, punctuation) written between two looks at the ``Pacer``."""
+_PART = 1 << 16
+"""Characters of JSON gathered into one part of the body."""
 
 
-def _json(doc: object) -> Response:
-    return Response(200, gojson.dumps(doc).encode(), _JSON_HEADERS)
+async def _json(doc: dict[str, Any], pace: Pacer) -> Response:
+    """The document as UTF-8 JSON, written a few pieces per step (``gojson`` gives every string a
+    form, so encoding cannot fail)."""
+    pieces = gojson.iterencode(doc)
+    parts: list[bytes] = []
+    pending: list[str] = []
+    size = 0
+    while text := "".join(itertools.islice(pieces, _PIECES)):
+        pending.append(text)
+        size += len(text)
+        if size >= _PART:
+            parts.append("".join(pending).encode())
+            pending, size = [], 0
+        await pace.tick()
+    if pending:
+        parts.append("".join(pending).encode())
+    return Response(200, tuple(parts), _JSON_HEADERS)
 
 
 def _text(status: int, text: str, content_type: str = _TEXT) -> Response:
-    return Response(status, text.encode(), ((b"content-type", content_type.encode()),))
+    return Response(status, (text.encode(),), ((b"content-type", content_type.encode()),))
 
 
 _NOT_FOUND = Response(
     404,
-    b"404 page not found\n",
+    (b"404 page not found\n",),
     ((b"content-type", _TEXT.encode()), (b"x-content-type-options", b"nosniff")),
 )
 
@@ -156,7 +185,19 @@ class Query:
 # -- endpoints -------------------------------------------------------------------------------------
 
 
-def _connz(state: MonitorState, query: Query) -> Response:
+async def _listing(
+    state: MonitorState, pace: Pacer, view: Callable[[], Awaitable[dict[str, Any]]]
+) -> Response:
+    """A document that lists things, built and encoded while holding ``state.listing``."""
+    async with state.listing:
+        return await _json(await view(), pace)
+
+
+async def _varz(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    return await _json(varz(state), pace)
+
+
+async def _connz(state: MonitorState, query: Query, pace: Pacer) -> Response:
     subs, detail = query.subs()
     offset, limit = query.page()
     opts = ConnzOptions(
@@ -171,10 +212,10 @@ def _connz(state: MonitorState, query: Query) -> Response:
         user=query.text("user"),
         account=query.text("acc"),
     )
-    return _json(connz(state.broker, opts))
+    return await _listing(state, pace, partial(connz, state.broker, opts, pace))
 
 
-def _subsz(state: MonitorState, query: Query) -> Response:
+async def _subsz(state: MonitorState, query: Query, pace: Pacer) -> Response:
     offset, limit = query.page()
     opts = SubszOptions(
         subs=query.boolean("subs"),
@@ -183,15 +224,16 @@ def _subsz(state: MonitorState, query: Query) -> Response:
         test=query.text("test"),
         account=query.text("acc"),
     )
-    return _json(subsz(state.broker, opts))
+    return await _listing(state, pace, partial(subsz, state.broker, opts, pace))
 
 
-def _routez(state: MonitorState, query: Query) -> Response:
+async def _routez(state: MonitorState, query: Query, pace: Pacer) -> Response:
     subs, detail = query.subs()
-    return _json(routez(state.node, RoutezOptions(subs=subs, subs_detail=detail)))
+    opts = RoutezOptions(subs=subs, subs_detail=detail)
+    return await _listing(state, pace, partial(routez, state.node, opts, pace))
 
 
-def _gatewayz(state: MonitorState, query: Query) -> Response:
+async def _gatewayz(state: MonitorState, query: Query, pace: Pacer) -> Response:
     subs, detail = query.subs()
     opts = GatewayzOptions(
         name=query.text("gw_name"),
@@ -200,11 +242,20 @@ def _gatewayz(state: MonitorState, query: Query) -> Response:
         subs=subs,
         subs_detail=detail,
     )
-    return _json(gatewayz(state.node, opts))
+    return await _listing(state, pace, partial(gatewayz, state.node, opts, pace))
 
 
-def _metrics(state: MonitorState, query: Query) -> Response:
-    return _text(200, metrics.exposition(state), metrics.CONTENT_TYPE)
+async def _metrics(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    async with state.listing:
+        return _text(200, await metrics.exposition(state, pace), metrics.CONTENT_TYPE)
+
+
+async def _index(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    return _text(200, _INDEX, "text/html; charset=utf-8")
+
+
+async def _healthz(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    return Response(200, _HEALTHY, _JSON_HEADERS)
 
 
 _LINKS = (
@@ -223,22 +274,29 @@ _INDEX = (
     + "</ul>\n</body>\n</html>\n"
 )
 
-Handler = Callable[[MonitorState, Query], Response]
+Handler = Callable[[MonitorState, Query, Pacer], Awaitable[Response]]
 # Each path: the name its requests are counted under in /varz's http_req_stats, and its handler.
 _ROUTES: dict[str, tuple[str, Handler]] = {
-    "/": ("/", lambda state, query: _text(200, _INDEX, "text/html; charset=utf-8")),
-    "/varz": ("/varz", lambda state, query: _json(varz(state))),
+    "/": ("/", _index),
+    "/varz": ("/varz", _varz),
     "/connz": ("/connz", _connz),
     "/subsz": ("/subsz", _subsz),
     "/subscriptionsz": ("/subsz", _subsz),
     "/routez": ("/routez", _routez),
     "/gatewayz": ("/gatewayz", _gatewayz),
-    "/healthz": ("/healthz", lambda state, query: Response(200, _HEALTHY, _JSON_HEADERS)),
+    "/healthz": ("/healthz", _healthz),
     "/metrics": ("/metrics", _metrics),
 }
 
 
-def respond(state: MonitorState, path: str, query_string: bytes) -> Response:
+def _internal_error(path: str) -> Response:
+    """The answer when building a document failed, in the shape of nats-server's error documents
+    (``HealthStatus``); the cause is in the log, not sent to whoever asked."""
+    doc = {"status": "error", "status_code": 500, "error": f"internal error answering {path}"}
+    return Response(500, (gojson.dumps(doc).encode(),), _JSON_HEADERS)
+
+
+async def respond(state: MonitorState, path: str, query_string: bytes) -> Response:
     """The answer to one GET; requests are counted before their parameters are checked, as there."""
     route = _ROUTES.get(path)
     if route is None:
@@ -246,9 +304,12 @@ def respond(state: MonitorState, path: str, query_string: bytes) -> Response:
     counted_as, handler = route
     state.requests[counted_as] += 1
     try:
-        return handler(state, Query(query_string))
+        return await handler(state, Query(query_string), Pacer())
     except BadRequest as exc:
         return _text(400, str(exc))
+    except Exception:
+        log.exception("monitoring: could not answer %s", path)
+        return _internal_error(counted_as)
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -271,10 +332,13 @@ class _App:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         elif scope["type"] == "http":
-            response = respond(self.state, scope["path"], scope["query_string"])
-            headers = (*response.headers, (b"content-length", str(len(response.body)).encode()))
+            response = await respond(self.state, scope["path"], scope["query_string"])
+            length = sum(len(part) for part in response.body)
+            headers = (*response.headers, (b"content-length", str(length).encode()))
             await send({"type": "http.response.start", "status": response.status, "headers": headers})
-            await send({"type": "http.response.body", "body": response.body, "more_body": False})
+            last = len(response.body) - 1
+            for i, part in enumerate(response.body):
+                await send({"type": "http.response.body", "body": part, "more_body": i < last})
 
 
 def _hypercorn_config(host: str, port: int, tls: TlsConfig | None) -> HypercornConfig:

@@ -2,21 +2,31 @@
 
 Field names, their order, and which fields are left out when empty follow nats-server's structs
 (``Varz``, ``Connz``/``ConnInfo``, ``Subsz``/``SubDetail``, ``Routez``/``RouteInfo``, ``Gatewayz``),
-because the tools that read them were written against nats-server. Everything is read synchronously
-on the trio thread that runs the broker and its routes, so each document is a consistent snapshot.
+because the tools that read them were written against nats-server.
+
+The views run on the trio loop that runs the broker and its routes, and a listing may hold a hundred
+thousand subscriptions: built in one go, it would stop every connection of the node for a second. So
+the views that list things are coroutines that give the loop back whenever they have worked for a
+``Pacer`` slice. They read the broker only on the loop, from copies of its collections taken in one
+step (so a change between steps never breaks an iteration), and each connection or subscription is
+read as it is at the moment it is listed, much as nats-server locks one connection at a time.
 """
 
 from __future__ import annotations
 
 import collections
 import enum
+import heapq
+import itertools
 import os
 import resource
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import attrs
+import trio
+import trio.lowlevel
 
 from cluster.config import parse_url
 from cluster.gateways import GatewayManager
@@ -38,6 +48,7 @@ __all__ = [
     "CpuMeter",
     "GatewayzOptions",
     "MonitorState",
+    "Pacer",
     "RoutezOptions",
     "SubszOptions",
     "connz",
@@ -50,6 +61,11 @@ __all__ = [
 DEFAULT_LIST_SIZE = 1024
 """nats-server's page size for /connz and /subsz when ``limit`` is absent or not positive."""
 _SECOND = 10**9
+_RUN = 1024
+"""Items sorted in one step; longer lists are sorted in runs of this size and merged."""
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class BadRequest(ValueError):
@@ -76,6 +92,51 @@ class CpuMeter:
         return self._percent
 
 
+class Pacer:
+    """Gives the loop back to other tasks each time the monitoring work of one task step has run for
+    ``step`` seconds, so a document of any size delays the node's connections by about that much at
+    a time rather than by the time the whole document takes."""
+
+    def __init__(self, step: float = 0.002) -> None:
+        self.step = step
+        self._until = time.perf_counter() + step
+
+    async def tick(self) -> None:
+        """Called after each small unit of work (one item listed, sorted or written)."""
+        if time.perf_counter() >= self._until:
+            await trio.lowlevel.checkpoint()
+            self._until = time.perf_counter() + self.step
+
+
+async def _paced_map(func: Callable[[T], R], items: Iterable[T], pace: Pacer) -> list[R]:
+    """``[func(item) for item in items]``, over a copy of ``items`` taken in one step."""
+    out: list[R] = []
+    for item in list(items):
+        out.append(func(item))
+        await pace.tick()
+    return out
+
+
+async def _paced_sorted(
+    items: Sequence[T], key: Callable[[T], Any], pace: Pacer, count: int | None = None
+) -> list[T]:
+    """``sorted(items, key=key)[:count]``, sorted in runs and merged lazily, so that sorting any
+    number of items never holds the loop for long. Each key is read once; ties keep their order."""
+    keyed: list[tuple[Any, int]] = []
+    for seq, item in enumerate(items):
+        keyed.append((key(item), seq))
+        await pace.tick()
+    runs: list[list[tuple[Any, int]]] = []
+    for start in range(0, len(keyed), _RUN):
+        runs.append(sorted(keyed[start : start + _RUN]))
+        await pace.tick()
+    out: list[T] = []
+    for _, seq in itertools.islice(heapq.merge(*runs), count):
+        out.append(items[seq])
+        await pace.tick()
+    return out
+
+
 @attrs.define
 class MonitorState:
     """What the monitoring server knows beyond the broker: its own address and request counts."""
@@ -85,6 +146,9 @@ class MonitorState:
     http_port: int = 0
     requests: collections.Counter[str] = attrs.field(factory=collections.Counter)
     cpu: CpuMeter = attrs.field(factory=CpuMeter)
+    listing: trio.Lock = attrs.field(factory=trio.Lock)
+    """Held while a document that lists connections or subscriptions is built: one at a time, so
+    concurrent requests for large ones cannot multiply the memory they take."""
 
     @property
     def broker(self) -> Broker:
@@ -212,7 +276,7 @@ def _end(conn: ClientConnection, now: int) -> int:
 
 
 _SortKey = Callable[[ClientConnection, int], Any]
-# Each sort: the key, and whether the largest comes first (nats-server's directions).
+# Each sort: the key, and whether the largest comes first (nats-server's directions). Ties go by cid.
 _SORTS: dict[str, tuple[_SortKey, bool]] = {
     "cid": (lambda c, now: c.cid, False),
     "start": (lambda c, now: c.start_ns, False),
@@ -248,7 +312,13 @@ def _sub_detail(sub: Subscription, cid: int, account: str | None) -> dict[str, A
     return detail
 
 
-def _conn_info(conn: ClientConnection, now: int, opts: ConnzOptions) -> dict[str, Any]:
+def _subject(sub: Subscription) -> str:
+    return sub.subject
+
+
+async def _conn_info(
+    conn: ClientConnection, now: int, opts: ConnzOptions, pace: Pacer
+) -> dict[str, Any]:
     end = _end(conn, now)
     info: dict[str, Any] = {
         "cid": conn.cid,
@@ -284,24 +354,26 @@ def _conn_info(conn: ClientConnection, now: int, opts: ConnzOptions) -> dict[str
         if conn.account.name != DEFAULT_ACCOUNT:
             info["account"] = conn.account.name
     if conn.subs and opts.subs_detail:
-        info["subscriptions_list_detail"] = [_sub_detail(s, conn.cid, None) for s in conn.subs.values()]
+        cid = conn.cid
+        details = await _paced_map(lambda s: _sub_detail(s, cid, None), conn.subs.values(), pace)
+        info["subscriptions_list_detail"] = details
     elif conn.subs and opts.subs:
-        info["subscriptions_list"] = [s.subject for s in conn.subs.values()]
+        info["subscriptions_list"] = await _paced_map(_subject, conn.subs.values(), pace)
     return info
 
 
-def _connections(broker: Broker, state: ConnState) -> list[ClientConnection]:
-    """NATS client connections in the asked state, by connection id."""
+def _connections(broker: Broker, state: ConnState) -> list[object]:
+    """Connections in the asked state (of any kind), copied in one step."""
     found: list[object] = []
     if state is not ConnState.CLOSED:
         found += broker.clients.values()
     if state is not ConnState.OPEN:
         found += broker.closed
-    return sorted((c for c in found if isinstance(c, ClientConnection)), key=lambda c: c.cid)
+    return found
 
 
-def connz(broker: Broker, opts: ConnzOptions) -> dict[str, Any]:
-    """/connz: connections in the asked state and filters, sorted, then paged.
+async def connz(broker: Broker, opts: ConnzOptions, pace: Pacer) -> dict[str, Any]:
+    """/connz: NATS client connections in the asked state and filters, sorted, then paged.
 
     Raises:
         BadRequest: an unknown sort, or a sort that only closed connections have.
@@ -311,21 +383,25 @@ def connz(broker: Broker, opts: ConnzOptions) -> dict[str, Any]:
     if opts.sort in ("stop", "reason") and opts.state is not ConnState.CLOSED:
         raise BadRequest(f"sort by {opts.sort} only valid on closed connections")
     now = time.time_ns()
-    conns = [
-        c
-        for c in _connections(broker, opts.state)
-        if (not opts.user or (c.user is not None and c.user.user == opts.user))
-        and (not opts.account or c.account.name == opts.account)
-    ]
+    conns: list[ClientConnection] = []
+    for c in _connections(broker, opts.state):
+        if (
+            isinstance(c, ClientConnection)
+            and (not opts.user or (c.user is not None and c.user.user == opts.user))
+            and (not opts.account or c.account.name == opts.account)
+        ):
+            conns.append(c)
+        await pace.tick()
     total = len(conns)
     limit = opts.limit
     if opts.cid:
         conns = [c for c in conns if c.cid == opts.cid]
         limit = 1
     key, descending = _SORTS[opts.sort]
-    conns.sort(key=lambda c: key(c, now), reverse=descending)
-    start = min(opts.offset, len(conns))
-    page = conns[start : start + limit]
+    ordered = await _paced_sorted(
+        conns, lambda c: (-key(c, now) if descending else key(c, now), c.cid), pace, opts.offset + limit
+    )
+    page = ordered[opts.offset :]
     return {
         "server_id": broker.server_id,
         "now": go_time(now),
@@ -333,7 +409,7 @@ def connz(broker: Broker, opts: ConnzOptions) -> dict[str, Any]:
         "total": total,
         "offset": opts.offset,
         "limit": limit,
-        "connections": [_conn_info(c, now, opts) for c in page],
+        "connections": [await _conn_info(c, now, opts, pace) for c in page],
     }
 
 
@@ -351,12 +427,39 @@ class SubszOptions:
     account: str = ""
 
 
-def _natural(sid: bytes) -> tuple[int, bytes]:
-    """Order numeric sids by value (``2`` before ``10``), as clients number them."""
-    return len(sid), sid
+async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer) -> list[Subscription]:
+    """The subscriptions of client connections that the query asks for (local ones only, as
+    nats-server lists them), from each connection's own table.
+
+    Only the subscriptions themselves are collected, never a record per subscription that refers to
+    one: records that hold references would be tracked by the garbage collector, and a hundred
+    thousand of them are enough to set off a full collection, a stall of its own."""
+    found: list[Subscription] = []
+    for conn in list(broker.clients.values()):
+        if not isinstance(conn, ClientConnection):
+            continue
+        if opts.account and conn.account.name != opts.account:
+            continue
+        for sub in list(conn.subs.values()):
+            if not opts.test or subject_matches(sub.subject, opts.test):
+                found.append(sub)
+            await pace.tick()
+    return found
 
 
-def subsz(broker: Broker, opts: SubszOptions) -> dict[str, Any]:
+def _natural(sub: Subscription) -> tuple[str, int, int, bytes]:
+    """By account, connection, then sid, numeric sids by value (``2`` before ``10``) as clients
+    number them."""
+    owner: ClientConnection = sub.owner
+    return owner.account.name, owner.cid, len(sub.sid), sub.sid
+
+
+def _listed_detail(sub: Subscription) -> dict[str, Any]:
+    owner: ClientConnection = sub.owner
+    return _sub_detail(sub, owner.cid, owner.account.name)
+
+
+async def subsz(broker: Broker, opts: SubszOptions, pace: Pacer) -> dict[str, Any]:
     """/subsz: match statistics summed over accounts and, when asked, the subscriptions, paged.
 
     Raises:
@@ -367,22 +470,10 @@ def subsz(broker: Broker, opts: SubszOptions) -> dict[str, Any]:
     stats = _stats(broker, opts.account)
     doc: dict[str, Any] = {"server_id": broker.server_id, "now": go_time(time.time_ns())}
     doc |= attrs.asdict(stats)
-    details: list[dict[str, Any]] = []
-    if opts.subs:
-        found = sorted(
-            (
-                (account.name, sub.owner.cid, _natural(sub.sid), sub)
-                for account, sub in broker.subscriptions()
-                if isinstance(sub.owner, ClientConnection)
-                and (not opts.account or account.name == opts.account)
-                and (not opts.test or subject_matches(sub.subject, opts.test))
-            ),
-            key=lambda entry: entry[:3],
-        )
-        details = [_sub_detail(sub, cid, name) for name, cid, _, sub in found]
-    start = min(opts.offset, len(details))
-    page = details[start : start + opts.limit]
-    doc |= {"total": len(details), "offset": opts.offset, "limit": opts.limit}
+    found = await _client_subscriptions(broker, opts, pace) if opts.subs else []
+    ordered = await _paced_sorted(found, _natural, pace, opts.offset + opts.limit)
+    page = await _paced_map(_listed_detail, ordered[opts.offset :], pace)
+    doc |= {"total": len(found), "offset": opts.offset, "limit": opts.limit}
     if page:
         doc["subscriptions_list"] = page
     return doc
@@ -459,22 +550,41 @@ def _gateway_options(manager: GatewayManager | None) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if value}
 
 
-def _interest_by_account(broker: Broker, peer: Peer) -> dict[str, list[RemoteEntry[Any]]]:
-    found: dict[str, list[RemoteEntry[Any]]] = {}
-    for entry in broker.route_interest.entries(peer):
-        found.setdefault(entry.account, []).append(entry)
+_Remote = tuple[str, str, str | None]
+"""A piece of remote interest as the views keep it: account, subject, queue. A plain tuple of text
+is soon untracked by the garbage collector, where a ``RemoteEntry`` (which refers to its link) would
+count towards a full collection, a stall of its own when there are a hundred thousand of them."""
+
+
+async def _by_account(entries: Iterable[RemoteEntry[Any]], pace: Pacer) -> dict[str, list[_Remote]]:
+    """Remote interest grouped by account (``RemoteInterest.entries`` copies what it walks, so
+    the walk may pause)."""
+    found: dict[str, list[_Remote]] = {}
+    for entry in entries:
+        found.setdefault(entry.account, []).append((entry.account, entry.subject, entry.queue))
+        await pace.tick()
     return found
 
 
-def _remote_sub_detail(entry: RemoteEntry[Any]) -> dict[str, Any]:
-    detail = {"account": entry.account, "subject": entry.subject}
-    if entry.queue:
-        detail["qgroup"] = entry.queue
+def _remote_sub_detail(entry: _Remote) -> dict[str, Any]:
+    account, subject, queue = entry
+    detail = {"account": account, "subject": subject}
+    if queue:
+        detail["qgroup"] = queue
     return detail
 
 
-def _route_info(
-    link: Link, entries: list[RemoteEntry[Any]], configured: bool, now: int, opts: RoutezOptions
+def _remote_subject(entry: _Remote) -> str:
+    return entry[1]
+
+
+async def _route_info(
+    link: Link,
+    entries: list[_Remote],
+    configured: bool,
+    now: int,
+    opts: RoutezOptions,
+    pace: Pacer,
 ) -> dict[str, Any]:
     peer: Peer = link.peer
     end = link.stop_ns or now
@@ -500,15 +610,20 @@ def _route_info(
         "subscriptions": len(entries),
     }
     if entries and opts.subs_detail:
-        info["subscriptions_list_detail"] = [_remote_sub_detail(e) for e in entries]
+        info["subscriptions_list_detail"] = await _paced_map(_remote_sub_detail, entries, pace)
     elif entries and opts.subs:
-        info["subscriptions_list"] = [e.subject for e in entries]
+        info["subscriptions_list"] = await _paced_map(_remote_subject, entries, pace)
     if isinstance(link.slot, str):
         info["account"] = link.slot  # a pinned account's own connection
     return info
 
 
-def routez(node: Node, opts: RoutezOptions) -> dict[str, Any]:
+def _remote_order(entry: _Remote) -> tuple[str, str, str]:
+    account, subject, queue = entry
+    return account, subject, queue or ""
+
+
+async def routez(node: Node, opts: RoutezOptions, pace: Pacer) -> dict[str, Any]:
     """/routez: every route connection in use, with its traffic and the interest it brought.
 
     Remote interest is recorded per peer and account, and each account travels on one connection
@@ -518,18 +633,16 @@ def routez(node: Node, opts: RoutezOptions) -> dict[str, Any]:
     now = time.time_ns()
     links = _links_in_use(routes)
     seeds = {_host_port(url) for url in routes.config.seeds} if routes is not None else set()
-    interest: dict[Peer, dict[str, list[RemoteEntry[Any]]]] = {}
+    interest: dict[Peer, dict[str, list[_Remote]]] = {}
     infos = []
     for link in links:
         peer: Peer = link.peer
         if peer not in interest:
-            interest[peer] = _interest_by_account(broker, peer)
+            interest[peer] = await _by_account(broker.route_interest.entries(peer), pace)
         by_account = interest[peer]
-        entries = sorted(
-            (entry for account in link.accounts for entry in by_account.get(account, ())),
-            key=lambda e: (e.account, e.subject, e.queue or ""),
-        )
-        infos.append(_route_info(link, entries, _host_port(peer.url) in seeds, now, opts))
+        carried = [entry for account in link.accounts for entry in by_account.get(account, ())]
+        entries = await _paced_sorted(carried, _remote_order, pace)
+        infos.append(await _route_info(link, entries, _host_port(peer.url) in seeds, now, opts, pace))
     return {
         "server_id": broker.server_id,
         "server_name": broker.server_name,
@@ -584,8 +697,8 @@ def _gateway_conn(link: Link, now: int) -> dict[str, Any]:
     return info
 
 
-def _account_interest(
-    name: str, entries: list[RemoteEntry[Any]], opts: GatewayzOptions
+async def _account_interest(
+    name: str, entries: list[_Remote], opts: GatewayzOptions, pace: Pacer
 ) -> dict[str, Any]:
     """An account's interest on one link (nats-server's ``AccountGatewayz``)."""
     doc: dict[str, Any] = {
@@ -595,40 +708,47 @@ def _account_interest(
     }
     if entries:
         doc["num_subs"] = len(entries)
-    queues = sum(1 for e in entries if e.queue)
+    queues = sum(1 for _, _, queue in entries if queue)
     if queues:
         doc["num_queue_subs"] = queues
     if entries and opts.subs_detail:
-        doc["subscriptions_list_detail"] = [_remote_sub_detail(e) for e in entries]
+        doc["subscriptions_list_detail"] = await _paced_map(_remote_sub_detail, entries, pace)
     elif entries and opts.subs:
-        doc["subscriptions_list"] = [e.subject for e in entries]
+        doc["subscriptions_list"] = await _paced_map(_remote_subject, entries, pace)
     return doc
 
 
-def _outbound_accounts(broker: Broker, gateway: Gateway, opts: GatewayzOptions) -> list[dict[str, Any]]:
+async def _outbound_accounts(
+    broker: Broker, gateway: Gateway, opts: GatewayzOptions, pace: Pacer
+) -> list[dict[str, Any]]:
     """The interest the remote cluster announced, per account: what decides whether a message
     crosses this link."""
-    by_account: dict[str, list[RemoteEntry[Any]]] = {}
-    for entry in broker.gateway_interest.entries(gateway):
-        by_account.setdefault(entry.account, []).append(entry)
+    by_account = await _by_account(broker.gateway_interest.entries(gateway), pace)
     names = [opts.account] if opts.account else sorted(by_account)
     return [
-        _account_interest(name, sorted(by_account[name], key=lambda e: (e.subject, e.queue or "")), opts)
+        await _account_interest(
+            name, await _paced_sorted(by_account[name], _remote_order, pace), opts, pace
+        )
         for name in names
         if name in by_account
     ]
 
 
-def _inbound_accounts(manager: GatewayManager, opts: GatewayzOptions) -> list[dict[str, Any]]:
+async def _inbound_accounts(
+    manager: GatewayManager, opts: GatewayzOptions, pace: Pacer
+) -> list[dict[str, Any]]:
     """The accounts this cluster announces interest in, each in interest-only mode (inbound links
     carry no per-link counts in nats-server either)."""
-    names = sorted({change.account for change in manager.interest.snapshot()})
+    names: set[str] = set()
+    for change in manager.interest.snapshot():
+        names.add(change.account)
+        await pace.tick()
     if opts.account:
-        names = [opts.account] if opts.account in names else []
-    return [_account_interest(name, [], opts) for name in names]
+        names &= {opts.account}
+    return [await _account_interest(name, [], opts, pace) for name in sorted(names)]
 
 
-def gatewayz(node: Node, opts: GatewayzOptions) -> dict[str, Any]:
+async def gatewayz(node: Node, opts: GatewayzOptions, pace: Pacer) -> dict[str, Any]:
     """/gatewayz: this node's outbound link to each other cluster and the inbound links from them,
     with their traffic and, when asked (``accs``), the interest per account."""
     now = time.time_ns()
@@ -641,6 +761,7 @@ def gatewayz(node: Node, opts: GatewayzOptions) -> dict[str, Any]:
     accounts = opts.accounts or bool(opts.account)
     outbound: dict[str, Any] = {}
     inbound: dict[str, list[dict[str, Any]]] = {}
+    announced = await _inbound_accounts(manager, opts, pace) if accounts else []
     for name, gateway in sorted(manager.remotes.items()):
         if opts.name and name != opts.name:
             continue
@@ -650,14 +771,13 @@ def gatewayz(node: Node, opts: GatewayzOptions) -> dict[str, Any]:
                 "configured": gateway.configured,
                 "connection": _gateway_conn(link, now),
             }
-            found = _outbound_accounts(broker, gateway, opts) if accounts else []
+            found = await _outbound_accounts(broker, gateway, opts, pace) if accounts else []
             if found:  # (left out when empty, as there)
                 remote["accounts"] = found
             outbound[name] = remote
         links = sorted(
             (each for each in gateway.inbound.values() if each.registered), key=lambda each: each.rid
         )
-        announced = _inbound_accounts(manager, opts) if accounts else []
         if links:
             inbound[name] = [
                 {"configured": False, "connection": _gateway_conn(each, now)}

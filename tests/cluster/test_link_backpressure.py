@@ -9,6 +9,7 @@ same faults in the harness, in virtual time: a black-holed path, and a write tha
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -31,7 +32,7 @@ from node.broker import Broker
 from node.config import Config, from_mapping
 from node.harness import open_cluster
 from node.launch import NodeHandle
-from node.monitoring_views import GatewayzOptions, RoutezOptions, gatewayz, routez
+from node.monitoring_views import GatewayzOptions, Pacer, RoutezOptions, gatewayz, routez
 from node.protocol import writer as w
 from tests.cluster.clients import free_port
 from tests.cluster.impostor import Impostor, gateway_hello, route_hello
@@ -144,12 +145,16 @@ class Flood:
     """(the link's backlog, what monitoring said it was) once the link was congested."""
 
 
-async def flood(node: Flooded, link: Link, pending: Callable[[Assembled], int]) -> Flood:
+UNPACED = Pacer(math.inf)
+"""Monitoring pages built without giving the loop back, so they agree with what was just read."""
+
+
+async def flood(node: Flooded, link: Link, pending: Callable[[Assembled], Awaitable[int]]) -> Flood:
     """Publish to ``SUBJECT`` through a client of ``node`` until the link is cut (and a little
     more), tracing the node's memory; ``pending`` finds the link's backlog in a monitoring page.
 
-    The page is made in the node's own task, as its backlog is looked at: asked over HTTP, it would
-    come back after the publisher's input still in flight had cut the link.
+    The page is made in the node's own task, as its backlog is looked at, in one step (``UNPACED``):
+    asked over HTTP, it would come back after the publisher's input still in flight had cut the link.
     """
     result = Flood()
     publisher = await node.view.client()
@@ -164,7 +169,7 @@ async def flood(node: Flooded, link: Link, pending: Callable[[Assembled], int]) 
                 result.sent += len(chunk)
                 result.peak_pending = max(result.peak_pending, link.pending_bytes)
                 if not result.reported[0] and link.pending_bytes > link.stall_at:
-                    result.reported = link.pending_bytes, pending(node.handle.node)
+                    result.reported = link.pending_bytes, await pending(node.handle.node)
                 if link.closing is not None and not cut_at:
                     cut_at = result.sent
         result.memory_growth = tracemalloc.get_traced_memory()[1] - base
@@ -208,9 +213,10 @@ async def test_a_route_peer_that_never_reads_costs_at_most_max_pending(
         (FAKE_ID, 1, 0)
     ]
 
-    flooded = await flood(
-        node, link, lambda n: int(routez(n, RoutezOptions())["routes"][0]["pending_size"])
-    )
+    async def pending(n: Assembled) -> int:
+        return int((await routez(n, RoutezOptions(), UNPACED))["routes"][0]["pending_size"])
+
+    flooded = await flood(node, link, pending)
 
     await check(node, link, flooded, "routes")
     await until(lambda: not routes.links)  # its session stopped at once, though the peer is alive
@@ -242,8 +248,8 @@ async def test_a_gateway_peer_that_never_reads_costs_at_most_max_pending(
         lambda: (out := gateways.remotes["far"].outbound) is not None and "$G" in out.accounts and out
     )
 
-    def pending(n: Assembled) -> int:
-        doc = gatewayz(n, GatewayzOptions())
+    async def pending(n: Assembled) -> int:
+        doc = await gatewayz(n, GatewayzOptions(), UNPACED)
         return int(doc["outbound_gateways"]["far"]["connection"]["pending_bytes"])
 
     flooded = await flood(node, link, pending)
@@ -303,8 +309,9 @@ async def test_a_frozen_route_peer_costs_at_most_max_pending(start: Start) -> No
         )
         os.kill(process.pid, signal.SIGSTOP)
 
-        def pending(n: Assembled) -> int:
-            return max(int(r["pending_size"]) for r in routez(n, RoutezOptions())["routes"])
+        async def pending(n: Assembled) -> int:
+            doc = await routez(n, RoutezOptions(), UNPACED)
+            return max(int(r["pending_size"]) for r in doc["routes"])
 
         flooded = await flood(node, link, pending)
 
