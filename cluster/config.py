@@ -28,14 +28,18 @@ class ClusterConfig:
         seeds: route URLs (``nats://host:port``) to dial at start; the rest of the mesh is learned
             by gossip, so one seed is enough.
         advertise: the route URL to tell peers (default: host:port as bound).
-        secret: a shared credential every route handshake must carry (empty: none required).
+        secret: a shared secret each side of a route proves it knows (it is never sent; empty:
+            anyone may connect).
         pool_size: connections per peer; each account's traffic uses one of them, always the same.
         pinned_accounts: accounts given a connection of their own to every peer.
         ping_interval: seconds between heartbeats on an idle connection.
         ping_max: heartbeats that may go unanswered before a peer is declared dead (a partition
             leaves TCP connections open, so silence is the only sign).
         reconnect_min, reconnect_max: bounds of the exponential backoff between dials.
-        max_frame: the largest frame accepted; a bigger one closes the link.
+        max_frame: the largest frame accepted; a bigger one closes the link. (Until a peer has
+            proved it knows the secret, frames of at most 64 KiB are accepted.)
+        max_accounts: how many accounts frames from routes may bring into being (accounts this
+            node has anyway do not count); frames for further ones are dropped with a warning.
         max_pending: bytes queued for a peer (and not yet taken by its socket) past which the link
             is cut as a slow consumer; from three quarters of it on, client publishers feeding the
             link pause briefly for it to drain. It must hold the interest snapshot a link starts with.
@@ -61,6 +65,7 @@ class ClusterConfig:
     max_pending: int = DEFAULT_MAX_PENDING
     write_deadline: float = DEFAULT_WRITE_DEADLINE
     tls: TlsConfig | None = None
+    max_accounts: int = 4096
 
     def evolve(self, **changes: Any) -> ClusterConfig:
         return attrs.evolve(self, **changes)
@@ -76,9 +81,9 @@ class GatewayConfig:
         gateways: other clusters and gateway URLs of some of their nodes; the rest of their nodes,
             and clusters not listed here, are learned from the links themselves.
         advertise: the gateway URL to tell others (default: host:port as bound).
-        secret: a credential every gateway handshake must carry (empty: none required).
-        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame, max_pending,
-            write_deadline, tls: as for routes.
+        secret: a shared secret each side of a gateway link proves it knows (never sent).
+        ping_interval, ping_max, reconnect_min, reconnect_max, max_frame, max_accounts,
+            max_pending, write_deadline, tls: as for routes.
         reply_ttl: seconds a reply subject that crossed a gateway is remembered, so the reply can
             go straight back to the requester's node.
     """
@@ -94,6 +99,7 @@ class GatewayConfig:
     reconnect_min: float = 0.05
     reconnect_max: float = 2.0
     max_frame: int = 64 * 1024 * 1024
+    max_accounts: int = 4096
     max_pending: int = DEFAULT_MAX_PENDING
     write_deadline: float = DEFAULT_WRITE_DEADLINE
     reply_ttl: float = 2.0

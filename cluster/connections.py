@@ -3,15 +3,18 @@
 A manager of links (``RouteManager``, ``GatewayManager``) decides what a link is for: who may
 connect, what its HELLO says, what an interest frame means, what to forget when it drops. Everything
 else is the same for both and lives here: a connection's reader, writer and heartbeat tasks, the
-first frame that must be a HELLO, PING and PONG, a peer's ERR, protocol errors answered with an ERR
-before closing, dialing with a timeout, TLS (from the first byte, both sides presenting certificates),
-and interest snapshots sent in batches.
+handshake (see ``cluster.handshake``: nothing but a CHALLENGE goes out before the peer has proved it
+knows the secret, and a link that has not finished it in time is closed), PING and PONG, a peer's
+ERR, protocol errors answered with an ERR before closing, dialing with a timeout, TLS (from the
+first byte, both sides presenting certificates), interest snapshots sent in batches, and the cap on
+accounts that frames from links may bring into being.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any, Protocol
@@ -19,7 +22,22 @@ from typing import Any, Protocol
 import trio
 
 from cluster.config import parse_url
-from cluster.frames import Err, Frame, Hello, LinkError, Ping, Pong, Snapshot
+from cluster.frames import (
+    NONCE_SIZE,
+    SNAPSHOT_BATCH,
+    Challenge,
+    Err,
+    Frame,
+    GatewayHello,
+    Hello,
+    LinkError,
+    Ping,
+    Pong,
+    Proof,
+    RouteHello,
+    Snapshot,
+)
+from cluster.handshake import AuthenticationFailed, Handshake
 from cluster.host import NodeHost
 from cluster.link import Link
 from routing import InterestChange, Origin
@@ -30,9 +48,9 @@ __all__ = ["Dial", "LinkManager", "LinkSettings"]
 
 log = logging.getLogger("pubmesh")
 
-SNAPSHOT_BATCH = 1000
-"""Interest entries per snapshot frame: 100k subscriptions are a hundred frames, not 100k."""
 DIAL_TIMEOUT = 2.0
+ACCOUNT_WARNING_INTERVAL = 10.0
+"""Seconds between warnings that frames for accounts past the cap are being dropped."""
 
 Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
 """Opens a stream to (host, port); the in-process harness passes one over memory."""
@@ -55,6 +73,12 @@ class LinkSettings(Protocol):
 
     @property
     def max_frame(self) -> int: ...
+
+    @property
+    def secret(self) -> str: ...
+
+    @property
+    def max_accounts(self) -> int: ...
 
     @property
     def max_pending(self) -> int: ...
@@ -81,7 +105,7 @@ class LinkManager:
     """
 
     kind = "Link"
-    """How logs name these links ("Route", "Gateway")."""
+    """How logs name these links ("Route", "Gateway"); lowercased, what a handshake names."""
 
     def __init__(
         self,
@@ -106,6 +130,10 @@ class LinkManager:
         # does for routes and gateways): only nodes holding certificates from ``ca_file`` get in.
         self._accept_tls = server_context(tls, require_certificates=True) if tls else None
         self._dial_tls = client_context(tls) if tls else None
+        self.link_accounts: set[str] = set()
+        """Accounts that frames from links brought into being (at most ``max_accounts``)."""
+        self._refused_accounts = 0
+        self._next_account_warning = 0.0
 
     @property
     def server_id(self) -> str:
@@ -113,11 +141,11 @@ class LinkManager:
 
     # -- what subclasses decide --------------------------------------------------------------
 
-    def _hello(self, link: Link) -> dict[str, Any]:
-        """The HELLO this node sends first on ``link``."""
+    def _hello(self, link: Link) -> RouteHello | GatewayHello:
+        """The HELLO this node sends on ``link`` once the peer is authenticated."""
         raise NotImplementedError
 
-    def _handshake(self, link: Link, info: dict[str, Any]) -> None:
+    def _handshake(self, link: Link, info: Any) -> None:
         """The peer's HELLO arrived: accept the link (register it) or refuse it."""
         raise NotImplementedError
 
@@ -151,9 +179,15 @@ class LinkManager:
         if not solicited and self._accept_tls is not None:
             stream = secure = trio.SSLStream(stream, self._accept_tls, server_side=True)
         session = Session(stream)
+        opening = Handshake(
+            self.kind.lower(),
+            self.settings.secret,
+            dialer=solicited,
+            nonce=secrets.token_bytes(NONCE_SIZE),
+        )
         link = Link(
             self.host,
-            self._on_frame,
+            partial(self._on_frame, opening),
             solicited=solicited,
             max_frame=self.settings.max_frame,
             max_pending=self.settings.max_pending,
@@ -164,6 +198,7 @@ class LinkManager:
             origin=origin,
             takes_messages=takes_messages,
             kind=self.kind,
+            admit=self.admit_account,
         )
         session.conn = link
         self._next_rid += 1
@@ -173,7 +208,7 @@ class LinkManager:
         if setup is not None:
             setup(link)
         self.links.append(link)
-        link.send(Hello(self._hello(link)))
+        link.send(opening.challenge())
         try:
             if secure is not None and not await self._secure(secure, link):
                 return link
@@ -203,19 +238,24 @@ class LinkManager:
     async def _heartbeat(self, session: Session) -> None:
         link: Link = session.conn  # type: ignore[assignment]
         settings = self.settings
+        deadline = trio.current_time() + settings.ping_interval * settings.ping_max
         while link.closing is None:
             await trio.sleep(settings.ping_interval)
+            if link.remote is None:  # (no PING yet: before its HELLO, a peer may send none back)
+                if trio.current_time() >= deadline:
+                    link.log(logging.INFO, f"{self.kind} handshake not done in time, closing")
+                    link.refuse("handshake timeout", "Handshake timeout")
+                    return
+                continue
             if not link.heartbeat(settings.ping_interval, settings.ping_max):
                 link.log(logging.INFO, f"{self.kind} silent for too long, closing")
                 link.close("Stale Connection", flush=False)  # (which stops its session at once)
 
-    def _on_frame(self, link: Link, frame: Frame) -> None:
+    def _on_frame(self, opening: Handshake, link: Link, frame: Frame) -> None:
         """Everything but messages (which ``Link.receive`` delivers itself)."""
         kind = type(frame)
         if link.remote is None:
-            if kind is not Hello:
-                raise LinkError("the first frame must be HELLO")
-            self._handshake(link, frame.info)  # type: ignore[union-attr]
+            self._opening(opening, link, frame)
         elif kind is Ping:
             link.send(Pong())
         elif kind is Pong:
@@ -224,10 +264,63 @@ class LinkManager:
             text = frame.text  # type: ignore[union-attr]
             link.log(logging.WARNING, f"{self.kind} closed by peer: {text}")
             link.close(f"Closed by peer: {text}")
-        elif kind is Hello:
-            raise LinkError("HELLO sent twice")
+        elif kind is Hello or kind is Challenge or kind is Proof:
+            raise LinkError(f"{kind.__name__.upper()} after the handshake")
         else:
             self._control(link, frame)
+
+    def _opening(self, opening: Handshake, link: Link, frame: Frame) -> None:
+        """A frame before the peer's HELLO: the handshake, or a peer's ERR saying why it refused."""
+        if isinstance(frame, Challenge):
+            proof = opening.on_challenge(frame)
+            if proof is not None:
+                link.send(proof)
+        elif isinstance(frame, Proof):
+            try:
+                proof = opening.on_proof(frame)
+            except AuthenticationFailed as exc:
+                self._refuse(link, str(exc))
+                return
+            link.decoder.open()
+            if proof is not None:
+                link.send(proof)
+            link.send(Hello(self._hello(link)))
+        elif isinstance(frame, Hello) and opening.authenticated:
+            self._handshake(link, frame.info)
+        elif isinstance(frame, Err):
+            link.log(logging.WARNING, f"{self.kind} refused by peer: {frame.text}")
+            link.close(f"Refused by peer: {frame.text}")
+        else:
+            raise LinkError(
+                f"{type(frame).__name__.upper()} before the handshake (CHALLENGE, PROOF, HELLO)"
+            )
+
+    def admit_account(self, name: str) -> Any:
+        """The account a message from a link is for, or None if it may not be brought into being
+        (see ``admits``)."""
+        account = self.host.accounts.get(name)
+        if account is None and self.admits(name):
+            account = self.host.account(name)
+        return account
+
+    def admits(self, name: str) -> bool:
+        """Whether frames from links may name account ``name``: any account the node has, and new
+        ones until ``max_accounts`` came from links; past that they are dropped, with a warning now
+        and then, so a peer cannot make the node hold accounts without bound."""
+        if name in self.link_accounts or name in self.host.accounts:
+            return True
+        if len(self.link_accounts) < self.settings.max_accounts:
+            self.link_accounts.add(name)
+            return True
+        self._refused_accounts += 1
+        now = trio.current_time()
+        if now >= self._next_account_warning:
+            self._next_account_warning = now + ACCOUNT_WARNING_INTERVAL
+            log.warning(
+                "%s frames for unknown accounts dropped (%d so far): %d accounts came from links "
+                "already, the most allowed", self.kind, self._refused_accounts, len(self.link_accounts)
+            )  # fmt: skip
+        return False
 
     def _refuse(self, link: Link, reason: str) -> None:
         link.log(logging.WARNING, f"Refusing {self.kind.lower()}: {reason}")
@@ -248,11 +341,13 @@ class LinkManager:
 
     # -- dialing -----------------------------------------------------------------------------
 
-    def _backoff(self, delay: float) -> tuple[float, float]:
-        """(how long to wait now, the delay to pass next time): exponential, with jitter."""
+    def _backoff(self, delay: float, most: float | None = None) -> tuple[float, float]:
+        """(how long to wait now, the delay to pass next time): exponential, with jitter, up to
+        ``most`` (default: the configured ``reconnect_max``)."""
         settings = self.settings
         wait = delay * (0.5 + self._rng.random())
-        return wait, min(max(delay * 2, settings.reconnect_min), settings.reconnect_max)
+        most = settings.reconnect_max if most is None else max(most, settings.reconnect_max)
+        return wait, min(max(delay * 2, settings.reconnect_min), most)
 
     async def _connect(self, url: str) -> trio.abc.Stream | None:
         """A connection to ``url`` (secured, with TLS), or None if none could be made."""

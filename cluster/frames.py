@@ -3,12 +3,16 @@
 Every frame is one msgpack array whose first element names the operation. Frames are checked field
 by field on the way in: a peer that sends a malformed frame (wrong types, unknown operation, bad
 msgpack) or an oversized one gets a ``LinkError`` and the link is closed; nothing it sends can
-reach the node in a shape the node does not expect.
+reach the node in a shape the node does not expect. Decoding itself is bounded too: until the peer
+has proved who it is, frames are small (``HANDSHAKE_FRAME``) and so are arrays, maps and strings,
+so no header can make the node allocate much for a stranger (see ``FrameDecoder``).
 
-Operations:
+Operations, in the order a link opens (see ``cluster.handshake``):
 
-* ``HELLO {info}``: the first frame each side sends (server id and name, cluster, link kind,
-  version, credential, pool slot, route URL, known peers).
+* ``CHALLENGE kind version nonce``: the first frame each side sends; all a stranger learns.
+* ``PROOF mac``: HMAC-SHA256 over both nonces and the sender's role, keyed by the shared secret.
+* ``HELLO {info}``: who the sender is, sent only once the peer's proof checked out: a route's server
+  id and name, cluster, URL, pool, slot and known peers; a gateway's cluster and gateway URLs.
 * ``PING`` / ``PONG``: heartbeats; any frame counts as a sign of life.
 * ``RS+ account subject queue weight`` / ``RS- account subject queue``: interest changes.
 * ``SNAP account [[subject, queue, weight], ...]``: a batch of interest, sent when a link opens.
@@ -29,30 +33,117 @@ import attrs
 import msgpack
 
 __all__ = [
+    "HANDSHAKE_FRAME",
+    "MAX_CLUSTERS",
+    "MAX_PEERS",
+    "NONCE_SIZE",
+    "SNAPSHOT_BATCH",
+    "Challenge",
     "Err",
     "Frame",
     "FrameDecoder",
+    "GatewayHello",
     "Gateways",
     "Gossip",
     "Hello",
     "LinkError",
     "MessageFrame",
+    "PeerInfo",
     "Ping",
     "Pong",
+    "Proof",
+    "RouteHello",
     "Snapshot",
     "SubAdd",
     "SubRemove",
     "encode",
 ]
 
+NONCE_SIZE = 32
+"""Bytes of a CHALLENGE's nonce, and of a PROOF's MAC (SHA-256)."""
+HANDSHAKE_FRAME = 64 * 1024
+"""The largest frame a peer may send before it has proved it knows the secret."""
+SNAPSHOT_BATCH = 1000
+"""Interest entries per SNAP frame: 100k subscriptions are a hundred frames, not 100k."""
+MAX_PEERS = 256
+"""Peers one HELLO or GOSSIP frame may name."""
+MAX_CLUSTERS = 256
+"""Clusters one HELLO or GATEWAYS frame may name (and gateway URLs per cluster)."""
+MAX_ARRAY = 4096
+"""The longest array or map in any frame once a link is open (SNAP batches, queue lists)."""
+MAX_TEXT = 64 * 1024
+"""The longest string in any frame (account names, subjects, URLs)."""
+
 
 class LinkError(Exception):
     """A peer broke the link protocol; the link must close, with this as the logged reason."""
 
 
+@attrs.frozen(slots=True)
+class PeerInfo:
+    """A route peer as HELLO and GOSSIP name it."""
+
+    id: str
+    name: str
+    url: str
+
+
+@attrs.frozen(slots=True)
+class RouteHello:
+    """What a route peer says of itself once authenticated.
+
+    Attributes:
+        slot: which pooled connection this is (set by the dialer; None from the listener).
+        connection: the dialer's name for this connection.
+        peers: route peers the sender is connected to.
+        gateway_url: where the sender accepts gateway links ("" if it does not).
+    """
+
+    id: str
+    name: str
+    cluster: str
+    url: str
+    pool_size: int
+    pinned: tuple[str, ...] = ()
+    peers: tuple[PeerInfo, ...] = ()
+    gateway_url: str = ""
+    slot: int | str | None = None
+    connection: str = ""
+
+
+@attrs.frozen(slots=True)
+class GatewayHello:
+    """What a gateway peer says of itself (and of the clusters it knows) once authenticated.
+
+    Attributes:
+        gateway: the sender's cluster name in the super-cluster.
+        urls: gateway URLs of the sender's cluster's nodes.
+        gateways: gateway URLs of the other clusters it knows, by cluster name.
+    """
+
+    id: str
+    name: str
+    gateway: str
+    url: str
+    urls: tuple[str, ...] = ()
+    gateways: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+
+
+@attrs.define(slots=True)
+class Challenge:
+    kind: str
+    version: int
+    nonce: bytes
+
+
+@attrs.define(slots=True)
+class Proof:
+    mac: bytes
+
+
 @attrs.define(slots=True)
 class Hello:
-    info: dict[str, Any]
+    info: RouteHello | GatewayHello
 
 
 @attrs.define(slots=True)
@@ -98,12 +189,12 @@ class MessageFrame:
 
 @attrs.define(slots=True)
 class Gossip:
-    peers: list[dict[str, str]]
+    peers: list[PeerInfo]
 
 
 @attrs.define(slots=True)
 class Gateways:
-    known: dict[str, list[str]]
+    known: dict[str, tuple[str, ...]]
 
 
 @attrs.define(slots=True)
@@ -111,7 +202,10 @@ class Err:
     text: str
 
 
-Frame = Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | MessageFrame | Gossip | Gateways | Err
+Frame = (
+    Challenge | Proof | Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | MessageFrame | Gossip
+    | Gateways | Err
+)  # fmt: skip
 
 _PING: bytes = msgpack.packb(["PING"])
 _PONG: bytes = msgpack.packb(["PONG"])
@@ -134,12 +228,16 @@ def encode(frame: Frame) -> bytes:
         return _PONG
     if isinstance(frame, Snapshot):
         return _pack(["SNAP", frame.account, [list(e) for e in frame.entries]])
+    if isinstance(frame, Challenge):
+        return _pack(["CHALLENGE", frame.kind, frame.version, frame.nonce])
+    if isinstance(frame, Proof):
+        return _pack(["PROOF", frame.mac])
     if isinstance(frame, Hello):
-        return _pack(["HELLO", frame.info])
+        return _pack(["HELLO", _hello_map(frame.info)])
     if isinstance(frame, Gossip):
-        return _pack(["GOSSIP", frame.peers])
+        return _pack(["GOSSIP", [_peer_map(p) for p in frame.peers]])
     if isinstance(frame, Gateways):
-        return _pack(["GATEWAYS", frame.known])
+        return _pack(["GATEWAYS", {name: list(urls) for name, urls in frame.known.items()}])
     return _pack(["ERR", frame.text])
 
 
@@ -149,6 +247,31 @@ _packer = msgpack.Packer(use_bin_type=True)
 def _pack(obj: list[Any]) -> bytes:
     data: bytes = _packer.pack(obj)
     return data
+
+
+def _peer_map(peer: PeerInfo) -> dict[str, str]:
+    return {"id": peer.id, "name": peer.name, "url": peer.url}
+
+
+def _hello_map(info: RouteHello | GatewayHello) -> dict[str, Any]:
+    if isinstance(info, GatewayHello):
+        return {
+            "kind": "gateway", "id": info.id, "name": info.name, "gateway": info.gateway,
+            "url": info.url, "urls": list(info.urls),
+            "gateways": {name: list(urls) for name, urls in info.gateways.items()},
+        }  # fmt: skip
+    out: dict[str, Any] = {
+        "kind": "route", "id": info.id, "name": info.name, "cluster": info.cluster,
+        "url": info.url, "pool_size": info.pool_size, "pinned": list(info.pinned),
+        "peers": [_peer_map(p) for p in info.peers], "gateway_url": info.gateway_url,
+    }  # fmt: skip
+    if info.slot is not None:
+        out["slot"] = info.slot
+        out["connection"] = info.connection
+    return out
+
+
+# -- checked decoding ------------------------------------------------------------------------
 
 
 def _str(value: Any) -> str:
@@ -171,10 +294,34 @@ def _opt_bytes(value: Any) -> bytes | None:
     return None if value is None else _bytes(value)
 
 
+def _int(value: Any, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise LinkError(f"expected an integer from {low} to {high}, got {str(value)[:20]!r}")
+    return value
+
+
 def _weight(value: Any) -> int:
     if type(value) is not int or value < 1:
-        raise LinkError(f"bad queue weight {value!r}")
+        raise LinkError(f"bad queue weight {str(value)[:20]!r}")
     return value
+
+
+def _list(value: Any, most: int = MAX_ARRAY) -> list[Any]:
+    if type(value) is not list:
+        raise LinkError(f"expected an array, got {type(value).__name__}")
+    if len(value) > most:
+        raise LinkError(f"an array of {len(value)} where at most {most} may be")
+    return value
+
+
+def _map(value: Any) -> dict[Any, Any]:
+    if type(value) is not dict:
+        raise LinkError(f"expected a map, got {type(value).__name__}")
+    return value
+
+
+def _strs(value: Any, most: int = MAX_ARRAY) -> tuple[str, ...]:
+    return tuple([_str(item) for item in _list(value, most)])
 
 
 def _entry(value: Any) -> tuple[str, str | None, int]:
@@ -183,15 +330,63 @@ def _entry(value: Any) -> tuple[str, str | None, int]:
     return _str(value[0]), _opt_str(value[1]), _weight(value[2])
 
 
-def _gateways(value: Any) -> dict[str, list[str]]:
-    if type(value) is not dict:
-        raise LinkError("bad gateway list")
-    return {_str(name): [_str(url) for url in _list(urls)] for name, urls in value.items()}
+def _peer(value: Any) -> PeerInfo:
+    fields = _map(value)
+    return PeerInfo(_str(fields.get("id")), _str(fields.get("name")), _str(fields.get("url")))
 
 
-def _list(value: Any) -> list[Any]:
-    if type(value) is not list:
-        raise LinkError(f"expected an array, got {type(value).__name__}")
+def _peers(value: Any) -> list[PeerInfo]:
+    return [_peer(p) for p in _list(value, MAX_PEERS)]
+
+
+def _gateways(value: Any) -> dict[str, tuple[str, ...]]:
+    known = _map(value)
+    if len(known) > MAX_CLUSTERS:
+        raise LinkError(f"{len(known)} clusters where at most {MAX_CLUSTERS} may be")
+    return {_str(name): _strs(urls, MAX_CLUSTERS) for name, urls in known.items()}
+
+
+def _slot(value: Any) -> int | str | None:
+    if value is None or type(value) is str:
+        return value
+    return _int(value, 0, 63)
+
+
+def _route_hello(fields: dict[Any, Any]) -> RouteHello:
+    get = fields.get
+    return RouteHello(
+        id=_str(get("id")), name=_str(get("name")), cluster=_str(get("cluster")),
+        url=_str(get("url")), pool_size=_int(get("pool_size"), 1, 64),
+        pinned=_strs(get("pinned", []), MAX_PEERS), peers=tuple(_peers(get("peers", []))),
+        gateway_url=_str(get("gateway_url", "")), slot=_slot(get("slot")),
+        connection=_str(get("connection", "")),
+    )  # fmt: skip
+
+
+def _gateway_hello(fields: dict[Any, Any]) -> GatewayHello:
+    get = fields.get
+    gateway = _str(get("gateway"))
+    if not gateway:
+        raise LinkError("HELLO without a gateway name")
+    return GatewayHello(
+        id=_str(get("id")), name=_str(get("name")), gateway=gateway, url=_str(get("url")),
+        urls=_strs(get("urls", []), MAX_CLUSTERS), gateways=_gateways(get("gateways", {})),
+    )  # fmt: skip
+
+
+def _hello(value: Any) -> Hello:
+    fields = _map(value)
+    kind = fields.get("kind")
+    if kind == "route":
+        return Hello(_route_hello(fields))
+    if kind == "gateway":
+        return Hello(_gateway_hello(fields))
+    raise LinkError(f"HELLO of an unknown kind {str(kind)[:32]!r}")
+
+
+def _nonce(value: Any) -> bytes:
+    if type(value) is not bytes or len(value) != NONCE_SIZE:
+        raise LinkError(f"a nonce or MAC must be {NONCE_SIZE} bytes")
     return value
 
 
@@ -215,15 +410,16 @@ def _decode(obj: Any) -> Frame:
         return Ping()
     if op == "PONG" and n == 1:
         return Pong()
-    if op == "SNAP" and n == 3 and type(obj[2]) is list:
-        return Snapshot(_str(obj[1]), [_entry(e) for e in obj[2]])
-    if op == "HELLO" and n == 2 and type(obj[1]) is dict:
-        return Hello(obj[1])
-    if op == "GOSSIP" and n == 2 and type(obj[1]) is list:
-        peers = obj[1]
-        if not all(type(p) is dict and all(type(v) is str for v in p.values()) for p in peers):
-            raise LinkError("bad gossip")
-        return Gossip(peers)
+    if op == "SNAP" and n == 3:
+        return Snapshot(_str(obj[1]), [_entry(e) for e in _list(obj[2])])
+    if op == "CHALLENGE" and n == 4:
+        return Challenge(_str(obj[1]), _int(obj[2], 0, 0xFFFF), _nonce(obj[3]))
+    if op == "PROOF" and n == 2:
+        return Proof(_nonce(obj[1]))
+    if op == "HELLO" and n == 2:
+        return _hello(obj[1])
+    if op == "GOSSIP" and n == 2:
+        return Gossip(_peers(obj[1]))
     if op == "GATEWAYS" and n == 2:
         return Gateways(_gateways(obj[1]))
     if op == "ERR" and n == 2:
@@ -231,21 +427,56 @@ def _decode(obj: Any) -> Frame:
     raise LinkError(f"unknown or malformed frame {str(op)[:16]!r}/{n}")
 
 
+@attrs.frozen
+class _Limits:
+    """What one decoded frame may hold: msgpack refuses a longer header before allocating for it."""
+
+    frame: int
+    array: int
+    text: int
+    blob: int
+
+
+_END = object()
+
+
 class FrameDecoder:
-    """Bytes in, checked frames out.
+    """Bytes in, checked frames out, with bounded memory whatever the bytes say.
+
+    A msgpack header announces a length and the unpacker allocates for it at once, so the limits
+    on arrays, maps, strings and binaries are set from what a frame may need, and are much tighter
+    while the peer is unauthenticated (a HELLO or a CHALLENGE needs little) than once the link is
+    ``open``. Nesting needs no limit of its own: the unpacker stops at a fixed depth, every frame is
+    a few levels deep and anything deeper fails its checks, and at each level an array is bounded.
 
     Args:
-        max_frame: the largest frame (in bytes) a peer may send; a larger one is a ``LinkError``
-            as soon as that much of it is buffered, so a peer cannot make the node buffer without
-            bound.
+        max_frame: the largest frame (in bytes) a peer may send once authenticated; a larger one is
+            a ``LinkError`` as soon as that much of it is buffered, so a peer cannot make the node
+            buffer without bound. Before that, ``HANDSHAKE_FRAME`` is the limit.
     """
 
-    __slots__ = ("_unpacker",)
+    __slots__ = ("_max_frame", "_unpacker")
 
     def __init__(self, max_frame: int) -> None:
-        self._unpacker = msgpack.Unpacker(
-            raw=False, max_buffer_size=max_frame, strict_map_key=True, use_list=True
+        self._max_frame = max_frame
+        self._unpacker = self._make(
+            _Limits(min(max_frame, HANDSHAKE_FRAME), MAX_PEERS, 4096, NONCE_SIZE)
         )
+
+    @staticmethod
+    def _make(limits: _Limits) -> msgpack.Unpacker:
+        return msgpack.Unpacker(
+            raw=False, strict_map_key=True, use_list=True, max_buffer_size=limits.frame,
+            max_array_len=limits.array, max_map_len=limits.array, max_str_len=limits.text,
+            max_bin_len=limits.blob, max_ext_len=0,
+        )  # fmt: skip
+
+    def open(self) -> None:
+        """The peer is authenticated: from the next frame on, the full limits apply (bytes
+        already buffered carry over)."""
+        rest = self._unpacker.read_bytes(HANDSHAKE_FRAME)
+        self._unpacker = self._make(_Limits(self._max_frame, MAX_ARRAY, MAX_TEXT, self._max_frame))
+        self.receive_data(rest)
 
     def receive_data(self, data: bytes) -> None:
         try:
@@ -254,9 +485,9 @@ class FrameDecoder:
             raise LinkError("frame larger than the largest allowed") from exc
 
     def frames(self) -> Iterator[Frame]:
-        """Every complete frame buffered so far, in order."""
+        """Every complete frame buffered so far, in order (an ``open`` meanwhile applies at once)."""
         try:
-            for obj in self._unpacker:
+            while (obj := next(self._unpacker, _END)) is not _END:
                 yield _decode(obj)
         except (msgpack.UnpackException, ValueError, RecursionError) as exc:
             raise LinkError(f"undecodable frame: {exc}") from exc

@@ -16,7 +16,9 @@ nothing is sent. When an outbound link drops, everything learned over it is forg
 URLs (its own and those its route peers told it) and the clusters it knows. A node that is dialed by
 a cluster it has not heard of dials back (an implicit gateway), and what a node learns of new
 clusters it passes to its route peers, so every node of a cluster ends up with a link to every
-cluster.
+cluster. News is taken only from peers that proved they know the secret, and only so many clusters
+are kept; a cluster only heard of is dialed with growing pauses and forgotten after a few failures
+(a configured one, or one ever reached, is redialed for good).
 
 **Replies** leaving through a gateway are mapped (see ``cluster.replies``) so the first reply to a
 request cannot be lost to interest still on its way.
@@ -24,7 +26,6 @@ request cannot be lost to interest still on its way.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import random
 from collections.abc import Sequence
@@ -35,20 +36,27 @@ import trio
 
 from cluster.config import GatewayConfig
 from cluster.connections import Dial, LinkManager
-from cluster.frames import Frame, LinkError, Snapshot, SubAdd, SubRemove, encode
+from cluster.frames import (
+    MAX_CLUSTERS,
+    Frame,
+    GatewayHello,
+    LinkError,
+    Snapshot,
+    SubAdd,
+    SubRemove,
+    encode,
+)
 from cluster.host import NodeHost
 from cluster.link import Link
 from cluster.peer import Gateway
 from cluster.replies import ReplyRouter, short_hash
-from cluster.routes import RouteManager
+from cluster.routes import MAX_DIAL_FAILURES, UNMET_BACKOFF_MAX, RouteManager
 from routing import InterestChange, InterestTracker, InvalidSubjectError, Origin
 from transport.sessions import Flusher
 
 __all__ = ["GatewayManager"]
 
 log = logging.getLogger("pubmesh")
-
-PROTOCOL_VERSION = 1
 
 
 class GatewayManager(LinkManager):
@@ -141,15 +149,22 @@ class GatewayManager(LinkManager):
         await self._serve(stream, solicited=False, origin=Origin.GATEWAY)
 
     async def _keep_outbound(self, gateway: Gateway) -> None:
-        """Keep a link to some node of ``gateway``'s cluster, redialing with backoff."""
-        delay = 0.0
+        """Keep a link to some node of ``gateway``'s cluster, redialing with backoff (or, for one
+        only heard of, until it has failed too often)."""
+        delay, failures = 0.0, 0
 
         def expect(link: Link) -> None:
             link.peer = gateway
 
         while True:
-            wait, delay = self._backoff(delay)
+            unmet = not (gateway.configured or gateway.connections or gateway.inbound)
+            wait, delay = self._backoff(delay, UNMET_BACKOFF_MAX if unmet else None)
             await trio.sleep(wait)
+            unmet = not (gateway.configured or gateway.connections or gateway.inbound)
+            if unmet and failures >= MAX_DIAL_FAILURES:
+                self._forget(gateway)
+                return
+            failures += 1
             if not gateway.urls:
                 continue
             stream = await self._connect(self._rng.choice(gateway.urls))
@@ -173,34 +188,20 @@ class GatewayManager(LinkManager):
 
     # -- handshake ---------------------------------------------------------------------------
 
-    def _hello(self, link: Link) -> dict[str, Any]:
-        return {
-            "kind": "gateway",
-            "version": PROTOCOL_VERSION,
-            "id": self.server_id,
-            "name": self.host.server_name,
-            "gateway": self.name,
-            "secret": self.config.secret,
-            "url": self._url,
-            "urls": self.cluster_urls(),
-            "gateways": self.known(),
-        }
+    def _hello(self, link: Link) -> GatewayHello:
+        return GatewayHello(
+            id=self.server_id,
+            name=self.host.server_name,
+            gateway=self.name,
+            url=self._url,
+            urls=tuple(self.cluster_urls()[:MAX_CLUSTERS]),
+            gateways=self.known(),
+        )
 
-    def _handshake(self, link: Link, info: dict[str, Any]) -> None:
-        if info.get("kind") != "gateway":
-            self._refuse(link, f"expected a gateway, got {str(info.get('kind'))[:32]!r}")
-            return
-        secret = info.get("secret", "")
-        if not isinstance(secret, str) or not hmac.compare_digest(
-            secret.encode(), self.config.secret.encode()
-        ):
-            self._refuse(link, "gateway credential refused")
-            return
-        server_id, name, urls = info.get("id"), info.get("gateway"), info.get("urls", [])
-        if not (isinstance(server_id, str) and isinstance(name, str) and name):
-            raise LinkError("HELLO without id or gateway name")
-        if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
-            raise LinkError("bad gateway URLs")
+    def _handshake(self, link: Link, info: Any) -> None:
+        if not isinstance(info, GatewayHello):
+            raise LinkError("a route's HELLO on a gateway")
+        server_id, name, urls = info.id, info.gateway, info.urls
         link.remote = info
         if name == self.name:
             self._refuse(link, f'gateway "{name}" is this cluster')
@@ -210,14 +211,15 @@ class GatewayManager(LinkManager):
             return
         if not link.solicited:
             link.connection = server_id
+        if not self._has_room(name):
+            self._refuse(link, "too many clusters known")
+            return
         gateway = self._remote(name, urls, reported=True)
         if link.solicited:
             self._register_outbound(gateway, link)
         else:
             self._register_inbound(gateway, server_id, link)
-        known = info.get("gateways")
-        if isinstance(known, dict):
-            self.learn(known)
+        self.learn(info.gateways)
 
     def _register_outbound(self, gateway: Gateway, link: Link) -> None:
         if gateway.outbound is not None:  # (cannot happen: one dialing task per cluster)
@@ -254,26 +256,25 @@ class GatewayManager(LinkManager):
 
     # -- other clusters ----------------------------------------------------------------------
 
-    def known(self) -> dict[str, list[str]]:
+    def known(self) -> dict[str, tuple[str, ...]]:
         """Gateway URLs of every other cluster known, by cluster name."""
-        return {name: list(gateway.urls) for name, gateway in self.remotes.items()}
+        return {name: tuple(gateway.urls) for name, gateway in self.remotes.items()}
 
-    def learn(self, known: dict[str, Any]) -> None:
+    def learn(self, known: dict[str, tuple[str, ...]]) -> None:
         """News of clusters from a route peer or a remote HELLO: dial any that are new."""
         for name, urls in known.items():
-            if (
-                isinstance(name, str)
-                and name
-                and name != self.name
-                and isinstance(urls, list)
-                and all(isinstance(u, str) for u in urls)
-            ):
+            if name and name != self.name and self._has_room(name):
                 self._remote(name, urls)
+
+    def _has_room(self, name: str) -> bool:
+        """Whether cluster ``name`` is known, or may be (at most ``MAX_CLUSTERS`` are)."""
+        return name in self.remotes or len(self.remotes) < MAX_CLUSTERS
 
     def _remote(self, name: str, urls: Sequence[str], *, reported: bool = False) -> Gateway:
         """The cluster called ``name``, created on first mention (then dialed, and its news passed
-        to route peers); ``urls`` are added to what is known of it, or, when one of its own nodes
-        ``reported`` them, replace all but the configured ones."""
+        to route peers); ``urls`` are added to what is known of it (up to ``MAX_CLUSTERS`` of
+        them), or, when one of its own nodes ``reported`` them, replace all but the configured
+        ones."""
         gateway = self.remotes.get(name)
         if gateway is None:
             gateway = Gateway(name, self.replies.prefix)
@@ -282,11 +283,18 @@ class GatewayManager(LinkManager):
             if self._nursery is not None:
                 self._nursery.start_soon(self._keep_outbound, gateway)
             if self.routes is not None and urls:
-                self.routes.tell_gateways({name: list(urls)})
+                self.routes.tell_gateways({name: tuple(urls)})
         configured = dict(self.config.gateways).get(name, ())
         base = list(configured) if reported else gateway.urls
-        gateway.urls = list(dict.fromkeys([*base, *urls]))
+        gateway.urls = list(dict.fromkeys([*base, *urls]))[: max(MAX_CLUSTERS, len(configured))]
         return gateway
+
+    def _forget(self, gateway: Gateway) -> None:
+        """A cluster only heard of was never reached: stop dialing it."""
+        if self.remotes.get(gateway.name) is gateway:
+            del self.remotes[gateway.name]
+            self.replies.gateways.pop(short_hash(gateway.name), None)
+            log.info("Forgetting gateway %r: never reached", gateway.name)
 
     # -- interest ----------------------------------------------------------------------------
 
@@ -302,6 +310,8 @@ class GatewayManager(LinkManager):
 
     def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
         table, gateway, account = self.host.gateway_interest, link.peer, frame.account
+        if not self.admits(account):
+            return
         link.accounts.add(account)
         try:
             if isinstance(frame, SubAdd):

@@ -7,7 +7,7 @@ one entry point for a message that arrived over a link.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from routing import InterestChange, Message, Origin, RemoteInterest
@@ -56,6 +56,11 @@ class NodeHost(Protocol):
         origin: Origin = Origin.CLIENT,
         queues: Collection[str] = (),
     ) -> bool: ...
+
+    @property
+    def accounts(self) -> Mapping[str, Any]:
+        """The accounts the node has, by name (read only: ``account`` makes them)."""
+        ...
 
     def account(self, name: str) -> Any:
         """The account called ``name`` (what ``publish`` takes; opaque to the cluster)."""

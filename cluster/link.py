@@ -15,7 +15,17 @@ from typing import Any
 
 import msgpack
 
-from cluster.frames import Err, Frame, FrameDecoder, LinkError, MessageFrame, Ping, encode
+from cluster.frames import (
+    Err,
+    Frame,
+    FrameDecoder,
+    GatewayHello,
+    LinkError,
+    MessageFrame,
+    Ping,
+    RouteHello,
+    encode,
+)
 from cluster.host import NodeHost
 from routing import Message, Origin
 from transport.outbox import Outbox
@@ -51,6 +61,8 @@ class Link(Outbox):
         origin: what kind of link this is, as the publish path needs to know.
         takes_messages: False where a peer sending messages breaks the protocol.
         kind: how log lines name it ("Route", "Gateway").
+        admit: the account a message is for, by name, or None to drop it (see
+            ``LinkManager.admits``).
     """
 
     def __init__(
@@ -68,6 +80,7 @@ class Link(Outbox):
         origin: Origin = Origin.ROUTE,
         takes_messages: bool = True,
         kind: str = "Link",
+        admit: Callable[[str], Any] | None = None,
     ) -> None:
         super().__init__(wake)
         self._abandon = abandon
@@ -77,6 +90,7 @@ class Link(Outbox):
         self.host = host
         self.control = control
         self.kind = kind
+        self.admit: Callable[[str], Any] = admit or host.account
         self.origin = origin
         """Where messages arriving here come from, for the forwarding rules."""
         self.takes_messages = takes_messages
@@ -91,8 +105,9 @@ class Link(Outbox):
         """A name both ends give this connection (chosen by the dialer), to tell them apart."""
         self._clock = clock
         self.decoder = FrameDecoder(max_frame)
-        self.remote: dict[str, Any] | None = None
-        """The peer's HELLO, once received."""
+        self.remote: RouteHello | GatewayHello | None = None
+        """The peer's HELLO, once received (it comes only after the peer proved it knows the
+        secret)."""
         self.slot: int | str | None = None
         """Which of the peer's pooled connections this is (an index, or a pinned account)."""
         self.registered = False
@@ -131,14 +146,15 @@ class Link(Outbox):
                     if self.registered:
                         self.in_msgs += 1
                         self.in_bytes += len(frame.payload)
-                        host = self.host
-                        host.publish(
-                            host.account(frame.account),
-                            Message(frame.subject, frame.reply, frame.headers, frame.payload),
-                            None,
-                            self.origin,
-                            frame.queues,
-                        )
+                        account = self.admit(frame.account)
+                        if account is not None:
+                            self.host.publish(
+                                account,
+                                Message(frame.subject, frame.reply, frame.headers, frame.payload),
+                                None,
+                                self.origin,
+                                frame.queues,
+                            )
                     elif self.remote is None:
                         raise LinkError("the first frame must be HELLO")
                 else:

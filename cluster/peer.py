@@ -48,6 +48,9 @@ class Peer:
         """Where this peer accepts gateway links, if it does: how other clusters learn of it."""
         self.disconnected = trio.Event()
         """Set when the peer's last link drops (replaced when one comes up again)."""
+        self.met = False
+        """Whether a link to it ever came up (a peer only heard of in gossip is dialed a few times,
+        then forgotten; one met is redialed as long as it is away)."""
         self._slot_of: dict[str, Slot] = {}
 
     def update(self, name: str, url: str, pool_size: int, pinned: frozenset[str]) -> None:
@@ -93,6 +96,7 @@ class Gateway:
         self.urls: list[str] = []
         """Gateway URLs of the remote cluster's nodes, configured or learned."""
         self.configured = False
+        """Whether the configuration names it (then it is dialed as long as the node runs)."""
         self.connections = 0
         """Outbound links made so far."""
         self.outbound: Link | None = None

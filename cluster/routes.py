@@ -1,7 +1,10 @@
 """Routes: the full mesh of links between the nodes of one cluster.
 
 **Who dials.** A node given one seed learns the rest of the cluster by gossip: every HELLO lists the
-peers its sender knows, and a newly joined peer is announced to all the others. Of two nodes, the
+peers its sender knows, and a newly joined peer is announced to all the others. Only a peer that
+proved it knows the cluster's secret is listened to, only so many peers are taken from one frame
+and kept unmet at once, and a peer known only from gossip is dialed with growing pauses and
+forgotten after a few failures (a seed, or a peer once met, is redialed for good). Of two nodes, the
 one with the lower server id owns the pair's connections: it dials every pooled connection and
 redials any that drops. The other side dials only to introduce itself (a seed), so there is never
 a contest of redials; and should both dial the same slot at once, the one dialed by the lower id
@@ -21,7 +24,6 @@ interest) is dropped at once, and its owner redials with exponential backoff and
 
 from __future__ import annotations
 
-import hmac
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -33,10 +35,13 @@ import trio
 from cluster.config import ClusterConfig
 from cluster.connections import Dial, LinkManager
 from cluster.frames import (
+    MAX_PEERS,
     Frame,
     Gateways,
     Gossip,
     LinkError,
+    PeerInfo,
+    RouteHello,
     Snapshot,
     SubAdd,
     SubRemove,
@@ -50,7 +55,14 @@ from transport.sessions import Flusher
 
 __all__ = ["GatewayDirectory", "RouteManager"]
 
-PROTOCOL_VERSION = 1
+log = logging.getLogger("pubmesh")
+
+MAX_UNMET_PEERS = MAX_PEERS
+"""Peers heard of but never connected that a node keeps (and dials) at once; others are ignored."""
+MAX_DIAL_FAILURES = 12
+"""Failed dials after which a peer known only from gossip is forgotten."""
+UNMET_BACKOFF_MAX = 30.0
+"""The longest pause between dials of a peer known only from gossip."""
 
 
 class GatewayDirectory(Protocol):
@@ -59,11 +71,11 @@ class GatewayDirectory(Protocol):
     @property
     def url(self) -> str: ...
 
-    def known(self) -> dict[str, list[str]]:
+    def known(self) -> dict[str, tuple[str, ...]]:
         """Gateway URLs of the other clusters, by cluster name."""
         ...
 
-    def learn(self, known: dict[str, list[str]]) -> None:
+    def learn(self, known: dict[str, tuple[str, ...]]) -> None:
         """A peer told of clusters (maybe some this node has not heard of)."""
         ...
 
@@ -133,9 +145,10 @@ class RouteManager(LinkManager):
 
     def _control(self, link: Link, frame: Frame) -> None:
         kind = type(frame)
+        if not link.registered:  # (a duplicate, or one being replaced: its peer speaks elsewhere)
+            return
         if kind is SubAdd or kind is SubRemove or kind is Snapshot:
-            if link.registered:
-                self._interest(link, frame)  # type: ignore[arg-type]
+            self._interest(link, frame)  # type: ignore[arg-type]
         elif kind is Gossip:
             for info in frame.peers:  # type: ignore[union-attr]
                 self._learn(info)
@@ -147,6 +160,8 @@ class RouteManager(LinkManager):
 
     def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
         peer, account = link.peer, frame.account
+        if not self.admits(account):
+            return
         link.accounts.add(account)
         try:
             if isinstance(frame, SubAdd):
@@ -182,78 +197,54 @@ class RouteManager(LinkManager):
 
     # -- handshake and registration ----------------------------------------------------------
 
-    def _hello(self, link: Link) -> dict[str, Any]:
-        info: dict[str, Any] = {
-            "kind": "route",
-            "version": PROTOCOL_VERSION,
-            "id": self.server_id,
-            "name": self.host.server_name,
-            "cluster": self.config.name,
-            "secret": self.config.secret,
-            "url": self.url,
-            "pool_size": self.config.pool_size,
-            "pinned": list(self.config.pinned_accounts),
-            "peers": self._known_peers(),
-            "gateway_url": self.gateways.url if self.gateways is not None else "",
-        }
-        if link.slot is not None:
-            info["slot"] = link.slot
-            info["connection"] = link.connection
-        return info
+    def _hello(self, link: Link) -> RouteHello:
+        return RouteHello(
+            id=self.server_id,
+            name=self.host.server_name,
+            cluster=self.config.name,
+            url=self.url,
+            pool_size=self.config.pool_size,
+            pinned=self.config.pinned_accounts,
+            peers=tuple(self._known_peers()),
+            gateway_url=self.gateways.url if self.gateways is not None else "",
+            slot=link.slot,
+            connection=link.connection if link.slot is not None else "",
+        )
 
-    def _known_peers(self) -> list[dict[str, str]]:
+    def _known_peers(self) -> list[PeerInfo]:
         """Peers worth telling others about: connected ones (a dead one would only haunt them)."""
-        return [
-            {"id": p.server_id, "name": p.name, "url": p.url} for p in self.peers.values() if p.slots
-        ]
+        return [PeerInfo(p.server_id, p.name, p.url) for p in self.peers.values() if p.slots][:MAX_PEERS]
 
-    def _handshake(self, link: Link, info: dict[str, Any]) -> None:
+    def _handshake(self, link: Link, info: Any) -> None:
         config = self.config
-        if info.get("kind") != "route":
-            self._refuse(link, f"expected a route, got {str(info.get('kind'))[:32]!r}")
-            return
-        if info.get("cluster") != config.name:
-            theirs = str(info.get("cluster"))[:64]
+        if not isinstance(info, RouteHello):
+            raise LinkError("a gateway's HELLO on a route")
+        if info.cluster != config.name:
+            theirs = info.cluster[:64]
             self._refuse(link, f'cluster name mismatch: this is "{config.name}", the peer "{theirs}"')
             return
-        secret = info.get("secret", "")
-        if not isinstance(secret, str) or not hmac.compare_digest(
-            secret.encode(), config.secret.encode()
-        ):
-            self._refuse(link, "route credential refused")
-            return
-        peer_id, name, url = info.get("id"), info.get("name"), info.get("url")
-        pool = info.get("pool_size")
-        if not (isinstance(peer_id, str) and isinstance(name, str) and isinstance(url, str)):
-            raise LinkError("HELLO without id, name or url")
-        if not isinstance(pool, int) or not 1 <= pool <= 64:
-            raise LinkError(f"bad pool size {pool!r}")
         link.remote = info
         if not link.solicited:
-            link.connection = str(info.get("connection", ""))
-        if peer_id == self.server_id:
+            link.connection = info.connection
+        if info.id == self.server_id:
             link.close("Route to self")  # (gossip can list this node's own URL)
             return
-        slot = link.slot if link.solicited else info.get("slot")
-        pinned = frozenset(config.pinned_accounts)
-        if not (
-            isinstance(slot, str) or (isinstance(slot, int) and 0 <= slot < max(pool, config.pool_size))
-        ):
+        pool = max(info.pool_size, config.pool_size)
+        slot = link.slot if link.solicited else info.slot
+        if slot is None or (isinstance(slot, int) and slot >= pool):
             raise LinkError(f"bad slot {slot!r}")
-        peer = self._peer(peer_id, name, url, max(pool, config.pool_size), pinned)
-        gateway_url = info.get("gateway_url", "")
-        peer.gateway_url = gateway_url if isinstance(gateway_url, str) else ""
+        peer = self._peer(info.id, info.name, info.url, pool, frozenset(config.pinned_accounts))
+        peer.gateway_url = info.gateway_url
         current = peer.slots.get(slot)
-        if current is not None and self._keeps(current, link, peer_id):
+        if current is not None and self._keeps(current, link, info.id):
             self._refuse(link, "duplicate route")
             return
         if current is not None:
             current.registered = False  # replaced: its interest is reset below, not dropped
             current.close("Replaced by a newer route")
         self._register(peer, slot, link, current)
-        for known in info.get("peers", ()):
-            if isinstance(known, dict):
-                self._learn(known)
+        for known in info.peers:
+            self._learn(known)
 
     def _keeps(self, current: Link, new: Link, peer_id: str) -> bool:
         """Whether ``current`` stays in its slot when ``new`` arrives for it: the connection dialed
@@ -280,6 +271,7 @@ class RouteManager(LinkManager):
 
     def _register(self, peer: Peer, slot: Slot, link: Link, replaced: Link | None) -> None:
         first = not peer.slots
+        peer.met = True
         peer.slots[slot] = link
         link.slot, link.peer, link.registered = slot, peer, True
         if first:
@@ -317,23 +309,25 @@ class RouteManager(LinkManager):
 
     # -- dialing -----------------------------------------------------------------------------
 
-    def _learn(self, info: dict[str, Any]) -> None:
-        """A peer was named in gossip: make sure someone will connect the pair."""
-        peer_id, name, url = info.get("id"), info.get("name"), info.get("url")
-        if not (isinstance(peer_id, str) and isinstance(name, str) and isinstance(url, str)):
+    def _learn(self, info: PeerInfo) -> None:
+        """A connected peer named another: make sure someone will connect the pair."""
+        if info.id == self.server_id or info.id in self.peers:
             return
-        if peer_id == self.server_id or peer_id in self.peers:
+        unmet = 0
+        for known in self.peers.values():
+            if known.url == info.url and known.slots:
+                return  # that address answers as another node now (the named one restarted)
+            unmet += not known.met
+        if unmet >= MAX_UNMET_PEERS:
             return
-        if any(p.url == url and p.slots for p in self.peers.values()):
-            return  # that address answers as another node now (the named one restarted)
         peer = self._peer(
-            peer_id, name, url, self.config.pool_size, frozenset(self.config.pinned_accounts)
+            info.id, info.name, info.url, self.config.pool_size, frozenset(self.config.pinned_accounts)
         )
         self._dial_missing(peer)
 
     def _gossip_about(self, peer: Peer) -> None:
         """Tell every connected peer about one that just came up, so the mesh closes at once."""
-        frame = encode(Gossip([{"id": peer.server_id, "name": peer.name, "url": peer.url}]))
+        frame = encode(Gossip([PeerInfo(peer.server_id, peer.name, peer.url)]))
         for other in self.peers.values():
             if other is not peer:
                 for link in other.slots.values():
@@ -341,10 +335,11 @@ class RouteManager(LinkManager):
                     break
 
     def _dial_missing(self, peer: Peer) -> None:
-        """Dial every slot of ``peer`` that is down, if this node owns the pair's connections."""
+        """Dial every slot of ``peer`` that is down, if this node owns the pair's connections (only
+        the first, until the peer is met: one that may not exist is not worth a pool of dials)."""
         if self._nursery is None or self.server_id > peer.server_id:
             return
-        for slot in peer.all_slots():
+        for slot in peer.all_slots() if peer.met else [0]:
             key = (peer.server_id, slot)
             if slot not in peer.slots and key not in self._dialing:
                 self._dialing.add(key)
@@ -352,15 +347,20 @@ class RouteManager(LinkManager):
 
     async def _dial_slot(self, peer: Peer, slot: Slot) -> None:
         key = (peer.server_id, slot)
-        delay = 0.0
+        delay, failures = 0.0, 0
         try:
             while True:
-                wait, delay = self._backoff(delay)
+                wait, delay = self._backoff(delay, None if peer.met else UNMET_BACKOFF_MAX)
                 await trio.sleep(wait)
                 # Looked at after the wait: dialing a slot filled meanwhile would replace a good
                 # connection, and lose what was in flight on it.
                 if slot in peer.slots or self.peers.get(peer.server_id) is not peer:
                     return
+                if not peer.met and failures >= MAX_DIAL_FAILURES:
+                    del self.peers[peer.server_id]
+                    log.info("Forgetting route peer %s at %s: never reached", peer.name, peer.url)
+                    return
+                failures += 1
                 stream = await self._connect(peer.url)
                 if stream is None:
                     continue
@@ -383,7 +383,7 @@ class RouteManager(LinkManager):
             link = await self._dial_link(stream, 0)
             # Refused or replaced, the link still said who is there: while that node is connected
             # (over links its side dialed, say), there is nothing to introduce.
-            peer = self.peers.get(str(link.remote.get("id"))) if link.remote else None
+            peer = self.peers.get(link.remote.id) if link.remote is not None else None
             if peer is not None and peer.slots:
                 delay = 0.0
                 await peer.disconnected.wait()
@@ -403,7 +403,7 @@ class RouteManager(LinkManager):
             if link is not None:
                 link.send_bytes(frame)
 
-    def tell_gateways(self, known: dict[str, list[str]]) -> None:
+    def tell_gateways(self, known: dict[str, tuple[str, ...]]) -> None:
         """Pass news of other clusters to every connected peer."""
         frame = encode(Gateways(known))
         for peer in self.peers.values():

@@ -252,6 +252,7 @@ _CLUSTER_OPTIONS = {
     "ping_max": ("ping_max", int),
     "max_pending": ("max_pending", int),
     "write_deadline": ("write_deadline", float),
+    "max_accounts": ("max_accounts", int),
 }
 
 
@@ -291,6 +292,7 @@ _GATEWAY_OPTIONS = {
     "reply_ttl": ("reply_ttl", float),
     "max_pending": ("max_pending", int),
     "write_deadline": ("write_deadline", float),
+    "max_accounts": ("max_accounts", int),
 }
 
 

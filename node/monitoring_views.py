@@ -699,9 +699,8 @@ def _gateway_conn(link: Link, now: int) -> dict[str, Any]:
         "out_bytes": link.out_bytes,
         "subscriptions": 0,
     }
-    remote_id = (link.remote or {}).get("id")
-    if isinstance(remote_id, str) and remote_id:
-        info["name"] = remote_id
+    if link.remote is not None and link.remote.id:
+        info["name"] = link.remote.id
     return info
 
 

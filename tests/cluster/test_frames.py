@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import contextlib
 
+import attrs
 import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.frames import (
+    HANDSHAKE_FRAME,
+    MAX_PEERS,
+    Challenge,
     Err,
     Frame,
     FrameDecoder,
+    GatewayHello,
     Gateways,
     Gossip,
     Hello,
     LinkError,
     MessageFrame,
+    PeerInfo,
     Ping,
     Pong,
+    Proof,
+    RouteHello,
     Snapshot,
     SubAdd,
     SubRemove,
@@ -32,8 +40,25 @@ SUBJECT = st.text(st.characters(codec="utf-8", blacklist_characters=" \t\r\n"), 
 QUEUE = st.none() | TEXT
 BLOB = st.binary(max_size=40)
 
+PEER = st.builds(PeerInfo, TEXT, TEXT, TEXT)
+URLS = st.lists(TEXT, max_size=3).map(tuple)
+ROUTE_HELLO = st.builds(
+    RouteHello,
+    id=TEXT, name=TEXT, cluster=TEXT, url=TEXT, pool_size=st.integers(1, 64),
+    pinned=URLS, peers=st.lists(PEER, max_size=3).map(tuple), gateway_url=TEXT,
+    slot=st.none() | st.integers(0, 63) | TEXT, connection=TEXT,
+).map(lambda h: h if h.slot is not None else attrs.evolve(h, connection=""))  # fmt: skip
+GATEWAY_HELLO = st.builds(
+    GatewayHello,
+    id=TEXT, name=TEXT, gateway=TEXT.filter(bool), url=TEXT, urls=URLS,
+    gateways=st.dictionaries(TEXT, URLS, max_size=3),
+)  # fmt: skip
+NONCE = st.binary(min_size=32, max_size=32)
+
 FRAMES: st.SearchStrategy[Frame] = st.one_of(
-    st.builds(Hello, st.dictionaries(TEXT, st.integers(-(2**63), 2**63 - 1) | TEXT, max_size=4)),
+    st.builds(Challenge, TEXT, st.integers(0, 0xFFFF), NONCE),
+    st.builds(Proof, NONCE),
+    st.builds(Hello, ROUTE_HELLO | GATEWAY_HELLO),
     st.builds(Ping),
     st.builds(Pong),
     st.builds(SubAdd, TEXT, SUBJECT, QUEUE, st.integers(1, 1000)),
@@ -48,16 +73,20 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
         BLOB,
         st.lists(TEXT, max_size=3).map(tuple),
     ),
-    st.builds(
-        Gossip, st.lists(st.dictionaries(st.sampled_from(["id", "name", "url"]), TEXT), max_size=3)
-    ),
-    st.builds(Gateways, st.dictionaries(TEXT, st.lists(TEXT, max_size=3), max_size=3)),
+    st.builds(Gossip, st.lists(PEER, max_size=3)),
+    st.builds(Gateways, st.dictionaries(TEXT, URLS, max_size=3)),
     st.builds(Err, TEXT),
 )
 
 
-def decode_all(data: bytes, *, chunk: int = 0, max_frame: int = 1 << 20) -> list[Frame]:
+def decode_all(
+    data: bytes, *, chunk: int = 0, max_frame: int = 1 << 20, opened: bool = True
+) -> list[Frame]:
+    """The frames in ``data`` fed in ``chunk``-sized pieces, to a decoder of an authenticated link
+    (or not yet, unless ``opened``)."""
     decoder = FrameDecoder(max_frame)
+    if opened:
+        decoder.open()
     frames: list[Frame] = []
     pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
     for piece in pieces:
@@ -84,7 +113,78 @@ def test_frames_survive_the_round_trip_in_any_chunking(frames: list[Frame], chun
         ["RS-", "$G", b"foo", None],
         ["SNAP", "$G", [["foo", None]]],
         ["HELLO", ["not", "a", "map"]],
+        ["HELLO", {"kind": "route"}],
+        ["HELLO", {"kind": "martian", "id": "x"}],
+        [
+            "HELLO",
+            {
+                "kind": "route",
+                "id": "x",
+                "name": "x",
+                "cluster": "c",
+                "url": "u",
+                "pool_size": 3,
+                "peers": None,
+            },
+        ],
+        [
+            "HELLO",
+            {
+                "kind": "route",
+                "id": "x",
+                "name": "x",
+                "cluster": "c",
+                "url": "u",
+                "pool_size": 3,
+                "peers": 7,
+            },
+        ],
+        [
+            "HELLO",
+            {
+                "kind": "route",
+                "id": "x",
+                "name": "x",
+                "cluster": "c",
+                "url": "u",
+                "pool_size": 3,
+                "peers": [{"id": "y", "name": "y"}],
+            },
+        ],
+        ["HELLO", {"kind": "route", "id": "x", "name": "x", "cluster": "c", "url": "u", "pool_size": 0}],
+        [
+            "HELLO",
+            {
+                "kind": "route",
+                "id": "x",
+                "name": "x",
+                "cluster": "c",
+                "url": "u",
+                "pool_size": 3,
+                "slot": 64,
+            },
+        ],
+        [
+            "HELLO",
+            {"kind": "route", "id": "x", "name": "x", "cluster": "c", "url": "u", "pool_size": True},
+        ],
+        ["HELLO", {"kind": "gateway", "id": "x", "name": "x", "gateway": "", "url": "u"}],
+        [
+            "HELLO",
+            {
+                "kind": "gateway",
+                "id": "x",
+                "name": "x",
+                "gateway": "g",
+                "url": "u",
+                "gateways": {"a": "nats://a:1"},
+            },
+        ],
+        ["CHALLENGE", "route", 2, b"short"],
+        ["CHALLENGE", "route", "2", b"n" * 32],
+        ["PROOF", "m" * 32],
         ["GOSSIP", [{"id": 1}]],
+        ["GOSSIP", [{"id": "a", "name": "a", "url": "u"}] * (MAX_PEERS + 1)],
         ["GATEWAYS", {"east": "nats://a:7222"}],
         ["GATEWAYS", {"east": [7222]}],
         ["PING", "extra"],
@@ -123,3 +223,41 @@ def test_mutated_streams_give_frames_or_a_link_error(frames: list[Frame], data: 
         raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
     with contextlib.suppress(LinkError):
         decode_all(bytes(raw), max_frame=4096)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xdd\x03\x93\x87\x00" + b"\x00" * 1000,  # an array of 60 million elements
+        b"\xdf\x00\x10\x00\x00" + b"\x00" * 1000,  # a map of a million pairs
+        b"\xc9\x00\x00\x00\x10\x01" + b"\x00" * 16,  # an ext
+        msgpack.packb(["ERR", "x" * 5000]),  # a long string
+        msgpack.packb(["PROOF", b"x" * 100]),  # a long binary
+    ],
+)
+def test_a_stranger_cannot_announce_anything_big(data: bytes) -> None:
+    """Before the handshake, lengths are refused from the header: nothing is allocated for them."""
+    with pytest.raises(LinkError, match="exceeds"):
+        decode_all(data, max_frame=1 << 30, opened=False)
+
+
+def test_a_frame_before_the_handshake_is_small() -> None:
+    decoder = FrameDecoder(1 << 30)
+    with pytest.raises(LinkError, match="larger"):
+        decoder.receive_data(b"\x00" * (HANDSHAKE_FRAME + 1))
+
+
+def test_the_open_link_takes_big_frames_and_keeps_what_was_buffered() -> None:
+    decoder = FrameDecoder(1 << 20)
+    big = encode(MessageFrame("$G", b"s", None, None, b"x" * 500_000, ()))
+    decoder.receive_data(encode(Proof(b"p" * 32)) + big[:1000])
+    frames = decoder.frames()
+    assert next(frames) == Proof(b"p" * 32)
+    decoder.open()
+    decoder.receive_data(big[1000:])
+    assert [f.payload for f in frames] == [b"x" * 500_000]  # type: ignore[union-attr]
+
+
+def test_a_deep_frame_is_a_link_error() -> None:
+    with pytest.raises(LinkError):
+        decode_all(b"\x91" * 5000 + b"\x90")

@@ -15,11 +15,12 @@ import trio.testing
 from trio.testing import MockClock
 
 from cluster.config import ClusterConfig, GatewayConfig
-from cluster.frames import Hello, MessageFrame, SubAdd, encode
+from cluster.frames import MessageFrame, SubAdd, encode
 from cluster.replies import short_hash
 from node.config import AccountConfig, Config
 from node.harness import HarnessNode, SuperCluster, open_supercluster
 from routing import Message, Origin, Subscription
+from tests.cluster.impostor import Impostor, gateway_hello
 
 CLUSTER = ClusterConfig(ping_interval=0.5, ping_max=3)
 GATEWAY = GatewayConfig(name="", ping_interval=0.5, ping_max=3)
@@ -332,38 +333,39 @@ async def test_a_third_cluster_is_discovered_through_the_others(autojump_clock: 
 # -- the link protocol -------------------------------------------------------------------------
 
 
-async def talk_to_gateway(sc: SuperCluster, node: HarnessNode, *frames: bytes) -> bytes:
-    """Dial ``node``'s gateway port as an impostor, send raw frames, and return what came back."""
+async def talk_to_gateway(
+    sc: SuperCluster, node: HarnessNode, as_: str, hello: bytes | None, *frames: bytes
+) -> bytes:
+    """Dial ``node``'s gateway port as an impostor (``kind`` or ``kind/secret``), authenticate and
+    send ``hello`` if given, then send raw frames; what came back."""
+    kind, _, secret = as_.partition("/")
     stream = await sc.network.dialer("impostor")(node.name, 7222)
-    for frame in frames:
-        await stream.send_all(frame)
-    received = b""
-    with trio.move_on_after(2):
-        while chunk := await stream.receive_some(65536):
-            received += chunk
-    await stream.aclose()
+    impostor = Impostor(stream, kind, secret)
+    if hello is not None:
+        await impostor.authenticate(hello)
+    await impostor.send(*frames)
+    received = await impostor.drain()
+    await impostor.aclose()
     return received
 
 
-def hello(gateway: str, **extra: object) -> bytes:
-    info = {"kind": "gateway", "version": 1, "id": "I" * 56, "name": "impostor", "gateway": gateway,
-            "secret": "", "url": "nats://impostor:7222", "urls": [], **extra}  # fmt: skip
-    return encode(Hello(info))
-
-
 @pytest.mark.parametrize(
-    ("frames", "answer"),
+    ("impostor", "hello", "frames", "answer"),
     [
-        ([hello("other"), encode(SubAdd("$G", "x", None, 1))], b"interest on an inbound gateway link"),
-        ([hello("east")], b'gateway "east" is this cluster'),
-        ([hello("other", secret="guess")], b"gateway credential refused"),
-        ([hello("other", kind="route")], b"expected a gateway"),
-        ([encode(MessageFrame("$G", b"x", None, None, b"", ()))], b"the first frame must be HELLO"),
+        ("gateway", gateway_hello("other"), [encode(SubAdd("$G", "x", None, 1))],
+         b"interest on an inbound gateway link"),
+        ("gateway", gateway_hello("east"), [], b'gateway "east" is this cluster'),
+        ("gateway/guess", gateway_hello("other"), [], b"gateway credential refused"),
+        ("route", gateway_hello("other"), [], b"expected a gateway"),
+        ("gateway", None, [encode(MessageFrame("$G", b"x", None, None, b"", ()))],
+         b"the first frame must be HELLO"),
     ],
-)
+)  # fmt: skip
 async def test_broken_gateway_protocol_closes_only_that_link(
     autojump_clock: MockClock,
     caplog: pytest.LogCaptureFixture,
+    impostor: str,
+    hello: bytes | None,
     frames: list[bytes],
     answer: bytes,
 ) -> None:
@@ -372,7 +374,7 @@ async def test_broken_gateway_protocol_closes_only_that_link(
         (e1,), (w1,) = sc["east"].nodes, sc["west"].nodes
         inbox = w1.subscribe("ok")
         await converged(sc)
-        received = await talk_to_gateway(sc, e1, *frames)
+        received = await talk_to_gateway(sc, e1, impostor, hello, *frames)
         assert answer in received
         e1.publish("ok", b"still fine")
         with trio.fail_after(5):
@@ -386,14 +388,13 @@ async def test_a_message_sent_the_wrong_way_is_a_protocol_error(autojump_clock: 
         (e1,) = sc["east"].nodes
         listener = sc.network.listen("fake", ("fake", 7222))
         assert e1.gateways is not None
-        e1.gateways.learn({"fake": ["nats://fake:7222"]})
+        e1.gateways.learn({"fake": ("nats://fake:7222",)})
         with trio.fail_after(10):
             stream = await listener.accept()
-        await stream.send_all(hello("fake") + encode(MessageFrame("$G", b"x", None, None, b"", ())))
-        received = b""
-        with trio.move_on_after(2):
-            while chunk := await stream.receive_some(65536):
-                received += chunk
+        impostor = Impostor(stream, "gateway", listener=True)
+        assert await impostor.authenticate(gateway_hello("fake")) is not None
+        await impostor.send(encode(MessageFrame("$G", b"x", None, None, b"", ())))
+        received = await impostor.drain()
         assert b"a message on a link that carries none this way" in received
 
 
@@ -404,8 +405,19 @@ async def test_a_gateway_of_another_name_at_a_configured_url_is_refused(
     async with open_supercluster({"east": 1, "west": 1}, config=CLUSTER, gateway=GATEWAY) as sc:
         (e1,) = sc["east"].nodes
         assert e1.gateways is not None
-        e1.gateways.learn({"north": ["nats://west1:7222"]})  # wrong: that is west
+        e1.gateways.learn({"north": ("nats://west1:7222",)})  # wrong: that is west
         await trio.sleep(3)
         assert e1.gateways.remotes["north"].outbound is None
         assert any('expected gateway "north", reached "west"' in r.getMessage() for r in caplog.records)
         await converged(sc)
+
+
+async def test_a_cluster_only_heard_of_is_forgotten_if_never_reached(autojump_clock: MockClock) -> None:
+    """News of a cluster nobody can reach is dialed with growing pauses, then forgotten."""
+    async with open_supercluster({"east": 1}, config=CLUSTER, gateway=GATEWAY) as sc:
+        (e1,) = sc["east"].nodes
+        assert e1.gateways is not None
+        e1.gateways.learn({"ghost": ("nats://ghost:7222",)})
+        assert "ghost" in e1.gateways.remotes
+        await trio.sleep(600)
+        assert "ghost" not in e1.gateways.remotes

@@ -25,7 +25,7 @@ import trio
 from trio.testing import MockClock
 
 from cluster.config import ClusterConfig, GatewayConfig
-from cluster.frames import Hello, Ping, SubAdd, encode
+from cluster.frames import Ping, SubAdd, encode
 from cluster.link import SLOW_DEADLINE, SLOW_PENDING, Link
 from node.assembly import Node as Assembled
 from node.broker import Broker
@@ -35,6 +35,7 @@ from node.launch import NodeHandle
 from node.monitoring_views import GatewayzOptions, Pacer, RoutezOptions, gatewayz, routez
 from node.protocol import writer as w
 from tests.cluster.clients import free_port
+from tests.cluster.impostor import Impostor, gateway_hello, route_hello
 from tests.node.conftest import start_node
 from tests.node.test_monitor import Node, RawClient
 
@@ -61,37 +62,26 @@ FAKE_ID = "Z" * 56
 # -- the fake peer's handshake (the one place that knows what a peer says first) ----------------
 
 
-def route_handshake(cluster: str) -> bytes:
-    """What a route peer dialing the node's slot 0 sends first: its HELLO."""
-    hello = {
-        "kind": "route",
-        "version": 1,
-        "id": FAKE_ID,
-        "name": "fake",
-        "cluster": cluster,
-        "secret": "",
-        "url": "nats://127.0.0.1:1",
-        "pool_size": 1,
-        "pinned": [],
-        "peers": [],
-        "gateway_url": "",
-        "slot": 0,
-        "connection": "f" * 16,
-    }
-    return encode(Hello(hello))
+def route_peer(stream: trio.abc.Stream, cluster: str) -> tuple[Impostor, bytes]:
+    """A route peer dialing the node's slot 0, and its HELLO."""
+    hello = route_hello(FAKE_ID, cluster, name="fake", pool_size=1, connection="f" * 16)
+    return Impostor(stream, "route"), hello
 
 
-def gateway_handshake(name: str) -> bytes:
-    """What a gateway peer the node dialed answers first: its HELLO."""
-    hello = {"kind": "gateway", "version": 1, "id": FAKE_ID, "name": "fake", "gateway": name}
-    return encode(Hello({**hello, "secret": "", "url": "", "urls": [], "gateways": {}}))
+def gateway_peer(stream: trio.abc.Stream, name: str) -> tuple[Impostor, bytes]:
+    """A gateway peer the node dialed, and its HELLO."""
+    hello = gateway_hello(name, id=FAKE_ID, name="fake", url="", urls=())
+    return Impostor(stream, "gateway", listener=True), hello
 
 
-async def never_read(stream: trio.abc.Stream, handshake: bytes) -> None:
+async def never_read(peer: tuple[Impostor, bytes]) -> None:
     """Be a peer that says everything a live one says (handshake, interest in ``SUBJECT``,
-    heartbeats) and reads nothing, until cancelled or cut off."""
+    heartbeats) and, once the handshake is done, reads nothing, until cancelled or cut off."""
+    impostor, hello = peer
+    stream = impostor.stream
     try:
-        await stream.send_all(handshake + encode(SubAdd("$G", SUBJECT, None, 1)))
+        assert await impostor.authenticate(hello) is not None
+        await stream.send_all(encode(SubAdd("$G", SUBJECT, None, 1)))
         while True:
             await trio.sleep(0.1)
             await stream.send_all(encode(Ping()))
@@ -214,7 +204,7 @@ async def test_a_route_peer_that_never_reads_costs_at_most_max_pending(
     assert node.handle.routes is not None
     routes = node.handle.routes
     peer = await trio.open_tcp_stream("127.0.0.1", node.handle.cluster_port)
-    nursery.start_soon(never_read, peer, route_handshake("c"))
+    nursery.start_soon(never_read, route_peer(peer, "c"))
     link: Link = await until(
         lambda: next((ln for ln in routes.links if ln.registered and "$G" in ln.accounts), None)
     )
@@ -245,7 +235,7 @@ async def test_a_gateway_peer_that_never_reads_costs_at_most_max_pending(
 
     async def accept() -> None:
         peers.append(await listeners[0].accept())
-        await never_read(peers[0], gateway_handshake("far"))
+        await never_read(gateway_peer(peers[0], "far"))
 
     nursery.start_soon(accept)
     gateway = GatewayConfig(

@@ -16,13 +16,14 @@ import trio.testing
 from trio.testing import MockClock
 
 from cluster.config import ClusterConfig
-from cluster.frames import Err, Hello, MessageFrame, SubAdd, encode
+from cluster.frames import Err, Gossip, MessageFrame, PeerInfo, SubAdd, encode
 from cluster.link import Link
 from cluster.peer import fnv1a32
 from cluster.routes import RouteManager
 from node.config import AccountConfig, Config
 from node.harness import Cluster, HarnessNode, open_cluster
 from routing import Message, Origin
+from tests.cluster.impostor import Impostor, route_hello
 
 CONFIG = ClusterConfig(name="test", ping_interval=0.5, ping_max=3)
 
@@ -265,7 +266,7 @@ async def test_simultaneous_dials_leave_one_connection_per_slot(autojump_clock: 
         (a,) = cluster.nodes
         # b seeds a and a learns b at once; whoever dials each slot, one connection survives.
         b = await cluster.start_node(seeds=(f"nats://{a.name}:6222",))
-        a.routes._learn({"id": b.server_id, "name": b.name, "url": f"nats://{b.name}:6222"})
+        a.routes._learn(PeerInfo(b.server_id, b.name, f"nats://{b.name}:6222"))
         await converged(cluster)
         for x, y in ((a, b), (b, a)):
             assert len(registered(x, y)) == CONFIG.pool_size
@@ -304,23 +305,19 @@ async def test_a_wrong_route_credential_is_refused(
         assert any("route credential refused" in r.getMessage() for r in caplog.records)
 
 
-async def talk_to_routes(cluster: Cluster, node: HarnessNode, *frames: bytes) -> bytes:
-    """Dial ``node``'s route port as an impostor and send raw frames; what came back."""
+async def talk_to_routes(
+    cluster: Cluster, node: HarnessNode, *frames: bytes, hello: bytes | None = None
+) -> bytes:
+    """Dial ``node``'s route port as an impostor, authenticate and send ``hello`` if given, then
+    send raw frames; what came back."""
     stream = await cluster.network.dialer("impostor")(node.name, 6222)
-    for frame in frames:
-        await stream.send_all(frame)
-    received = b""
-    with trio.move_on_after(2):
-        while chunk := await stream.receive_some(65536):
-            received += chunk
-    await stream.aclose()
+    impostor = Impostor(stream, "route")
+    if hello is not None:
+        assert await impostor.authenticate(hello) is not None
+    await impostor.send(*frames)
+    received = await impostor.drain()
+    await impostor.aclose()
     return received
-
-
-def hello(node_id: str, **extra: object) -> bytes:
-    info = {"kind": "route", "id": node_id, "name": node_id, "cluster": "test", "secret": "",
-            "url": f"nats://{node_id}:6222", "pool_size": 3, "slot": 0, **extra}  # fmt: skip
-    return encode(Hello(info))
 
 
 async def test_garbage_on_a_route_closes_only_that_link(
@@ -331,10 +328,10 @@ async def test_garbage_on_a_route_closes_only_that_link(
         a, b = cluster.nodes
         inbox = b.subscribe("ok")
         await converged(cluster)
-        answer = await talk_to_routes(cluster, a, hello("Z" * 56), b"\xc1\xc1\xc1")
+        answer = await talk_to_routes(cluster, a, b"\xc1\xc1\xc1", hello=route_hello("Z" * 56))
         assert b"protocol error" in answer
         answer = await talk_to_routes(cluster, a, encode(SubAdd("$G", "before.hello", None, 1)))
-        assert b"HELLO" in answer
+        assert b"before the handshake" in answer
         assert any("Route protocol error" in r.getMessage() for r in caplog.records)
         a.publish("ok", b"still fine")
         with trio.fail_after(5):
@@ -348,10 +345,10 @@ async def test_a_message_for_a_bad_subject_from_a_peer_does_no_harm(autojump_clo
         await talk_to_routes(
             cluster,
             a,
-            hello("Y" * 56),
             encode(SubAdd("$G", "bad..subject", None, 1)),
             encode(MessageFrame("$G", b"a..b", None, None, b"x", ())),
             encode(Err("bye")),
+            hello=route_hello("Y" * 56),
         )
         assert inbox.messages == []  # an empty token matches nothing, not even ">"
 
@@ -400,3 +397,27 @@ async def test_a_pinned_account_has_a_connection_of_its_own(autojump_clock: Mock
         with trio.fail_after(5):
             await vip.wait_for(2)
         assert other.messages == []
+
+
+async def test_peers_only_heard_of_are_dialed_a_few_times_then_forgotten(
+    autojump_clock: MockClock,
+) -> None:
+    """A registered peer names peers that do not exist: each is dialed (on one connection, with
+    growing pauses) a bounded number of times, then forgotten; the real peer stays."""
+    async with open_cluster(2, config=CONFIG) as cluster:
+        a, b = cluster.nodes
+        await converged(cluster)
+        stream = await cluster.network.dialer("impostor")(a.name, 6222)
+        impostor = Impostor(stream, "route")
+        # ("0..." sorts below every server id: the fake peers are a's to dial, the impostor is not.)
+        named = tuple(PeerInfo(f"z{i:03d}", f"z{i}", f"nats://ghost{i}:6222") for i in range(40))
+        assert await impostor.authenticate(route_hello("0" * 56, peers=named)) is not None
+        await impostor.send(encode(Gossip(list(named[:5]))))
+        with trio.fail_after(5):
+            await eventually(lambda: all(p.id in a.routes.peers for p in named))
+        await impostor.aclose()
+        assert all(key[1] == 0 for key in a.routes._dialing if key[0].startswith("z"))
+        with trio.fail_after(600):
+            await eventually(lambda: not any(p.startswith("z") for p in a.routes.peers), step=1.0)
+        assert b.server_id in a.routes.peers
+        assert not any(key[0].startswith("z") for key in a.routes._dialing)

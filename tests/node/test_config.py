@@ -121,6 +121,15 @@ def test_bad_flags_say_what_is_wrong(argv: list[str], error: str) -> None:
         command_line_config(argv)
 
 
+def test_links_may_cap_the_accounts_they_bring_into_being() -> None:
+    config = from_mapping(
+        tomllib.loads("[cluster]\nmax_accounts = 10\n[gateway]\nname = 'g'\nmax_accounts = 20\n")
+    )
+    assert config.cluster is not None
+    assert config.gateway is not None
+    assert (config.cluster.max_accounts, config.gateway.max_accounts) == (10, 20)
+
+
 def test_a_cluster_left_unnamed_takes_the_gateway_name() -> None:
     config = command_line_config(["--gateway_name", "east", "--cluster", "nats://127.0.0.1:6222"])
     assert config.cluster is not None
