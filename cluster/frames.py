@@ -125,8 +125,8 @@ class GatewayHello:
     name: str
     gateway: str
     url: str
+    gateways: dict[str, tuple[str, ...]]  # (no default: a compiled class takes no factory)
     urls: tuple[str, ...] = ()
-    gateways: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
 
 
 @attrs.define(slots=True)

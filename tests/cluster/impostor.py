@@ -128,7 +128,7 @@ def gateway_hello(gateway: str, **extra: Any) -> bytes:
     """A gateway HELLO from a made-up node of cluster ``gateway``."""
     fields: dict[str, Any] = {
         "id": "I" * 56, "name": "impostor", "gateway": gateway, "url": "nats://127.0.0.1:1",
-        "urls": ("nats://127.0.0.1:1",),
+        "urls": ("nats://127.0.0.1:1",), "gateways": {},
     }  # fmt: skip
     return encode(Hello(GatewayHello(**(fields | extra))))
 
