@@ -91,6 +91,9 @@ class Link(Outbox):
         self.control = control
         self.kind = kind
         self.admit: Callable[[str], Any] = admit or host.account
+        self._accounts: dict[str, Any] = {}
+        """Accounts admitted on this link so far, by name: the per-message lookup (bounded by what
+        ``admit`` lets in)."""
         self.origin = origin
         """Where messages arriving here come from, for the forwarding rules."""
         self.takes_messages = takes_messages
@@ -146,7 +149,11 @@ class Link(Outbox):
                     if self.registered:
                         self.in_msgs += 1
                         self.in_bytes += len(frame.payload)
-                        account = self.admit(frame.account)
+                        account = self._accounts.get(frame.account)
+                        if account is None:
+                            account = self.admit(frame.account)
+                            if account is not None:
+                                self._accounts[frame.account] = account
                         if account is not None:
                             self.host.publish(
                                 account,
