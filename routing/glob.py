@@ -140,6 +140,8 @@ def _tokenize(pattern: bytes, nocase: bool) -> list[bytes | None]:
 
 def _byte_class(members: bytes) -> bytes:
     """A regular-expression class for exactly these bytes, as ranges of ``\\xNN`` escapes."""
+    if not members:
+        return b"(?!)"
     parts: list[bytes] = []
     k = 0
     while k < len(members):
