@@ -8,6 +8,7 @@ from routing.forwarding import DeliveryPlan, Origin, plan_delivery
 from routing.glob import GlobPattern, glob_match, is_literal, literal_prefix
 from routing.interest import InterestChange, InterestTracker
 from routing.message import Message, Publication
+from routing.patterns import PatternIndex
 from routing.remote import EMPTY_MATCH, RemoteEntry, RemoteInterest, RemoteMatch
 from routing.stats import SubListStats
 from routing.subjects import (
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidSubjectError",
     "Message",
     "Origin",
+    "PatternIndex",
     "Publication",
     "RemoteEntry",
     "RemoteInterest",
