@@ -49,7 +49,9 @@ _ANY: Final = bytes(range(256))
 _NEVER: Final = 0  # some byte set is empty: nothing can match
 _EXACT: Final = 1  # no wildcard at all: equality
 _PREFIX: Final = 2  # plain bytes then one final star: startswith
-_GENERAL: Final = 3
+_SUFFIX: Final = 3  # one leading star then plain bytes: endswith
+_CONTAINS: Final = 4  # plain bytes between two stars: a substring test
+_GENERAL: Final = 5
 
 
 def _signed(byte: int) -> int:
@@ -209,6 +211,7 @@ class GlobPattern:
         "_kind",
         "_middle",
         "_min_len",
+        "_needle",
         "_stars",
         "_tail",
         "is_literal",
@@ -235,6 +238,7 @@ class GlobPattern:
         self._tail = segments[-1] if len(segments) > 1 else _Segment([])
         self._middle = segments[1:-1]
         self._min_len = sum(len(run) for run in runs)
+        self._needle = b""
         stars = len(segments) - 1
         self._stars = stars
         nested = stars - 1 if stars and self._tail.width == 0 else stars
@@ -245,6 +249,11 @@ class GlobPattern:
             self._kind = _EXACT
         elif stars == 1 and self._tail.width == 0 and self._head.literal is not None:
             self._kind = _PREFIX
+        elif stars == 1 and self._head.width == 0 and self._tail.literal is not None:
+            self._kind = _SUFFIX
+        elif stars == 2 and self._head.width == self._tail.width == 0 and self._middle[0].literal:
+            self._kind = _CONTAINS
+            self._needle = self._middle[0].literal
         else:
             self._kind = _GENERAL
 
@@ -259,6 +268,10 @@ class GlobPattern:
             return string == self.literal_prefix
         if kind == _PREFIX:
             return string.startswith(self.literal_prefix)
+        if kind == _SUFFIX:
+            return string.endswith(self.literal_suffix)
+        if kind == _CONTAINS:
+            return self._needle in string
         if kind == _NEVER or len(string) < self._min_len:
             return False
         if self._stars == 0:
