@@ -144,6 +144,8 @@ def _byte_class(members: bytes) -> bytes:
     """A regular-expression class for exactly these bytes, as ranges of ``\\xNN`` escapes."""
     if not members:
         return b"(?!)"
+    if len(members) == 256:
+        return b"[\\x00-\\xff]"
     parts: list[bytes] = []
     k = 0
     while k < len(members):
@@ -233,17 +235,27 @@ class GlobPattern:
                 runs.append([])
             else:
                 runs[-1].append(token)
-        segments = [_Segment(run) for run in runs]
+        stars = len(runs) - 1
+        self._stars = stars
+        self._min_len = sum(len(run) for run in runs)
+        self._needle = b""
+        nested = stars - 1 if stars and not runs[-1] else stars
+        never = nested > MAX_STAR_NESTING or any(token is not None and not token for token in tokens)
+        if never:
+            runs = [[]]  # nothing to search for: skip compiling what can never match
+        compiled: dict[tuple[bytes, ...], _Segment] = {}  # hostile patterns repeat one run
+        segments: list[_Segment] = []
+        for run in runs:
+            key = tuple(run)
+            segment = compiled.get(key)
+            if segment is None:
+                segment = compiled[key] = _Segment(run)
+            segments.append(segment)
         self._head = segments[0]
         self._tail = segments[-1] if len(segments) > 1 else _Segment([])
         self._middle = segments[1:-1]
-        self._min_len = sum(len(run) for run in runs)
-        self._needle = b""
-        stars = len(segments) - 1
-        self._stars = stars
-        nested = stars - 1 if stars and self._tail.width == 0 else stars
         self.is_literal = stars == 0 and len(self.literal_prefix) == len(tokens)
-        if any(token is not None and not token for token in tokens) or nested > MAX_STAR_NESTING:
+        if never:
             self._kind = _NEVER
         elif self.is_literal:
             self._kind = _EXACT
