@@ -57,6 +57,17 @@ class PatternIndexMachine(RuleBasedStateMachine):
     def trie_stays_compact(self) -> None:
         assert self.index.node_count() <= 2 * len(self.model) + 2
 
+    @invariant()
+    def every_node_holds_or_branches(self) -> None:
+        """The radix property: a node with no pattern and one child would have been merged into it."""
+        for trie in (self.index._by_prefix, self.index._by_suffix):
+            stack = list(trie.root.children.values())
+            while stack:
+                node = stack.pop()
+                assert node.label
+                assert node.entries or len(node.children) > 1
+                stack.extend(node.children.values())
+
     def teardown(self) -> None:
         for pattern, owners in list(self.model.items()):
             for owner in list(owners):
