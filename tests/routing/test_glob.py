@@ -384,11 +384,8 @@ def test_quirks_on_the_server(redis: Server) -> None:
 UNIVERSE = {b""} | {bytes([a]) for a in SMALL} | {bytes([a, b]) for a in SMALL for b in SMALL}
 
 
-@given(patterns=st.lists(over(SMALL, 8), min_size=1, max_size=5), strings=st.lists(over(SMALL, 7)))
-@settings(max_examples=300)
-def test_agrees_with_the_server(redis: Server, patterns: list[bytes], strings: list[bytes]) -> None:
-    """Every subscribed channel (all strings up to two bytes, plus the drawn ones) per round trip."""
-    redis.subscribe(UNIVERSE)
+def assert_server_agrees(redis: Server, patterns: list[bytes], strings: list[bytes]) -> None:
+    """Every subscribed channel is checked against each pattern in one round trip."""
     extra = redis.subscribe(set(strings))
     try:
         for pattern in patterns:
@@ -397,3 +394,20 @@ def test_agrees_with_the_server(redis: Server, patterns: list[bytes], strings: l
             assert redis.query.channels(pattern) == expected, pattern
     finally:
         redis.unsubscribe(extra)
+
+
+@given(patterns=st.lists(over(SMALL, 8), min_size=1, max_size=5), strings=st.lists(over(SMALL, 7)))
+@settings(max_examples=300)
+def test_agrees_with_the_server(redis: Server, patterns: list[bytes], strings: list[bytes]) -> None:
+    """Against all strings of up to two bytes, plus the drawn ones."""
+    redis.subscribe(UNIVERSE)
+    assert_server_agrees(redis, patterns, strings)
+
+
+@given(patterns=st.lists(over(WIDE, 6), min_size=1, max_size=5), strings=st.lists(over(WIDE, 5)))
+@settings(max_examples=100)
+def test_agrees_with_the_server_on_raw_bytes(
+    redis: Server, patterns: list[bytes], strings: list[bytes]
+) -> None:
+    """Upper case, NUL, DEL and bytes past 0x7f, where ranges compare as signed char."""
+    assert_server_agrees(redis, patterns, strings)
