@@ -206,6 +206,7 @@ class GlobPattern:
         literal_prefix: bytes every matching string starts with (all of it when ``is_literal``).
         literal_suffix: bytes every matching string ends with.
         is_literal: the pattern matches exactly one string, ``literal_prefix``.
+        matches_nothing: no string matches (an empty set such as ``[]``, or too many ``*``).
     """
 
     __slots__ = (
@@ -219,6 +220,7 @@ class GlobPattern:
         "is_literal",
         "literal_prefix",
         "literal_suffix",
+        "matches_nothing",
         "nocase",
         "pattern",
     )
@@ -241,6 +243,7 @@ class GlobPattern:
         self._needle = b""
         nested = stars - 1 if stars and not runs[-1] else stars
         never = nested > MAX_STAR_NESTING or any(token is not None and not token for token in tokens)
+        self.matches_nothing = never
         if never:
             runs = [[]]  # nothing to search for: skip compiling what can never match
         compiled: dict[tuple[bytes, ...], _Segment] = {}  # hostile patterns repeat one run

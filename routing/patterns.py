@@ -173,11 +173,9 @@ class PatternIndex(Generic[T]):
         self._next_seq += 1
         entry.owners[owner] = None
         self._entries[pattern] = entry
-        prefix = entry.glob.literal_prefix
-        if prefix:
-            self._by_prefix.insert(prefix, entry)
-        else:
-            self._by_suffix.insert(entry.glob.literal_suffix[::-1], entry)
+        filed = self._filing(entry)
+        if filed is not None:
+            filed[0].insert(filed[1], entry)
         return True
 
     def remove(self, pattern: bytes, owner: T) -> bool:
@@ -189,12 +187,20 @@ class PatternIndex(Generic[T]):
         if entry.owners:
             return False
         del self._entries[pattern]
-        prefix = entry.glob.literal_prefix
-        if prefix:
-            self._by_prefix.discard(prefix, pattern)
-        else:
-            self._by_suffix.discard(entry.glob.literal_suffix[::-1], pattern)
+        filed = self._filing(entry)
+        if filed is not None:
+            filed[0].discard(filed[1], pattern)
         return True
+
+    def _filing(self, entry: _Entry[T]) -> tuple[_RadixTrie[T], bytes] | None:
+        """Which trie holds the pattern and under what key; None for one that matches nothing
+        (such as ``[]``), which Redis still counts but no publish needs to try."""
+        glob = entry.glob
+        if glob.matches_nothing:
+            return None
+        if glob.literal_prefix:
+            return self._by_prefix, glob.literal_prefix
+        return self._by_suffix, glob.literal_suffix[::-1]
 
     def match(self, channel: bytes) -> list[tuple[bytes, list[T]]]:
         """Each distinct pattern matching ``channel`` once with its owners, oldest pattern first.

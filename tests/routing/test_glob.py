@@ -222,6 +222,9 @@ def test_literal_prefix() -> None:
     assert not is_literal(b"news*")
     assert not is_literal(b"[]")
     assert not GlobPattern(b"abc", nocase=True).is_literal
+    assert GlobPattern(b"x[]").matches_nothing
+    assert GlobPattern(b"*?" * 1001).matches_nothing
+    assert not GlobPattern(b"*?" * 1000).matches_nothing
 
 
 # --- hostile patterns -----------------------------------------------------------------------------
