@@ -160,6 +160,7 @@ class PatternIndex(Generic[T]):
         return list(self._entries)
 
     def owners(self, pattern: bytes) -> list[T]:
+        """Who subscribed to ``pattern``, in subscription order (empty when nobody did)."""
         entry = self._entries.get(pattern)
         return [] if entry is None else list(entry.owners)
 
@@ -193,8 +194,11 @@ class PatternIndex(Generic[T]):
         return True
 
     def _filing(self, entry: _Entry[T]) -> tuple[_RadixTrie[T], bytes] | None:
-        """Which trie holds the pattern and under what key; None for one that matches nothing
-        (such as ``[]``), which Redis still counts but no publish needs to try."""
+        """Which trie holds the pattern and under what key.
+
+        None for a pattern that matches nothing (such as ``[]``): Redis still counts it, but no
+        publish needs to try it.
+        """
         glob = entry.glob
         if glob.matches_nothing:
             return None
