@@ -1,12 +1,14 @@
-"""pubmesh's routing core: subject tries, remote interest, interest tracking and forwarding rules.
+"""pubmesh's routing core: subject tries, remote interest, interest tracking, forwarding rules, globs.
 
 Pure, synchronous and free of I/O, so every rule here can be tested exhaustively in isolation; the
 node and cluster packages wire it to sockets.
 """
 
 from routing.forwarding import DeliveryPlan, Origin, plan_delivery
+from routing.glob import GlobPattern, glob_match, is_literal, literal_prefix
 from routing.interest import InterestChange, InterestTracker
 from routing.message import Message, Publication
+from routing.patterns import PatternIndex
 from routing.remote import EMPTY_MATCH, RemoteEntry, RemoteInterest, RemoteMatch
 from routing.stats import SubListStats
 from routing.subjects import (
@@ -24,11 +26,13 @@ from routing.subscription import Subscription
 __all__ = [
     "EMPTY_MATCH",
     "DeliveryPlan",
+    "GlobPattern",
     "InterestChange",
     "InterestTracker",
     "InvalidSubjectError",
     "Message",
     "Origin",
+    "PatternIndex",
     "Publication",
     "RemoteEntry",
     "RemoteInterest",
@@ -37,8 +41,11 @@ __all__ = [
     "SubListResult",
     "SubListStats",
     "Subscription",
+    "glob_match",
+    "is_literal",
     "is_valid_literal_subject",
     "is_valid_subject",
+    "literal_prefix",
     "plan_delivery",
     "subject_is_literal",
     "subject_matches",

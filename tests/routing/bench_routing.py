@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
-from routing import RemoteInterest, SubList, Subscription
+from routing import GlobPattern, PatternIndex, RemoteInterest, SubList, Subscription
 from tests.routing.test_memory import bytes_per_subscription
 
 WORDS = [f"w{i}" for i in range(10)]
@@ -120,6 +120,38 @@ def test_drop_20k_link_slice(benchmark: BenchmarkFixture, subjects: list[str], o
         return (tables[0],), {}
 
     benchmark.pedantic(lambda table: table.remove_remote_subs("link0"), setup=setup, rounds=5)
+
+
+PATTERN_SETS: dict[str, Callable[[int], bytes]] = {
+    "none": lambda i: b"",
+    "10k-prefixed": lambda i: b"tenant%d.*" % i,
+    "10k-suffixed": lambda i: b"*.dev%d" % i,
+    "10k-unanchored": lambda i: b"*x%d*" % i,
+}
+
+
+@pytest.mark.parametrize("kind", list(PATTERN_SETS))
+def test_pattern_match_10k_non_matching(benchmark: BenchmarkFixture, kind: str) -> None:
+    """A publish matched by one pattern among 10k that cannot match it (or none)."""
+    index: PatternIndex[int] = PatternIndex()
+    if kind != "none":
+        for i in range(1, 10_001):
+            index.add(PATTERN_SETS[kind](i), i)
+    index.add(b"orders.*", 0)
+    assert len(benchmark(index.match, b"orders.eu.created")) == 1
+
+
+def test_pattern_scan_10k_like_redis(benchmark: BenchmarkFixture) -> None:
+    """What a publish costs when every pattern is tried, as redis-server does: the baseline."""
+    globs = [GlobPattern(b"tenant%d.*" % i) for i in range(10_000)]
+    benchmark(lambda: [g for g in globs if g.match(b"orders.eu.created")])
+
+
+@pytest.mark.parametrize(
+    "pattern", [b"orders.eu.created", b"orders.*", b"orders.*.created", b"o?ders.[a-z]*.c*d"]
+)
+def test_glob_match(benchmark: BenchmarkFixture, pattern: bytes) -> None:
+    benchmark(GlobPattern(pattern).match, b"orders.eu.created")
 
 
 def test_memory_per_subscription(capsys: pytest.CaptureFixture[str]) -> None:
