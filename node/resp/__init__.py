@@ -4,7 +4,7 @@ replies written as bytes, and the one error type."""
 from node.resp.errors import RespProtocolError
 from node.resp.inline import split_inline
 from node.resp.parser import MAX_BULK_LEN, MAX_INLINE, MAX_REQUEST, Command, RequestParser
-from node.resp.writer import RESP2, RESP3, Writer, writer
+from node.resp.writer import RESP2, RESP3, Writer, writer_for
 
 __all__ = [
     "MAX_BULK_LEN",
@@ -17,5 +17,5 @@ __all__ = [
     "RespProtocolError",
     "Writer",
     "split_inline",
-    "writer",
+    "writer_for",
 ]

@@ -30,7 +30,7 @@ __all__ = [
     "integer",
     "protocol_error",
     "simple",
-    "writer",
+    "writer_for",
 ]
 
 OK = b"+OK\r\n"
@@ -197,6 +197,6 @@ RESP2 = Writer(2)
 RESP3 = Writer(3)
 
 
-def writer(version: int) -> Writer:
+def writer_for(version: int) -> Writer:
     """The writer for a protocol version (what ``HELLO`` asked for)."""
     return RESP3 if version == 3 else RESP2 if version == 2 else Writer(version)
