@@ -189,7 +189,7 @@ class RequestParser:
         size = len(buf)
         # A line is checked for a NUL byte only when the buffer holds one (binary data may).
         nul = _NUL in buf
-        max_line = self.max_inline
+        max_line, max_bulk = self.max_inline, self.max_bulk_len
         args, remaining, bulk, request = self._args, self._remaining, self._bulk, self._request
         pos = 0
         try:
@@ -239,8 +239,13 @@ class RequestParser:
                         break
                     if buf[pos] != _DOLLAR:
                         raise RespProtocolError(expected_dollar(buf[pos]))
-                    length = _integer(buf[pos + 1 : cr])
-                    if length is None or length < 0 or length > self.max_bulk_len:
+                    field = buf[pos + 1 : cr]
+                    # (the common case, 1-18 digits with no leading zero, without a call)
+                    if field.isdigit() and len(field) < 19 and (field[0] != 48 or len(field) == 1):
+                        length: int | None = int(field)
+                    else:
+                        length = _integer(field)
+                    if length is None or length < 0 or length > max_bulk:
                         raise RespProtocolError(INVALID_BULK_LENGTH)
                     if length > UNAUTHENTICATED_MAX_BULK and not self.authenticated:
                         raise RespProtocolError(UNAUTHENTICATED_BULK_LENGTH)
