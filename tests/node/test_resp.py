@@ -8,6 +8,7 @@ one is installed, so the tables cannot drift from it.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -353,8 +354,8 @@ def test_inline_quoting_round_trips(args: list[bytes]) -> None:
 
 # -- replies ------------------------------------------------------------------------------------
 
-# (what, RESP2 bytes, RESP3 bytes), from redis-server 7.0.15 (EVAL with RESP3 Lua types, GET of no
-# key, BLPOP timing out, pub/sub with a RESP2 and a RESP3 subscriber).
+# (what, RESP2 bytes, RESP3 bytes), from redis-server 7.0.15; LIVE_REPLIES says how to get each
+# (the live test below does, on a fresh connection).
 REPLIES: list[tuple[str, bytes, bytes]] = [
     ("null", b"$-1\r\n", b"_\r\n"),
     ("null_array", b"*-1\r\n", b"_\r\n"),
@@ -374,8 +375,8 @@ REPLIES: list[tuple[str, bytes, bytes]] = [
      b">3\r\n$12\r\npunsubscribe\r\n_\r\n:0\r\n"),
     ("subscribe c1", b"*3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n",
      b">3\r\n$9\r\nsubscribe\r\n$2\r\nc1\r\n:1\r\n"),
-    ("psubscribe c*", b"*3\r\n$10\r\npsubscribe\r\n$2\r\nc*\r\n:3\r\n",
-     b">3\r\n$10\r\npsubscribe\r\n$2\r\nc*\r\n:3\r\n"),
+    ("psubscribe c*", b"*3\r\n$10\r\npsubscribe\r\n$2\r\nc*\r\n:1\r\n",
+     b">3\r\n$10\r\npsubscribe\r\n$2\r\nc*\r\n:1\r\n"),
     ("ssubscribe s1", b"*3\r\n$10\r\nssubscribe\r\n$2\r\ns1\r\n:1\r\n",
      b">3\r\n$10\r\nssubscribe\r\n$2\r\ns1\r\n:1\r\n"),
     ("sunsubscribe s1", b"*3\r\n$12\r\nsunsubscribe\r\n$2\r\ns1\r\n:0\r\n",
@@ -406,13 +407,39 @@ def reply(what: str, out: Writer) -> bytes:
         "unsubscribe all of none": lambda: out.subscription(b"unsubscribe", None, 0),
         "punsubscribe all of none": lambda: out.subscription(b"punsubscribe", None, 0),
         "subscribe c1": lambda: out.subscription(b"subscribe", b"c1", 1),
-        "psubscribe c*": lambda: out.subscription(b"psubscribe", b"c*", 3),
+        "psubscribe c*": lambda: out.subscription(b"psubscribe", b"c*", 1),
         "ssubscribe s1": lambda: out.subscription(b"ssubscribe", b"s1", 1),
         "sunsubscribe s1": lambda: out.subscription(b"sunsubscribe", b"s1", 0),
         "message": lambda: out.message(b"c1", b"hello"),
         "pmessage": lambda: out.pmessage(b"c*", b"c1", b"hello"),
         "smessage": lambda: out.smessage(b"s1", b"there"),
     }[what]()
+
+
+LIVE_REPLIES: dict[str, bytes | tuple[bytes, bytes, tuple[bytes, bytes]]] = {
+    "null": b"GET nokey",
+    "null_array": b"BLPOP nolist 0.01",
+    "true": b'EVAL "redis.setresp(3); return true" 0',
+    "false": b'EVAL "redis.setresp(3); return false" 0',
+    "map": b'EVAL "return {map={a=1}}" 0',
+    "set": b"EVAL \"return {set={'a'}}\" 0",
+    "double 1.5": b'EVAL "return {double=1.5}" 0',
+    "double 3": b'EVAL "return {double=3}" 0',
+    "double inf": b'EVAL "return {double=1/0}" 0',
+    "double -inf": b'EVAL "return {double=-1/0}" 0',
+    "big number": b"EVAL \"return {big_number='1234567890123456789012'}\" 0",
+    "verbatim": b"EVAL \"return {verbatim_string={format='txt', string='hi'}}\" 0",
+    "unsubscribe all of none": b"UNSUBSCRIBE",
+    "punsubscribe all of none": b"PUNSUBSCRIBE",
+    "subscribe c1": b"SUBSCRIBE c1",
+    "psubscribe c*": b"PSUBSCRIBE c*",
+    "ssubscribe s1": b"SSUBSCRIBE s1",
+    "sunsubscribe s1": b"SUNSUBSCRIBE s1",
+    # (subscribe, its acknowledgement, then what another client publishes)
+    "message": (b"SUBSCRIBE c1", b"PUBLISH c1 hello", (b"subscribe", b"c1")),
+    "pmessage": (b"PSUBSCRIBE c*", b"PUBLISH c1 hello", (b"psubscribe", b"c*")),
+    "smessage": (b"SSUBSCRIBE s1", b"SPUBLISH s1 there", (b"ssubscribe", b"s1")),
+}
 
 
 @pytest.mark.parametrize(("what", "resp2", "resp3"), REPLIES)
@@ -560,3 +587,49 @@ def test_live_inline_lines_split_alike(redis_port: int) -> None:
             assert received == w.bulk(commands[0].args[1]), line
         else:
             assert received.startswith(b"-ERR wrong number of arguments"), line
+
+
+def connect(port: int, version: int) -> socket.socket:
+    """An authenticated connection speaking RESP ``version``."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    marker = b"hello-done"
+    hello = b"HELLO 3 AUTH default %b\r\n" % PASSWORD if version == 3 else b"AUTH %b\r\n" % PASSWORD
+    sock.sendall(hello + b"ECHO " + marker + b"\r\n")
+    received = b""
+    while not received.endswith(w.bulk(marker)):
+        received += sock.recv(65536)
+    return sock
+
+
+def read_reply(sock: socket.socket, expected: bytes) -> bytes:
+    """As many bytes as ``expected`` has, and anything that follows within a short while."""
+    received = b""
+    while len(received) < len(expected):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    sock.settimeout(0.1)
+    with contextlib.suppress(TimeoutError):
+        received += sock.recv(65536)
+    sock.settimeout(5)
+    return received
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("what", "resp2", "resp3"), REPLIES)
+def test_live_replies(redis_port: int, what: str, resp2: bytes, resp3: bytes) -> None:
+    for version, expected in ((2, resp2), (3, resp3)):
+        how = LIVE_REPLIES[what]
+        with connect(redis_port, version) as sock:
+            if isinstance(how, bytes):
+                sock.sendall(how + b"\r\n")
+                assert read_reply(sock, expected) == expected
+                continue
+            subscribe, publish, (kind, name) = how
+            sock.sendall(subscribe + b"\r\n")
+            ack = writer_for(version).subscription(kind, name, 1)
+            assert read_reply(sock, ack) == ack
+            with connect(redis_port, 2) as publisher:
+                publisher.sendall(publish + b"\r\n")
+                assert read_reply(sock, expected) == expected
