@@ -13,10 +13,11 @@ in networking.c), quirks included, because clients and test suites see the diffe
 - a count or length is a canonical decimal integer (no sign but ``-``, no leading zero, at most 20
   characters), else ``invalid multibulk length`` or ``invalid bulk length``.
 
-Limits, each a constructor argument: an inline line or a count or length line longer than
-``max_inline`` (64 KiB) is ``too big inline request``, ``too big mbulk count string`` or ``too big
-bulk count string``. redis-server checks this per read, so a longer line that arrives in one read
-can pass there; here the check is on the line itself, which is what a slow sender meets, so the
+Limits, each a constructor argument: an inline line (counted up to its LF, so a CR before it
+counts) or a count or length line (up to its CR) longer than ``max_inline`` (64 KiB) is ``too big
+inline request``, ``too big mbulk count string`` or ``too big bulk count string``. redis-server
+checks this per read, so a longer line that arrives in one read can pass there; here the check is
+on the line itself, which is what a slow sender meets there, so the
 outcome never depends on how the bytes were cut. A bulk longer than ``max_bulk_len``
 (redis-server's ``proto-max-bulk-len``) is ``invalid bulk length``. Before a client has
 authenticated (``authenticated`` False, flipped by the connection), counts above 10 and bulks above
@@ -89,7 +90,7 @@ def expected_dollar(byte: int) -> str:
 @attrs.define(slots=True)
 class Command:
     """One request: its arguments as sent (the command name first, in the case it was sent), and
-    whether it came as an inline line (redis-server treats those differently from replicas)."""
+    whether it came as an inline line (redis-server refuses those from a replication source)."""
 
     args: list[bytes]
     inline: bool = False
