@@ -304,9 +304,9 @@ def _resp_block(servers: Servers) -> tuple[Block, list[Target]]:
         try:
             server = servers.start_resp(flavor)
         except BenchError as exc:
-            how = " ".join(flavor.argv(0)[-2:]).removesuffix(" 0")
             notes.append(
-                f"{flavor.name} did not serve RESP with {how}: its RESP rows are skipped ({exc})."
+                f"{flavor.name} did not serve RESP when started with {flavor.port_flag}:"
+                f" its RESP rows are skipped ({exc})."
             )
             continue
         targets.append(Target(flavor.name, server.version, None, server.endpoint))
@@ -410,7 +410,7 @@ def _table(results: Results, block: Block, scale: float) -> list[str]:
             )
         label = f"{row.case.label}, {row.case.amount(scale)}: {row.what}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines + ["", *block.notes]
+    return [*lines, "", *block.notes]
 
 
 def _as_json(results: Results, blocks: list[Block], runs: int, scale: float) -> dict[str, Any]:
