@@ -39,6 +39,7 @@ __all__ = [
     "Target",
     "compare",
     "render",
+    "resp_block",
 ]
 
 RUN_TIMEOUT = 120.0
@@ -263,7 +264,7 @@ def compare(*, runs: int = 3, scale: float = 1.0, as_json: bool = False, resp: b
     with Servers() as servers:
         plans = [_nats_block(servers)]
         if resp:
-            plans.append(_resp_block(servers))
+            plans.append(resp_block(servers))
         for block, targets in plans:
             for case in block.cases:
                 for i in range(runs):
@@ -292,7 +293,7 @@ def _nats_block(servers: Servers) -> tuple[Block, list[Target]]:
     return Block("NATS", CASES, versions, tuple(notes)), targets
 
 
-def _resp_block(servers: Servers) -> tuple[Block, list[Target]]:
+def resp_block(servers: Servers) -> tuple[Block, list[Target]]:
     """The RESP servers that could be started; a note for each that could not."""
     targets: list[Target] = []
     notes = [RESP_NOTE]

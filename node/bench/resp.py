@@ -33,9 +33,8 @@ __all__ = [
 ]
 
 CRLF = b"\r\n"
-INTEGER = b"\r\n:"
-"""A reply to PUBLISH (the number of receivers); replies follow one another, so each but the first
-is preceded by the end of the one before, and the first by the end of the handshake's ``+PONG``."""
+REPLY = CRLF
+"""The end of a reply to PUBLISH: each is one line, the number of receivers (or an error)."""
 MESSAGE = b"$7\r\nmessage\r\n"
 PMESSAGE = b"$8\r\npmessage\r\n"
 SUBSCRIBED = b"$9\r\nsubscribe\r\n"
@@ -52,14 +51,18 @@ FILLER = b"x"
 
 
 def resp_error(data: bytes | bytearray) -> str | None:
-    """The first complete error reply (``-CODE text``) in ``data``, as text."""
-    start = data.find(b"\r\n-")
-    if start < 0:
-        return None
-    end = data.find(CRLF, start + 3)
+    """The first complete error reply (``-CODE text``) in ``data``, which starts where a frame does
+    (the chunk where a reader's stream begins) or after a CRLF."""
+    start = 0
+    if data[:1] != b"-":
+        found = data.find(b"\r\n-")
+        if found < 0:
+            return None
+        start = found + 2
+    end = data.find(CRLF, start)
     if end < 0:
         return None
-    return "server error: " + data[start + 3 : end].decode(errors="replace")
+    return "server error: " + data[start + 1 : end].decode(errors="replace")
 
 
 RESP = Dialect(b"\r\n-", resp_error, lead=CRLF)
@@ -123,7 +126,7 @@ def publisher(conn: Connection, job: Job, progress: Progress, slot: int) -> Repo
     per_batch = max(1, BATCH_BYTES // len(one))
     batch = one * per_batch
     with connect(job.endpoint) as sock:
-        reader = Reader(sock, INTEGER, dialect=RESP)
+        reader = Reader(sock, REPLY, dialect=RESP)
         conn.send(READY)
         conn.recv()  # GO
         sent = confirmed = 0
