@@ -100,6 +100,7 @@ class LoadCase:
     """The label of a case this one is also shown as a fraction of."""
     share: str | None = None
     """What the fraction's row says, when not just the baseline's label."""
+    share_format: str = ".2f"
     patterns: int = 0
 
     def amount(self, scale: float) -> str:
@@ -144,8 +145,6 @@ class ConvergenceCase:
     label: str
     samples: int
     scenario: str = "convergence"
-    baseline: None = None
-    share: None = None
 
     def amount(self, scale: float) -> str:
         return f"{_scaled(self.samples, scale):,} subscriptions"
@@ -169,8 +168,6 @@ class ResyncCase:
     label: str
     subs: int
     scenario: str = "resync"
-    baseline: None = None
-    share: None = None
 
     def amount(self, scale: float) -> str:
         return f"{_scaled(self.subs, scale):,} subscriptions"
@@ -220,6 +217,7 @@ RESP_CASES: tuple[Case, ...] = (
         patterns=PATTERNS,
         baseline="RESP pub/sub 1:1",
         share="÷ zero-pattern rate",
+        share_format=".4f",
     ),
 )
 """The patterns case is sized for redis-server, which tries every pattern on each PUBLISH: a few
@@ -350,13 +348,13 @@ def _rows(results: Results, block: Block) -> Iterator[_Row]:
             values = [_median(results[case.label, s], metric) for s in block.versions]
             first.setdefault(case.label, values)
             yield _Row(case, what, fmt, values)
-        if case.baseline is not None:
+        if isinstance(case, LoadCase) and case.baseline is not None:
             shares = [
                 mine / base if mine is not None and base else None
                 for mine, base in zip(first[case.label], first[case.baseline], strict=True)
             ]
             what = case.share or f"÷ {case.baseline} (pubmesh target ≥ {BASELINE_TARGET})"
-            yield _Row(case, what, ".2f", shares, comparable=False)
+            yield _Row(case, what, case.share_format, shares, comparable=False)
 
 
 def render(

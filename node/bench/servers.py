@@ -162,9 +162,9 @@ class ServerProcess:
         fd = self._log.fileno()
         return os.pread(fd, os.fstat(fd).st_size, 0)
 
-    def tail(self) -> str:
-        lines = self.log().decode(errors="replace").strip().splitlines()
-        return " | ".join(lines[-3:]) or "(no output)"
+    def tail(self, lines: int = 3) -> str:
+        last = self.log().decode(errors="replace").strip().splitlines()[-lines:]
+        return " | ".join(last) or "(no output)"
 
     def routes_created(self) -> list[float]:
         """When (``time.time()``) each route connection was created, by its log."""
@@ -275,7 +275,7 @@ def _await_resp(server: ServerProcess, endpoint: Endpoint) -> ServerProcess:
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
             status = server.proc.returncode
-            raise BenchError(f"{server.name} exited with status {status}: {server.tail()}")
+            raise BenchError(f"{server.name} exited with status {status}: {server.tail(1)}")
         try:
             resp.connect(endpoint).close()
         except BenchError:
