@@ -214,7 +214,8 @@ class Reader:
         self._recv_into = sock.recv_into
         self._buf = bytearray(READ_SIZE)
         self._dialect = dialect
-        self._tally = Tally(*tokens, dialect.ping or dialect.error, dialect.error, lead=dialect.lead)
+        keepalive = (dialect.ping,) if dialect.ping else ()
+        self._tally = Tally(*tokens, *keepalive, dialect.error, lead=dialect.lead)
         self.error: str | None = None
 
     def read(self) -> list[int]:
@@ -235,9 +236,9 @@ class Reader:
             raise BenchError(self.error or "server closed the connection")
         counts = self._tally.feed(self._buf, size)
         errors = counts.pop()
-        pings = counts.pop()
         dialect = self._dialect
-        if pings and dialect.ping:
+        pings = counts.pop() if dialect.ping else 0
+        if pings:
             self._sock.sendall(dialect.pong * pings)
         if errors and self.error is None:
             self.error = dialect.describe(self._buf[:size]) or "server sent an error"
