@@ -284,6 +284,17 @@ def test_resp_patterns_from_the_command_line(
 
 
 @needs_redis
+def test_resp_json_output_parses(redis: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["resp-fanout", "--url", redis.endpoint.url, "--msgs", "400", "--subs", "2", "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True
+    assert (out["url"], out["patterns"]) == (redis.endpoint.url, 0)
+    assert out["received"] == out["expected"] == 800
+    assert out["per_worker"] == [400, 400]
+
+
+@needs_redis
 def test_resp_run_fails_its_check_when_the_server_stops_mid_run(redis: ServerProcess) -> None:
     """The server is stopped at the first progress report that shows deliveries under way."""
 
