@@ -1,7 +1,8 @@
 """``pubmesh bench SCENARIO [options]``, the cluster measurements, and ``pubmesh bench compare``.
 
 The options follow ``nats bench`` where it has one (``--msgs``, ``--size``, ``--pubs``, ``--subs``),
-so numbers from either tool are set up the same way. Exit status: 0 when every message was counted,
+so numbers from either tool are set up the same way; the ``resp-`` scenarios take the same options
+against a Redis-protocol server. Exit status: 0 when every message was counted,
 1 when the check failed, 2 when the run could not be made at all.
 """
 
@@ -20,7 +21,8 @@ from node.bench.wire import BenchError, parse_url
 
 __all__ = ["describe", "describe_convergence", "describe_resync", "main"]
 
-DEFAULT_URL = "nats://127.0.0.1:4222"
+DEFAULT_URLS = {"nats": "nats://127.0.0.1:4222", "redis": "redis://127.0.0.1:6379"}
+DEFAULT_URL = DEFAULT_URLS["nats"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
         help="start pubmesh and nats-server on 127.0.0.1 and run the same scenarios against both",
         formatter_class=defaults,
     )
+    c.add_argument(
+        "--resp",
+        action="store_true",
+        help="also start pubmesh with --redis_port and redis-server, and compare them over RESP",
+    )
     c.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is shown")
     c.add_argument(
         "--scale", type=float, default=1.0, help="multiply every run's message count (e.g. 0.1)"
@@ -65,16 +72,25 @@ def _parser() -> argparse.ArgumentParser:
 
 def _scenario_options(p: argparse.ArgumentParser, scenario: Scenario) -> None:
     p.description = scenario.summary
-    p.add_argument("--url", "--server", dest="url", default=DEFAULT_URL, help="server URL")
-    p.add_argument(
-        "--sub-url",
-        help="the subscribers' (responder's) server, if not --url: another node of its cluster",
-    )
+    url = DEFAULT_URLS[scenario.protocol]
+    p.add_argument("--url", "--server", dest="url", default=url, help="server URL")
+    if scenario.protocol == "nats":
+        p.add_argument(
+            "--sub-url",
+            help="the subscribers' (responder's) server, if not --url: another node of its cluster",
+        )
     p.add_argument("--msgs", type=int, default=scenario.msgs, help="messages (requests) in total")
     p.add_argument("--size", type=int, default=16, help="payload bytes")
     p.add_argument("--subs", type=int, default=scenario.subs, help="subscribers")
     p.add_argument("--pubs", type=int, default=1, help="publishers; messages are split among them")
-    p.add_argument("--subject", default="bench", help="subject to publish on")
+    p.add_argument("--subject", "--channel", default="bench", help="subject (channel) to publish on")
+    if scenario.patterns:
+        p.add_argument(
+            "--patterns",
+            type=int,
+            default=scenario.patterns,
+            help="patterns that never match, held by each subscriber besides the channel",
+        )
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds the run may take")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -83,19 +99,21 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "compare":
-            return compare(runs=args.runs, scale=args.scale, as_json=args.json)
+            return compare(runs=args.runs, scale=args.scale, as_json=args.json, resp=args.resp)
         if args.command in ("convergence", "resync"):
             return _interest(args)
+        sub_url = getattr(args, "sub_url", None)
         spec = Spec(
             args.command,
-            parse_url(args.url),
+            parse_url(args.url, SCENARIOS[args.command].protocol),
             msgs=args.msgs,
             size=args.size,
             subs=args.subs,
             pubs=args.pubs,
             subject=args.subject,
             timeout=args.timeout,
-            sub_endpoint=parse_url(args.sub_url) if args.sub_url else None,
+            sub_endpoint=parse_url(sub_url) if sub_url else None,
+            patterns=getattr(args, "patterns", 0),
         )
         with ProgressBar.on_terminal(args.command) as bar:
             result = run(spec, bar)
@@ -138,6 +156,8 @@ def describe(result: Result) -> str:
         who, what = _plural(spec.pubs, "publisher"), f"{spec.msgs:,} msgs"
         if spec.subs:
             who += " -> " + _plural(spec.subs, "queue member" if queue else "subscriber")
+    if spec.patterns:
+        who += f" holding {spec.patterns:,} patterns that never match"
     where = spec.endpoint.url
     if spec.across and spec.sub_endpoint is not None:
         where += f" -> {spec.sub_endpoint.url}"

@@ -6,6 +6,10 @@ cluster, and as two one-node clusters joined by gateways, and stopped here (see
 whatever else the machine is doing weighs on both alike, and each figure is the median of several
 runs, which a single slow run cannot move. The result is a markdown table, ready to paste into a
 README or an issue.
+
+With ``resp``, a second table compares pubmesh's Redis-protocol listener with redis-server the same
+way. Either server may be missing from it (redis-server not installed, or a pubmesh that does not
+take ``--redis_port``): its column is left out and a note says why, and the rest still runs.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ import attrs
 from node.bench import interest
 from node.bench.progress import ProgressBar
 from node.bench.scenarios import Spec, run
-from node.bench.servers import PUBMESH, Flavor, Servers, nats_server
+from node.bench.servers import PUBMESH, PUBMESH_RESP, Flavor, Servers, nats_server, redis_server
 from node.bench.wire import BenchError, Endpoint
 
 __all__ = [
     "CASES",
+    "RESP_CASES",
+    "Block",
     "ConvergenceCase",
     "LoadCase",
     "Outcome",
@@ -33,6 +39,7 @@ __all__ = [
     "Target",
     "compare",
     "render",
+    "resp_block",
 ]
 
 RUN_TIMEOUT = 120.0
@@ -62,10 +69,11 @@ class Target:
 
     name: str
     version: str
-    flavor: Flavor
+    flavor: Flavor | None
+    """How to start more of it; None for a RESP server, which only runs load cases on ``node``."""
     node: Endpoint
-    cluster: tuple[Endpoint, ...]
-    supercluster: tuple[Endpoint, ...]
+    cluster: tuple[Endpoint, ...] = ()
+    supercluster: tuple[Endpoint, ...] = ()
     """Cluster A's node, then cluster B's."""
 
 
@@ -90,6 +98,10 @@ class LoadCase:
     node, on the cluster's first and second nodes, or in clusters A and B."""
     baseline: str | None = None
     """The label of a case this one is also shown as a fraction of."""
+    share: str | None = None
+    """What the fraction's row says, when not just the baseline's label."""
+    share_format: str = ".2f"
+    patterns: int = 0
 
     def amount(self, scale: float) -> str:
         noun = "requests" if self.scenario == "reqrep" else "msgs"
@@ -101,7 +113,16 @@ class LoadCase:
         else:
             pub, sub = (target.cluster if self.via == "route" else target.supercluster)[:2]
         msgs = _scaled(self.msgs, scale)
-        return Spec(self.scenario, pub, msgs, SIZE, self.subs, timeout=RUN_TIMEOUT, sub_endpoint=sub)
+        return Spec(
+            self.scenario,
+            pub,
+            msgs,
+            SIZE,
+            self.subs,
+            timeout=RUN_TIMEOUT,
+            sub_endpoint=sub,
+            patterns=self.patterns,
+        )
 
     def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
         return run(self.spec(target, scale), bar)
@@ -113,7 +134,7 @@ class LoadCase:
                 ("latency p99 (µs)", ",.1f", lambda r: r.latency.p99 if r.latency else 0.0),
                 ("req/s", ",.0f", lambda r: r.rate),
             ]
-        unit = "deliveries/s" if self.scenario == "fanout" else "msgs/s"
+        unit = "deliveries/s" if self.scenario in ("fanout", "resp-fanout") else "msgs/s"
         return [(unit, ",.0f", lambda r: r.rate)]
 
 
@@ -124,7 +145,6 @@ class ConvergenceCase:
     label: str
     samples: int
     scenario: str = "convergence"
-    baseline: None = None
 
     def amount(self, scale: float) -> str:
         return f"{_scaled(self.samples, scale):,} subscriptions"
@@ -148,12 +168,13 @@ class ResyncCase:
     label: str
     subs: int
     scenario: str = "resync"
-    baseline: None = None
 
     def amount(self, scale: float) -> str:
         return f"{_scaled(self.subs, scale):,} subscriptions"
 
     def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
+        if target.flavor is None:
+            raise BenchError(f"{target.name} cannot be started afresh for {self.label}")
         return interest.resync(target.flavor, _scaled(self.subs, scale), bar)
 
     def metrics(self) -> list[Metric]:
@@ -184,41 +205,114 @@ CASES: tuple[Case, ...] = (
     ResyncCase("route resync of a joining node", subs=100_000),
 )
 """Sized so a pubmesh run takes one to two seconds and a nats-server run still a few tenths."""
+PATTERNS = 10_000
+RESP_CASES: tuple[Case, ...] = (
+    LoadCase("RESP pub/sub 1:1", "resp-pubsub", 800_000, subs=1),
+    LoadCase("RESP fan-out 1→10", "resp-fanout", 200_000, subs=10),
+    LoadCase(
+        f"RESP publish with {PATTERNS:,} non-matching patterns",
+        "resp-patterns",
+        10_000,
+        subs=1,
+        patterns=PATTERNS,
+        baseline="RESP pub/sub 1:1",
+        share="÷ zero-pattern rate",
+        share_format=".4f",
+    ),
+)
+"""The patterns case is sized for redis-server, which tries every pattern on each PUBLISH: a few
+thousand messages a second. It comes last: once a client has held that many patterns, redis-server
+7.0 publishes many times slower even after it has gone (the emptied pattern table keeps its size and
+is walked on every PUBLISH), which would spoil any case run after it."""
 BASELINE_TARGET = 0.5
 """What a case with a baseline should reach, as a fraction of it (pubmesh's target)."""
+ROUTES_NOTE = (
+    f"Through a route: publisher on one node of a {CLUSTER_SIZE}-node cluster, subscriber on"
+    " another. Across a gateway: publisher (requester) in one single-node cluster, subscriber"
+    " (responder) in another."
+)
+RESP_NOTE = (
+    f"RESP2 over one connection per client; the subscriber of the patterns case holds {PATTERNS:,}"
+    " PSUBSCRIBE patterns that never match the channel, besides its SUBSCRIBE."
+)
 
 Results = dict[tuple[str, str], list[Outcome]]
 
 
-def compare(*, runs: int = 3, scale: float = 1.0, as_json: bool = False) -> int:
-    """Run every case against pubmesh (and nats-server, when it is on PATH); print the table.
+@attrs.frozen
+class Block:
+    """One table of the comparison: its cases, the servers that ran them, and notes on it (such as
+    why a server is missing)."""
+
+    title: str
+    cases: tuple[Case, ...]
+    versions: dict[str, str]
+    """Each server's name and version, in the order of the table's columns (pubmesh first)."""
+    notes: tuple[str, ...] = ()
+
+
+def compare(*, runs: int = 3, scale: float = 1.0, as_json: bool = False, resp: bool = False) -> int:
+    """Run every case against pubmesh (and nats-server, when it is on PATH); with ``resp``, the RESP
+    cases against pubmesh's RESP listener and redis-server too. Print the tables.
 
     Returns the exit status: 1 if any run failed its check.
     """
     if runs < 1 or scale <= 0:
         raise BenchError("--runs and --scale must be positive")
-    nats = nats_server()
-    flavors = [PUBMESH] if nats is None else [PUBMESH, nats]
     started = time.monotonic()
     results: Results = {}
     with Servers() as servers:
-        targets = [_target(servers, flavor) for flavor in flavors]
-        for case in CASES:
-            for i in range(runs):
-                for target in targets:
-                    label = f"{case.label} on {target.name} ({i + 1}/{runs})"
-                    with ProgressBar.on_terminal(label) as bar:
-                        outcome = case.measure(target, scale, bar)
-                    results.setdefault((case.label, target.name), []).append(outcome)
-    versions = {t.name: t.version for t in targets}
+        plans = [_nats_block(servers)]
+        if resp:
+            plans.append(resp_block(servers))
+        for block, targets in plans:
+            for case in block.cases:
+                for i in range(runs):
+                    for target in targets:
+                        label = f"{case.label} on {target.name} ({i + 1}/{runs})"
+                        with ProgressBar.on_terminal(label) as bar:
+                            outcome = case.measure(target, scale, bar)
+                        results.setdefault((case.label, target.name), []).append(outcome)
+    blocks = [block for block, _ in plans]
     elapsed = time.monotonic() - started
     if as_json:
-        print(json.dumps(_as_json(results, versions, runs, scale)))
+        print(json.dumps(_as_json(results, blocks, runs, scale)))
     else:
-        print(render(results, versions, runs, scale, elapsed))
-        if nats is None:
-            print("\nnats-server was not found on PATH: only pubmesh was measured.")
+        print(render(results, blocks, runs, scale, elapsed))
     return 0 if all(r.ok for rs in results.values() for r in rs) else 1
+
+
+def _nats_block(servers: Servers) -> tuple[Block, list[Target]]:
+    nats = nats_server()
+    flavors = [PUBMESH] if nats is None else [PUBMESH, nats]
+    targets = [_target(servers, flavor) for flavor in flavors]
+    notes = [ROUTES_NOTE]
+    if nats is None:
+        notes.append("nats-server was not found on PATH: only pubmesh was measured.")
+    versions = {t.name: t.version for t in targets}
+    return Block("NATS", CASES, versions, tuple(notes)), targets
+
+
+def resp_block(servers: Servers) -> tuple[Block, list[Target]]:
+    """The RESP servers that could be started; a note for each that could not."""
+    targets: list[Target] = []
+    notes = [RESP_NOTE]
+    redis = redis_server()
+    for flavor in (PUBMESH_RESP, redis):
+        if flavor is None:
+            notes.append("redis-server was not found on PATH: its RESP rows are skipped.")
+            continue
+        try:
+            server = servers.start_resp(flavor)
+        except BenchError as exc:
+            notes.append(
+                f"{flavor.name} did not serve RESP when started with {flavor.port_flag}:"
+                f" its RESP rows are skipped ({exc})."
+            )
+            continue
+        targets.append(Target(flavor.name, server.version, None, server.endpoint))
+    versions = {t.name: t.version for t in targets}
+    return Block("RESP", RESP_CASES if targets else (), versions, tuple(notes)), targets
 
 
 def _target(servers: Servers, flavor: Flavor) -> Target:
@@ -247,59 +341,43 @@ class _Row:
     """Whether the servers' figures measure the same thing (a ratio between them means something)."""
 
 
-def _rows(results: Results, servers: list[str]) -> Iterator[_Row]:
+def _rows(results: Results, block: Block) -> Iterator[_Row]:
     first: dict[str, list[float | None]] = {}
-    for case in CASES:
+    for case in block.cases:
         for what, fmt, metric in case.metrics():
-            values = [_median(results[case.label, s], metric) for s in servers]
+            values = [_median(results[case.label, s], metric) for s in block.versions]
             first.setdefault(case.label, values)
             yield _Row(case, what, fmt, values)
-        if case.baseline is not None:
+        if isinstance(case, LoadCase) and case.baseline is not None:
             shares = [
                 mine / base if mine is not None and base else None
                 for mine, base in zip(first[case.label], first[case.baseline], strict=True)
             ]
-            what = f"÷ {case.baseline} (pubmesh target ≥ {BASELINE_TARGET})"
-            yield _Row(case, what, ".2f", shares, comparable=False)
+            what = case.share or f"÷ {case.baseline} (pubmesh target ≥ {BASELINE_TARGET})"
+            yield _Row(case, what, case.share_format, shares, comparable=False)
 
 
 def render(
     results: Results,
-    versions: dict[str, str],
+    blocks: list[Block],
     runs: int,
     scale: float,
     elapsed: float,
 ) -> str:
-    """The markdown table; ``versions`` maps each server's name to its version, pubmesh first."""
-    servers = list(versions)
-    both = len(servers) == 2
-    names = " vs ".join(f"{name} {version}".strip() for name, version in versions.items())
+    """The markdown tables, one per block."""
     lines = [
-        f"{names} on 127.0.0.1: {SIZE} B payloads, median of {runs} "
-        f"run{'s' * (runs != 1)} each ({elapsed:.0f} s in all)",
-        "",
-        "| scenario | " + " | ".join(servers) + (" | pubmesh / nats-server |" if both else " |"),
-        "|---|" + "---:|" * (len(servers) + both),
+        f"On 127.0.0.1: {SIZE} B payloads, median of {runs} run{'s' * (runs != 1)} each"
+        f" ({elapsed:.0f} s in all)."
     ]
-    for row in _rows(results, servers):
-        cells = ["failed" if v is None else format(v, row.fmt) for v in row.values]
-        if both:
-            mine, theirs = row.values
-            cells.append(
-                f"{mine / theirs:.2f}" if row.comparable and mine is not None and theirs else "—"
-            )
-        label = f"{row.case.label}, {row.case.amount(scale)}: {row.what}"
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        f"Through a route: publisher on one node of a {CLUSTER_SIZE}-node cluster, subscriber on"
-        " another. Across a gateway: publisher (requester) in one single-node cluster, subscriber"
-        " (responder) in another.",
-    ]
-    if both:
-        lines.append(
-            "Ratio above 1: pubmesh has more throughput, or (latency and time rows) takes longer."
-        )
+    ratios = False
+    for block in blocks:
+        lines += ["", *_table(results, block, scale)]
+        ratios = ratios or len(block.versions) == 2
+    if ratios:
+        lines += [
+            "",
+            "Ratio above 1: pubmesh has more throughput, or (latency and time rows) takes longer.",
+        ]
     failures = [
         f"- {server}, {label}: {r.failure()}"
         for (label, server), rs in results.items()
@@ -308,21 +386,50 @@ def render(
     ]
     if failures:
         lines += ["", "Runs that failed their check (shown as “failed”):", *failures]
-    else:
+    elif results:
         lines += ["", "Check: every run received exactly the messages it expected."]
     return "\n".join(lines)
 
 
-def _as_json(results: Results, versions: dict[str, str], runs: int, scale: float) -> dict[str, Any]:
-    servers = list(versions)
+def _table(results: Results, block: Block, scale: float) -> list[str]:
+    servers = list(block.versions)
+    both = len(servers) == 2
+    names = " vs ".join(f"{name} {version}".strip() for name, version in block.versions.items())
+    lines = [f"{block.title}: {names or 'no server could be measured'}"]
+    if block.cases:
+        lines += [
+            "",
+            "| scenario | " + " | ".join(servers) + (f" | {' / '.join(servers)} |" if both else " |"),
+            "|---|" + "---:|" * (len(servers) + both),
+        ]
+    for row in _rows(results, block):
+        cells = ["failed" if v is None else format(v, row.fmt) for v in row.values]
+        if both:
+            mine, theirs = row.values
+            cells.append(
+                f"{mine / theirs:.2f}" if row.comparable and mine is not None and theirs else "—"
+            )
+        label = f"{row.case.label}, {row.case.amount(scale)}: {row.what}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*lines, "", *block.notes]
+
+
+def _as_json(results: Results, blocks: list[Block], runs: int, scale: float) -> dict[str, Any]:
     rows = []
-    for row in _rows(results, servers):
-        out: dict[str, Any] = {"case": row.case.label, "scenario": row.case.scenario, "metric": row.what}
-        out.update(zip(servers, row.values, strict=True))
-        rows.append(out)
+    for block in blocks:
+        for row in _rows(results, block):
+            out: dict[str, Any] = {
+                "block": block.title,
+                "case": row.case.label,
+                "scenario": row.case.scenario,
+                "metric": row.what,
+            }
+            out.update(zip(block.versions, row.values, strict=True))
+            rows.append(out)
     runs_out = [{"server": server, **r.as_dict()} for (_, server), rs in results.items() for r in rs]
     return {
-        "servers": versions,
+        "servers": {block.title: block.versions for block in blocks},
+        "notes": {block.title: list(block.notes) for block in blocks},
         "runs": runs,
         "scale": scale,
         "ok": all(r["ok"] for r in runs_out),

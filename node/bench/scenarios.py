@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from node.bench import resp
 from node.bench.wire import BenchError, Endpoint, Reader, connect, flush
 from node.bench.workers import (
     GO,
@@ -65,6 +66,10 @@ class Scenario:
     subs: int
     msgs: int
     queue: bool = False
+    protocol: str = "nats"
+    """``nats``, or ``redis`` for a RESP server: the scheme of its URLs."""
+    patterns: int = 0
+    """Non-matching patterns each subscriber holds (RESP)."""
 
 
 SCENARIOS = {
@@ -77,6 +82,24 @@ SCENARIOS = {
             "queue", "1 publisher -> N members of one queue group", subs=4, msgs=1_000_000, queue=True
         ),
         Scenario("reqrep", "request/reply round trips, one request at a time", subs=1, msgs=20_000),
+        Scenario(
+            "resp-pubsub", "RESP: 1 publisher -> 1 subscriber", subs=1, msgs=1_000_000, protocol="redis"
+        ),
+        Scenario(
+            "resp-fanout",
+            "RESP: 1 publisher -> N subscribers; reports deliveries/s",
+            subs=10,
+            msgs=100_000,
+            protocol="redis",
+        ),
+        Scenario(
+            "resp-patterns",
+            "RESP: 1 publisher -> 1 subscriber that also holds N patterns that never match",
+            subs=1,
+            msgs=20_000,
+            protocol="redis",
+            patterns=10_000,
+        ),
     )
 }
 
@@ -96,6 +119,8 @@ class Spec:
     """Seconds the run may take once started; what has not arrived by then counts as lost."""
     sub_endpoint: Endpoint | None = None
     """Where subscribers (the responder) connect, when not to ``endpoint`` with the publishers."""
+    patterns: int = 0
+    """Non-matching patterns each subscriber holds (resp-patterns)."""
 
     @property
     def across(self) -> bool:
@@ -104,10 +129,20 @@ class Spec:
 
     def check(self) -> None:
         """Refuse a spec that cannot run, or that the counting could not measure faithfully."""
-        if self.scenario not in SCENARIOS:
+        scenario = SCENARIOS.get(self.scenario)
+        if scenario is None:
             raise BenchError(f"unknown scenario {self.scenario!r}")
-        if self.msgs < 1 or self.size < 0 or self.pubs < 1 or self.subs < 0:
-            raise BenchError("--msgs and --pubs must be positive, --size and --subs not negative")
+        if self.msgs < 1 or self.size < 0 or self.pubs < 1 or self.subs < 0 or self.patterns < 0:
+            raise BenchError(
+                "--msgs and --pubs must be positive, --size, --subs and --patterns not negative"
+            )
+        if self.endpoint.scheme != scenario.protocol:
+            raise BenchError(f"{self.scenario} needs a {scenario.protocol}:// URL")
+        if self.patterns and self.scenario != "resp-patterns":
+            raise BenchError("only resp-patterns holds patterns")
+        if scenario.protocol == "redis":
+            self._check_resp()
+            return
         if self.scenario == "pub" and (self.subs or self.across):
             raise BenchError("pub runs without subscribers (pubsub and fanout have them)")
         if self.scenario == "reqrep" and (self.subs, self.pubs) != (1, 1):
@@ -120,6 +155,18 @@ class Spec:
         # Deliveries are counted by their "MSG " token and errors by "-ERR": the subject must not
         # make either appear in a MSG line a second time.
         if self.subject.endswith("MSG") or "-ERR" in self.subject:
+            raise BenchError(f"--subject {self.subject!r} would be miscounted; choose another")
+
+    def _check_resp(self) -> None:
+        if self.sub_endpoint is not None:
+            raise BenchError(f"{self.scenario} runs on one server (no --sub-url)")
+        if self.subs < 1:
+            raise BenchError(f"{self.scenario} needs at least one subscriber")
+        if not self.subject or any(c.isspace() for c in self.subject):
+            raise BenchError(f"--subject must be a channel name, not {self.subject!r}")
+        # Deliveries are counted by their frame's type string: a channel with the same name would
+        # be counted too.
+        if self.subject in resp.FRAME_WORDS:
             raise BenchError(f"--subject {self.subject!r} would be miscounted; choose another")
 
 
@@ -186,6 +233,7 @@ class Result:
             "pubs": spec.pubs,
             "subs": spec.subs,
             "subject": spec.subject,
+            "patterns": spec.patterns,
             "expected": self.expected,
             "received": self.received,
             "per_worker": list(self.per_worker),
@@ -223,6 +271,8 @@ def _plan(spec: Spec) -> _Plan:
     base = Job(spec.endpoint, subject, spec.size, done=done, probe=probe)
     far = spec.sub_endpoint or spec.endpoint
     probes = [(spec.endpoint, w.pub(subject, b"", probe) + w.pub(done, b"", probe))] if probe else []
+    if SCENARIOS[spec.scenario].protocol == "redis":
+        return _resp_plan(spec, base)
     if spec.scenario == "reqrep":
         inbox = f"_INBOX.{run_id}".encode()
         job = attrs.evolve(base, count=spec.msgs, inbox=inbox)
@@ -245,6 +295,15 @@ def _plan(spec: Spec) -> _Plan:
         return _Plan(roles, publishers, publishers, expected=spec.msgs)
     expected = spec.msgs if queue else spec.msgs * subs
     return _Plan(roles, publishers, list(range(subs)), expected=expected, probes=probes)
+
+
+def _resp_plan(spec: Spec, base: Job) -> _Plan:
+    sub = attrs.evolve(base, publishers=spec.pubs, patterns=spec.patterns)
+    roles: list[tuple[Role, Job]] = [(resp.subscriber, sub) for _ in range(spec.subs)]
+    share, extra = divmod(spec.msgs, spec.pubs)
+    roles += [(resp.publisher, attrs.evolve(base, count=share + (i < extra))) for i in range(spec.pubs)]
+    publishers = list(range(spec.subs, spec.subs + spec.pubs))
+    return _Plan(roles, publishers, list(range(spec.subs)), expected=spec.msgs * spec.subs)
 
 
 def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:

@@ -8,6 +8,10 @@ between being chosen and being bound. Processes belong to a ``Servers`` group an
 of its ``with``; they are stopped together, with SIGTERM (killed if they hang), so the nodes of a
 cluster do not watch each other go one by one and redial. Each log stays readable until then.
 nats-server takes gateway settings only from a configuration file, which is written for it.
+
+RESP servers (``RespFlavor``: pubmesh's Redis-protocol listener, redis-server) are the exception:
+redis-server cannot pick a port of its own (``--port 0`` turns TCP off), so a free one is chosen here,
+and a server counts as started once that port answers a RESP PING.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,9 +33,19 @@ from typing import IO
 import attrs
 
 from cluster.config import ClusterConfig
+from node.bench import resp
 from node.bench.wire import BenchError, Endpoint
 
-__all__ = ["PUBMESH", "Flavor", "ServerProcess", "Servers", "nats_server"]
+__all__ = [
+    "PUBMESH",
+    "PUBMESH_RESP",
+    "Flavor",
+    "RespFlavor",
+    "ServerProcess",
+    "Servers",
+    "nats_server",
+    "redis_server",
+]
 
 LISTENING = re.compile(rb"Listening for client connections on [\d.]+:(\d+)")
 ROUTES_LISTENING = re.compile(rb"Listening for route connections on [\d.]+:(\d+)")
@@ -39,7 +54,7 @@ GATEWAY_REGISTERED = re.compile(rb"Outbound gateway connection to .* registered"
 ROUTE_CREATED = re.compile(rb"\] ([\d/]+ [\d:.]+) \[\w+\] .*Route connection created")
 ROUTE_EVENT = b"Route connection "
 """Both ends of a route's life (created, closed): while they keep coming, the mesh is still forming."""
-VERSION = re.compile(rb"(?:Starting pubmesh|Version:)\s+(\S+)")
+VERSION = re.compile(rb"(?:Starting pubmesh|Version:)\s+(\S+)|Redis version=([^,\s]+)")
 LOG_TIME = "%Y/%m/%d %H:%M:%S.%f"
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
@@ -105,6 +120,31 @@ def nats_server() -> Flavor | None:
     return Flavor("nats-server", command, any_port="-1", pool_size=1, gateways_in_file=True)
 
 
+@attrs.frozen
+class RespFlavor:
+    """How to start one kind of RESP server on 127.0.0.1, at a given port."""
+
+    name: str
+    command: tuple[str, ...]
+    """The program and its flags, but the port's."""
+    port_flag: str
+
+    def argv(self, port: int) -> list[str]:
+        return [*self.command, self.port_flag, str(port)]
+
+
+PUBMESH_RESP = RespFlavor("pubmesh", PUBMESH.command, "--redis_port")
+
+
+def redis_server() -> RespFlavor | None:
+    """redis-server, if it is on PATH, on 127.0.0.1 and without persistence (nothing to save)."""
+    path = shutil.which("redis-server")
+    if path is None:
+        return None
+    command = (path, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+    return RespFlavor("redis-server", command, "--port")
+
+
 @attrs.define
 class ServerProcess:
     """A started server: where its clients (and routes) connect, and its log so far."""
@@ -122,9 +162,9 @@ class ServerProcess:
         fd = self._log.fileno()
         return os.pread(fd, os.fstat(fd).st_size, 0)
 
-    def tail(self) -> str:
-        lines = self.log().decode(errors="replace").strip().splitlines()
-        return " | ".join(lines[-3:]) or "(no output)"
+    def tail(self, lines: int = 3) -> str:
+        last = self.log().decode(errors="replace").strip().splitlines()[-lines:]
+        return " | ".join(last) or "(no output)"
 
     def routes_created(self) -> list[float]:
         """When (``time.time()``) each route connection was created, by its log."""
@@ -160,6 +200,13 @@ class Servers:
         server = self._stack.enter_context(_launched(flavor.name, argv))
         self._started.append(server)
         return _await_listening(server, clustered=clustered, gateway=gateway)
+
+    def start_resp(self, flavor: RespFlavor) -> ServerProcess:
+        """A server answering RESP on a free port; its ``endpoint`` is a ``redis://`` one."""
+        port = _free_port()
+        server = self._stack.enter_context(_launched(flavor.name, flavor.argv(port)))
+        self._started.append(server)
+        return _await_resp(server, Endpoint("127.0.0.1", port, scheme="redis"))
 
     def supercluster(self, flavor: Flavor) -> list[ServerProcess]:
         """Two one-node clusters, "A" and "B", joined by gateways: B is started first, and A is
@@ -216,6 +263,38 @@ def _stop(servers: list[ServerProcess]) -> None:
             print(f"{server.name} ignored SIGTERM and was killed: {server.tail()}", file=sys.stderr)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _await_resp(server: ServerProcess, endpoint: Endpoint) -> ServerProcess:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            status = server.proc.returncode
+            raise BenchError(f"{server.name} exited with status {status}: {server.tail(1)}")
+        try:
+            resp.connect(endpoint).close()
+        except BenchError:
+            time.sleep(POLL)
+            continue
+        server.version = _version(server.log())
+        server.endpoint = endpoint
+        return server
+    raise BenchError(
+        f"{server.name} did not answer RESP on {endpoint.url} within {START_TIMEOUT:.0f} s:"
+        f" {server.tail()}"
+    )
+
+
+def _version(log: bytes) -> str:
+    found = VERSION.search(log)
+    return next((v.decode() for v in found.groups() if v), "") if found else ""
+
+
 def _await_listening(server: ServerProcess, *, clustered: bool, gateway: bool) -> ServerProcess:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -224,8 +303,7 @@ def _await_listening(server: ServerProcess, *, clustered: bool, gateway: bool) -
         routes = ROUTES_LISTENING.search(text)
         gateways = GATEWAYS_LISTENING.search(text)
         if listening and (routes or not clustered) and (gateways or not gateway):
-            version = VERSION.search(text)
-            server.version = version.group(1).decode() if version else ""
+            server.version = _version(text)
             server.endpoint = Endpoint("127.0.0.1", int(listening.group(1)))
             server.route_url = f"nats://127.0.0.1:{int(routes.group(1))}" if routes else None
             server.gateway_url = f"nats://127.0.0.1:{int(gateways.group(1))}" if gateways else None

@@ -3,12 +3,14 @@
 A benchmark client that parses every delivery would measure itself. Everything the load generator
 sends is generated here, so it knows exactly what the server will send back: deliveries are counted
 by scanning received chunks for tokens (``Tally``), which is a few C-speed passes per chunk instead
-of Python work per message.
+of Python work per message. The same reading serves both protocols the load generator speaks: a
+``Dialect`` says how a server's keepalives and errors look (NATS here, RESP in ``node.bench.resp``).
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -18,10 +20,12 @@ from node.protocol import writer as w
 
 __all__ = [
     "ERR",
+    "NATS",
     "PING",
     "PONG",
     "READ_SIZE",
     "BenchError",
+    "Dialect",
     "Endpoint",
     "Reader",
     "Tally",
@@ -41,7 +45,7 @@ go into one buffer allocated up front: ``recv`` of a fresh megabyte costs more t
 QUIET_READ_SIZE = 4096
 """For handshakes and flushes, where a few lines are all there is."""
 CONNECT_TIMEOUT = 10.0
-DEFAULT_PORT = 4222
+DEFAULT_PORTS = {"nats": 4222, "tcp": 4222, "redis": 6379}
 
 
 class BenchError(Exception):
@@ -50,17 +54,19 @@ class BenchError(Exception):
 
 @attrs.frozen
 class Endpoint:
-    """Where the server under test listens, and the credentials a ``nats://`` URL may carry."""
+    """Where the server under test listens, the protocol it speaks there (``scheme``: ``nats`` or
+    ``redis``), and the credentials its URL may carry."""
 
     host: str
     port: int
     user: str | None = None
     password: str | None = None
     token: str | None = None
+    scheme: str = "nats"
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def connect_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -79,17 +85,20 @@ class Endpoint:
         return options
 
 
-def parse_url(url: str) -> Endpoint:
-    """``nats://[user:pass@|token@]host[:port]``; the scheme may be left out, as nats tools allow."""
-    parts = urlsplit(url if "://" in url else f"nats://{url}")
-    if parts.scheme not in ("nats", "tcp") or not parts.hostname:
-        raise BenchError(f"not a nats:// server URL: {url!r}")
+def parse_url(url: str, default_scheme: str = "nats") -> Endpoint:
+    """``nats://[user:pass@|token@]host[:port]`` or ``redis://[[user]:pass@]host[:port]``; the
+    scheme may be left out (``default_scheme`` is assumed), as nats and redis tools allow."""
+    parts = urlsplit(url if "://" in url else f"{default_scheme}://{url}")
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        raise BenchError(f"not a nats:// or redis:// server URL: {url!r}")
     try:
-        port = parts.port or DEFAULT_PORT
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
     except ValueError as exc:
         raise BenchError(f"bad port in {url!r}") from exc
     user = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
+    if parts.scheme == "redis":
+        return Endpoint(parts.hostname, port, user=user, password=password, scheme="redis")
     if user is not None and password is None:
         return Endpoint(parts.hostname, port, token=user)
     return Endpoint(parts.hostname, port, user=user, password=password)
@@ -172,20 +181,41 @@ def pub_lines(subject: bytes, payload: bytes, count: int, reply: bytes | None = 
     return w.pub(subject, payload, reply) * count
 
 
+@attrs.frozen
+class Dialect:
+    """How a protocol's server checks on a client, and how it reports an error."""
+
+    error: bytes
+    """The token that starts an error."""
+    describe: Callable[[bytes | bytearray], str | None]
+    """The text of the first complete error in a chunk."""
+    ping: bytes = b""
+    """The server's keepalive, which a client must answer with ``pong``; empty when it has none."""
+    pong: bytes = b""
+    lead: bytes = b""
+    """What the stream is known to end with before the reader's first byte (tokens that start with
+    it are found at the very start too)."""
+
+
+NATS = Dialect(ERR, server_error, PING, PONG)
+
+
 class Reader:
     """A connection's incoming stream, seen as counts of the caller's tokens.
 
     It also answers the server's PINGs (a client that ignores them is eventually dropped as stale)
-    and keeps the first ``-ERR`` it sees, which makes the run fail its check.
+    and keeps the first error it sees, which makes the run fail its check.
     """
 
-    __slots__ = ("_buf", "_recv_into", "_sock", "_tally", "error")
+    __slots__ = ("_buf", "_dialect", "_recv_into", "_sock", "_tally", "error")
 
-    def __init__(self, sock: socket.socket, *tokens: bytes) -> None:
+    def __init__(self, sock: socket.socket, *tokens: bytes, dialect: Dialect = NATS) -> None:
         self._sock = sock
         self._recv_into = sock.recv_into
         self._buf = bytearray(READ_SIZE)
-        self._tally = Tally(*tokens, PING, ERR)
+        self._dialect = dialect
+        keepalive = (dialect.ping,) if dialect.ping else ()
+        self._tally = Tally(*tokens, *keepalive, dialect.error, lead=dialect.lead)
         self.error: str | None = None
 
     def read(self) -> list[int]:
@@ -206,11 +236,12 @@ class Reader:
             raise BenchError(self.error or "server closed the connection")
         counts = self._tally.feed(self._buf, size)
         errors = counts.pop()
-        pings = counts.pop()
+        dialect = self._dialect
+        pings = counts.pop() if dialect.ping else 0
         if pings:
-            self._sock.sendall(PONG * pings)
+            self._sock.sendall(dialect.pong * pings)
         if errors and self.error is None:
-            self.error = server_error(self._buf[:size]) or "server sent -ERR"
+            self.error = dialect.describe(self._buf[:size]) or "server sent an error"
         return counts
 
 
@@ -226,10 +257,11 @@ class Tally:
 
     __slots__ = ("_keep", "_tail", "_tokens")
 
-    def __init__(self, *tokens: bytes) -> None:
+    def __init__(self, *tokens: bytes, lead: bytes = b"") -> None:
+        """``lead``: what the stream is known to have ended with before the first chunk."""
         self._tokens = tuple((token, len(token) - 1) for token in tokens)
         self._keep = max(len(token) for token in tokens) - 1
-        self._tail = b""
+        self._tail = lead[-self._keep :] if self._keep else b""
 
     def feed(self, data: bytes | bytearray, size: int) -> list[int]:
         """How many of each token (in the order given) the chunk ``data[:size]`` completes."""

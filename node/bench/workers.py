@@ -78,6 +78,8 @@ class Job:
     """Where the requester takes replies."""
     probe: bytes = b""
     """The reply subject of probes (see the module docstring); empty when nothing needs probing."""
+    patterns: int = 0
+    """Patterns that never match a RESP subscriber holds besides its channel (``node.bench.resp``)."""
 
     @property
     def payload(self) -> bytes:

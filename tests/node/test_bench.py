@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -20,11 +21,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.config import ClusterConfig
-from node.bench import cli
-from node.bench.compare import CASES, LoadCase, Outcome, Target, render
+from node.bench import cli, resp
+from node.bench.compare import (
+    CASES,
+    RESP_CASES,
+    Block,
+    LoadCase,
+    Outcome,
+    Target,
+    render,
+    resp_block,
+)
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.scenarios import Result, Spec, run
-from node.bench.servers import PUBMESH, Flavor, Servers, nats_server
+from node.bench.servers import PUBMESH, Flavor, ServerProcess, Servers, nats_server, redis_server
 from node.bench.wire import BenchError, Endpoint, Reader, Tally, parse_url
 from node.config import Config
 from node.launch import NodeHandle
@@ -44,6 +54,11 @@ FLAVORS = [
         id="nats-server",
     ),
 ]
+
+
+REDIS_SERVER = redis_server()
+REDIS = Endpoint("127.0.0.1", 6379, scheme="redis")
+needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not on PATH")
 
 
 def endpoint(node: NodeHandle) -> Endpoint:
@@ -232,6 +247,100 @@ def test_unreachable_server_is_a_one_line_error(capsys: pytest.CaptureFixture[st
     assert "cannot connect to nats://127.0.0.1:" in capsys.readouterr().err
 
 
+@pytest.fixture
+def redis() -> Iterator[ServerProcess]:
+    """A redis-server of the test's own, on a free port of 127.0.0.1."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not on PATH")
+    with Servers() as servers:
+        yield servers.start_resp(REDIS_SERVER)
+
+
+@needs_redis
+@pytest.mark.parametrize(
+    ("scenario", "subs", "pubs", "patterns"),
+    [("resp-pubsub", 1, 1, 0), ("resp-fanout", 3, 2, 0), ("resp-patterns", 1, 1, 300)],
+)
+def test_resp_scenarios_count_every_delivery(
+    redis: ServerProcess, scenario: str, subs: int, pubs: int, patterns: int
+) -> None:
+    spec = Spec(scenario, redis.endpoint, MSGS, 100, subs, pubs, timeout=30, patterns=patterns)
+    result = run(spec)
+    assert result.ok, result.failure()
+    assert result.received == result.expected == MSGS * subs
+    assert result.per_worker == (MSGS,) * subs
+
+
+@needs_redis
+def test_resp_patterns_from_the_command_line(
+    redis: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["resp-patterns", "--url", redis.endpoint.url, "--msgs", "300", "--patterns", "50"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "1 subscriber holding 50 patterns that never match, 300 msgs" in out
+    assert f"at {redis.endpoint.url}" in out
+    assert "check: received 300 == expected 300  OK" in out
+
+
+@needs_redis
+def test_resp_json_output_parses(redis: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["resp-fanout", "--url", redis.endpoint.url, "--msgs", "400", "--subs", "2", "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True
+    assert (out["url"], out["patterns"]) == (redis.endpoint.url, 0)
+    assert out["received"] == out["expected"] == 800
+    assert out["per_worker"] == [400, 400]
+
+
+@needs_redis
+def test_resp_run_fails_its_check_when_the_server_stops_mid_run(redis: ServerProcess) -> None:
+    """The server is stopped at the first progress report that shows deliveries under way."""
+
+    def stop_once_under_way(done: int, total: int) -> None:
+        if 0 < done < total:
+            redis.proc.terminate()
+
+    spec = Spec("resp-fanout", redis.endpoint, msgs=50_000_000, subs=2, timeout=30)
+    result = run(spec, stop_once_under_way)
+    assert redis.proc.poll() is not None
+    assert not result.ok
+    assert 0 < result.received < result.expected
+    assert "server closed the connection" in result.errors
+
+
+@needs_redis
+def test_resp_password_is_sent_and_its_absence_refused(
+    redis: ServerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with resp.connect(redis.endpoint) as sock:
+        sock.sendall(resp.command(b"CONFIG", b"SET", b"requirepass", b"s3cret"))
+        assert sock.recv(100) == b"+OK\r\n"
+    url = f"redis://:s3cret@127.0.0.1:{redis.endpoint.port}"
+    assert cli.main(["resp-pubsub", "--url", url, "--msgs", "100"]) == 0
+    assert cli.main(["resp-pubsub", "--url", redis.endpoint.url, "--msgs", "100"]) == 2
+    assert "server refused the handshake: -NOAUTH" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(90)
+def test_compare_starts_what_serves_resp_and_notes_what_does_not() -> None:
+    """pubmesh is started with --redis_port either way: it serves RESP there, or it is noted as
+    skipped (a pubmesh without the listener refuses the flag)."""
+    with Servers() as servers:
+        block, targets = resp_block(servers)
+        for target in targets:
+            spec = Spec("resp-pubsub", target.node, msgs=200, timeout=30)
+            assert run(spec).ok
+    served = [t.name for t in targets]
+    assert list(block.versions) == served
+    skipped = [n for n in block.notes if n.startswith("pubmesh did not serve RESP")]
+    assert ("pubmesh" in served) != bool(skipped)
+    assert ("redis-server" in served) == (REDIS_SERVER is not None)
+    if REDIS_SERVER is not None:
+        assert block.versions["redis-server"]
+
+
 @pytest.mark.parametrize(
     ("scenario", "options"),
     [
@@ -245,12 +354,40 @@ def test_unreachable_server_is_a_one_line_error(capsys: pytest.CaptureFixture[st
         ("reqrep", {"pubs": 2}),
         ("fanout", {"msgs": 0}),
         ("nosuch", {}),
+        ("pubsub", {"endpoint": REDIS}),
+        ("pubsub", {"patterns": 3}),
+        ("resp-pubsub", {"endpoint": Endpoint("127.0.0.1", 4222)}),
+        ("resp-pubsub", {"patterns": 3}),
+        ("resp-pubsub", {"subject": "message"}),
+        ("resp-pubsub", {"subject": "a b"}),
+        ("resp-pubsub", {"sub_endpoint": REDIS}),
+        ("resp-fanout", {"subs": 0}),
+        ("resp-patterns", {"patterns": -1}),
     ],
 )
 def test_specs_that_cannot_be_measured_are_refused(scenario: str, options: dict[str, Any]) -> None:
-    spec = attrs.evolve(Spec(scenario, Endpoint("127.0.0.1", 4222), msgs=10), **options)
+    where = REDIS if scenario.startswith("resp-") else Endpoint("127.0.0.1", 4222)
+    spec = attrs.evolve(Spec(scenario, where, msgs=10), **options)
     with pytest.raises(BenchError):
         spec.check()
+
+
+def test_resp_options_and_their_defaults() -> None:
+    parser = cli._parser()
+    args = parser.parse_args(["resp-patterns"])
+    assert (args.url, args.patterns, args.subs, args.subject) == (
+        "redis://127.0.0.1:6379",
+        10_000,
+        1,
+        "bench",
+    )
+    args = parser.parse_args(["resp-fanout", "--channel", "news", "--subs", "4", "--json"])
+    assert (args.subject, args.subs, args.json) == ("news", 4, True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["resp-pubsub", "--patterns", "5"])  # only resp-patterns holds any
+    with pytest.raises(SystemExit):
+        parser.parse_args(["resp-pubsub", "--sub-url", "redis://127.0.0.1:1"])
+    assert parser.parse_args(["compare", "--resp"]).resp
 
 
 @pytest.mark.parametrize(
@@ -260,6 +397,9 @@ def test_specs_that_cannot_be_measured_are_refused(scenario: str, options: dict[
         ("127.0.0.1", Endpoint("127.0.0.1", 4222)),
         ("nats://al:s%40cret@127.0.0.1:1", Endpoint("127.0.0.1", 1, user="al", password="s@cret")),
         ("nats://t0ken@127.0.0.1", Endpoint("127.0.0.1", 4222, token="t0ken")),
+        ("redis://127.0.0.1", REDIS),
+        ("redis://:pw@127.0.0.1:6379", attrs.evolve(REDIS, password="pw")),
+        ("redis://al:pw@127.0.0.1:6379", attrs.evolve(REDIS, user="al", password="pw")),
     ],
 )
 def test_urls(url: str, endpoint: Endpoint) -> None:
@@ -269,6 +409,10 @@ def test_urls(url: str, endpoint: Endpoint) -> None:
 def test_bad_url_is_refused() -> None:
     with pytest.raises(BenchError):
         parse_url("http://127.0.0.1:4222")
+
+
+def test_scheme_less_url_takes_the_scenarios_protocol() -> None:
+    assert parse_url("127.0.0.1:7000", "redis") == attrs.evolve(REDIS, port=7000)
 
 
 TOKENS = (b"MSG ", b"MSG bench-done.1 ", b"PING\r\n", b"-ERR")
@@ -303,16 +447,41 @@ def test_reader_answers_pings_and_keeps_the_first_error() -> None:
         assert reader.error == "server error: Slow Consumer"
 
 
+@pytest.mark.timeout(5)
+def test_resp_reader_counts_replies_and_keeps_the_first_error() -> None:
+    """Replies are counted as they complete; an error is found even as the stream's first reply
+    (the handshake's CRLF leads it)."""
+    ours, server = socket.socketpair()
+    with ours, server:
+        reader = Reader(ours, b"\r\n", dialect=resp.RESP)
+        server.sendall(b"-NOPERM no rights\r\n:0\r")
+        assert reader.read() == [1]
+        server.sendall(b"\n:1\r\n-ERR later\r\n")
+        assert reader.read() == [3]
+        assert reader.error == "server error: NOPERM no rights"
+
+
+def test_resp_commands_and_patterns() -> None:
+    assert resp.command(b"PUBLISH", b"ch", b"") == b"*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$0\r\n\r\n"
+    patterns = list(resp.never_matching(b"bench", 3))
+    assert patterns == [b"bench.never.0.*", b"bench.never.1.*", b"bench.never.2.*"]
+
+
 NEAR, FAR = Endpoint("127.0.0.1", 4223), Endpoint("127.0.0.1", 4224)
 A, B = Endpoint("127.0.0.1", 4225), Endpoint("127.0.0.1", 4226)
 TARGET = Target("pubmesh", "0.1.0", PUBMESH, Endpoint("127.0.0.1", 4222), (NEAR, FAR), (A, B))
+RESP_TARGET = Target("pubmesh", "0.1.0", None, REDIS)
+
+
+BOTH = {"pubmesh": "0.1.0", "nats-server": "2.9.10"}
 
 
 def made_up(case: Any, seconds: float) -> Outcome:
     """A run of ``case`` that passed its check, its figures all derived from ``seconds``."""
     if isinstance(case, LoadCase):
+        target = RESP_TARGET if case.scenario.startswith("resp-") else TARGET
         return Result(
-            case.spec(TARGET, 1.0), expected=10, received=10, seconds=seconds, per_worker=(10,)
+            case.spec(target, 1.0), expected=10, received=10, seconds=seconds, per_worker=(10,)
         )
     if case.scenario == "convergence":
         return Convergence(NEAR, FAR, requested=1, samples_ns=(round(seconds * 1e6),))
@@ -330,7 +499,8 @@ def test_compare_table_shows_both_servers_and_the_ratio() -> None:
     results["fan-out 1→10", "pubmesh"] = [lost]
     late = Convergence(NEAR, FAR, requested=3, samples_ns=(5,), error="too slow")
     results["interest convergence across a route", "pubmesh"] = [late]
-    table = render(results, {"pubmesh": "0.1.0", "nats-server": "2.9.10"}, 1, 1.0, 10.0)
+    table = render(results, [Block("NATS", CASES, BOTH)], 1, 1.0, 10.0)
+    assert "NATS: pubmesh 0.1.0 vs nats-server 2.9.10" in table
     assert "| scenario | pubmesh | nats-server | pubmesh / nats-server |" in table
     assert "| pub/sub 1:1, 800,000 msgs: msgs/s | 5 | 10 | 0.50 |" in table
     assert "| fan-out 1→10, 200,000 msgs: deliveries/s | failed | 10 | — |" in table
@@ -355,7 +525,50 @@ def test_compare_table_shows_both_servers_and_the_ratio() -> None:
 
 def test_compare_table_without_nats_server() -> None:
     results = {(case.label, "pubmesh"): [made_up(case, 1.0)] for case in CASES}
-    table = render(results, {"pubmesh": "0.1.0"}, 1, 1.0, 1.0)
+    table = render(results, [Block("NATS", CASES, {"pubmesh": "0.1.0"})], 1, 1.0, 1.0)
     assert "| scenario | pubmesh |\n|---|---:|" in table
     assert "| route resync of a joining node, 100,000 subscriptions" in table
     assert "nats-server" not in table
+    assert "Ratio above 1" not in table
+
+
+def test_compare_resp_table_shows_both_servers_the_ratio_and_the_pattern_cost() -> None:
+    """pubmesh's RESP runs take 1 s each; redis-server's 1:1 and fan-out 0.5 s, its patterns run 20 s."""
+    results: dict[tuple[str, str], list[Outcome]] = {}
+    for case in RESP_CASES:
+        results[case.label, "pubmesh"] = [made_up(case, 1.0)]
+        slow = case.scenario == "resp-patterns"
+        results[case.label, "redis-server"] = [made_up(case, 20.0 if slow else 0.5)]
+    versions = {"pubmesh": "0.1.0", "redis-server": "7.0.15"}
+    blocks = [Block("NATS", CASES, BOTH), Block("RESP", RESP_CASES, versions, ("a note",))]
+    for case in CASES:
+        results[case.label, "pubmesh"] = [made_up(case, 1.0)]
+        results[case.label, "nats-server"] = [made_up(case, 1.0)]
+    table = render(results, blocks, 1, 1.0, 10.0)
+    assert "RESP: pubmesh 0.1.0 vs redis-server 7.0.15" in table
+    assert "| scenario | pubmesh | redis-server | pubmesh / redis-server |" in table
+    assert "| RESP pub/sub 1:1, 800,000 msgs: msgs/s | 10 | 20 | 0.50 |" in table
+    assert "| RESP fan-out 1→10, 200,000 msgs: deliveries/s | 10 | 20 | 0.50 |" in table
+    patterns = "| RESP publish with 10,000 non-matching patterns, 10,000 msgs:"
+    assert f"{patterns} msgs/s | 10 | 0 | 20.00 |" in table
+    assert f"{patterns} ÷ zero-pattern rate | 1.0000 | 0.0250 | — |" in table
+    assert "\na note\n" in table
+    assert table.index("| pub/sub 1:1, 800,000") < table.index("RESP: pubmesh")
+
+
+def test_compare_resp_table_with_one_server_or_none() -> None:
+    results: dict[tuple[str, str], list[Outcome]] = {
+        (case.label, "redis-server"): [made_up(case, 1.0)] for case in RESP_CASES
+    }
+    skipped = "pubmesh did not serve RESP when started with --redis_port: its RESP rows are skipped"
+    only_redis = Block("RESP", RESP_CASES, {"redis-server": "7.0.15"}, (skipped,))
+    table = render(results, [only_redis], 1, 1.0, 1.0)
+    assert "| scenario | redis-server |\n|---|---:|" in table
+    assert "| RESP pub/sub 1:1, 800,000 msgs: msgs/s | 10 |" in table
+    assert skipped in table
+    missing = "redis-server was not found on PATH: its RESP rows are skipped."
+    table = render({}, [Block("RESP", (), {}, (skipped, missing))], 1, 1.0, 1.0)
+    assert "RESP: no server could be measured" in table
+    assert skipped in table
+    assert missing in table
+    assert "| scenario |" not in table
