@@ -42,7 +42,6 @@ from node.protocol import (
     Pong,
     ProtocolError,
     PubBatch,
-    PubMsg,
     Sub,
     Unsub,
 )
@@ -276,7 +275,7 @@ class ClientConnection(Outbox):
         if self.verbose:
             self._send(w.OK)
 
-    def _publish(self, messages: list[PubMsg]) -> None:
+    def _publish(self, messages: list[Message]) -> None:
         """Publish a run of PUBs. The loop is the hot path: per-message checks that the client's
         options make unnecessary are skipped wholesale."""
         self.active_since_ping = True
@@ -285,20 +284,22 @@ class ClientConnection(Outbox):
         exclude = None if self.echo else self
         careful = self.verbose or self.pedantic or self.perms is not None
         count = size = 0
-        for subject, reply, payload, headers in messages:
+        for msg in messages:
             count += 1
+            subject, reply, headers = msg.subject, msg.reply, msg.headers
             if headers is None:
-                size += len(payload)
+                size += len(msg.payload)
             elif self.headers:
-                size += len(headers) + len(payload)
-                headers = headers or None  # an empty header block goes out as a plain MSG, as there
+                size += len(headers) + len(msg.payload)
+                if not headers:  # an empty header block goes out as a plain MSG, as there
+                    msg = Message(subject, reply, None, msg.payload)
             else:
                 self.close(Reason.PROTOCOL_VIOLATION)  # HPUB without headers: no -ERR, as there
                 break
             # Subjects starting "_" may be reserved; replies always need a look.
             if (careful or reply or subject[:1] == b"_") and not self._may_publish(subject, reply):
                 continue
-            delivered = publish(account, Message(subject, reply, headers, payload), exclude)
+            delivered = publish(account, msg, exclude)
             if not delivered and reply and self.no_responders:
                 self._no_responders(subject, reply)
             if self.closing is not None:

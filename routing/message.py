@@ -38,8 +38,18 @@ class Message:
     def with_subject(self, subject: bytes) -> Message:
         return Message(subject, self.reply, self.headers, self.payload)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and (
+            self.subject == other.subject
+            and self.reply == other.reply
+            and self.headers == other.headers
+            and self.payload == other.payload
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # (equal messages need not be the same message)
+
     def __repr__(self) -> str:
-        return f"Message({self.subject!r}, reply={self.reply!r}, {len(self.payload)} bytes)"
+        return f"Message({self.subject!r}, {self.reply!r}, {self.headers!r}, {self.payload!r})"
 
 
 @final

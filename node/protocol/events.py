@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from routing import Message
+
 __all__ = [
     "ClientEvent",
     "Connect",
@@ -21,7 +23,6 @@ __all__ = [
     "Ping",
     "Pong",
     "PubBatch",
-    "PubMsg",
     "ServerEvent",
     "Sub",
     "Unsub",
@@ -36,20 +37,16 @@ class Connect:
     options: dict[str, Any]
 
 
-PubMsg = tuple[bytes, bytes | None, bytes, bytes | None]
-"""One ``PUB`` or ``HPUB``: (subject, reply, payload, headers). ``headers`` is the raw block
-(``NATS/1.0`` ... blank line; empty for an HPUB whose header size is 0), or None for a plain PUB."""
-
-
 @attrs.define(slots=True)
 class PubBatch:
     """A run of consecutive PUB and HPUB operations, in the order they were sent.
 
-    Publishing is the hot path, so a run of a thousand PUBs read at once is one event holding a
-    thousand tuples, not a thousand objects.
+    Publishing is the hot path, so a run of a thousand PUBs read at once is one event, and each
+    PUB is parsed straight into the ``Message`` the publish path passes on. An HPUB's ``headers``
+    is the raw block (``NATS/1.0`` ... blank line; empty when its header size is 0).
     """
 
-    messages: list[PubMsg]
+    messages: list[Message]
 
 
 @attrs.define(slots=True)

@@ -38,11 +38,11 @@ from node.protocol.events import (
     Ping,
     Pong,
     PubBatch,
-    PubMsg,
     ServerEvent,
     Sub,
     Unsub,
 )
+from routing import Message
 
 __all__ = ["MAX_CONTROL_LINE", "MAX_PAYLOAD", "ClientOpParser", "ServerOpParser"]
 
@@ -305,21 +305,21 @@ class _OpParser(Generic[E, P]):
         return name + b" " + rest
 
 
-def _pub(args: list[bytes], headers: bytes | None, payload: bytes) -> PubMsg:
+def _pub(args: list[bytes], headers: bytes | None, payload: bytes) -> Message:
     """``PUB subject [reply] size``."""
     if len(args) == 3:
-        return (args[1], None, payload, None)
+        return Message(args[1], None, None, payload)
     if len(args) == 4:
-        return (args[1], args[2], payload, None)
+        return Message(args[1], args[2], None, payload)
     raise ProtocolError(None, reason="wrong number of arguments to PUB")
 
 
-def _hpub(args: list[bytes], headers: bytes | None, payload: bytes) -> PubMsg:
+def _hpub(args: list[bytes], headers: bytes | None, payload: bytes) -> Message:
     """``HPUB subject [reply] header-size total-size``."""
     if len(args) == 4:
-        return (args[1], None, payload, headers)
+        return Message(args[1], None, headers, payload)
     if len(args) == 5:
-        return (args[1], args[2], payload, headers)
+        return Message(args[1], args[2], headers, payload)
     raise ProtocolError(None, reason="wrong number of arguments to HPUB")
 
 
@@ -386,7 +386,7 @@ def _ok(args: list[bytes], line: bytes) -> Ok:
     return Ok()
 
 
-class ClientOpParser(_OpParser[ClientEvent, PubMsg]):
+class ClientOpParser(_OpParser[ClientEvent, Message]):
     """Parses what a client sends: CONNECT, PUB, HPUB, SUB, UNSUB, PING, PONG (and INFO, +OK and
     -ERR, which a client may send too; a server ignores the first two and closes on the last).
 

@@ -35,6 +35,7 @@ from node.protocol import (
     Unsub,
 )
 from node.protocol import writer as w
+from routing import Message
 
 UNKNOWN = "Unknown Protocol Operation"
 MAX_LINE = "maximum control line exceeded"
@@ -98,25 +99,25 @@ CLIENT_OPS: list[tuple[bytes, list[object]]] = [
     (b'CONNECT {"verbose":false,"name":"x"}\r\n', [Connect({"verbose": False, "name": "x"})]),
     (b'connect\t{"echo":false}\r\n', [Connect({"echo": False})]),
     (b'CONNECT{"pedantic":true}\r\n', [Connect({"pedantic": True})]),  # no blank needed
-    (b"PUB foo 5\r\nhello\r\n", [(b"foo", None, b"hello", None)]),
-    (b"PUB foo bar.1 5\r\nhello\r\n", [(b"foo", b"bar.1", b"hello", None)]),
-    (b"PUB subj  5\r\nhello\r\n", [(b"subj", None, b"hello", None)]),  # nats-py, no reply
-    (b"PUB foo 0\r\n\r\n", [(b"foo", None, b"", None)]),
-    (b"pUb\tfoo\t\tr  2\r\nhi\r\n", [(b"foo", b"r", b"hi", None)]),
-    (b"PUB foo 000000002\r\nhi\r\n", [(b"foo", None, b"hi", None)]),  # leading zeros, 9 digits
-    (b"PUB foo 6\r\n\r\nab\r\n\r\n", [(b"foo", None, b"\r\nab\r\n", None)]),
-    (b"PUB foo 4\r\n\r\n\r\n\r\n", [(b"foo", None, b"\r\n\r\n", None)]),
-    (b"PUB foo 3\r\na\nb\r\n", [(b"foo", None, b"a\nb", None)]),
-    (b"PUB foo 2\nhi\r\n", [(b"foo", None, b"hi", None)]),  # a bare LF ends the control line
+    (b"PUB foo 5\r\nhello\r\n", [Message(b"foo", None, None, b"hello")]),
+    (b"PUB foo bar.1 5\r\nhello\r\n", [Message(b"foo", b"bar.1", None, b"hello")]),
+    (b"PUB subj  5\r\nhello\r\n", [Message(b"subj", None, None, b"hello")]),  # nats-py, no reply
+    (b"PUB foo 0\r\n\r\n", [Message(b"foo", None, None, b"")]),
+    (b"pUb\tfoo\t\tr  2\r\nhi\r\n", [Message(b"foo", b"r", None, b"hi")]),
+    (b"PUB foo 000000002\r\nhi\r\n", [Message(b"foo", None, None, b"hi")]),  # leading zeros, 9 digits
+    (b"PUB foo 6\r\n\r\nab\r\n\r\n", [Message(b"foo", None, None, b"\r\nab\r\n")]),
+    (b"PUB foo 4\r\n\r\n\r\n\r\n", [Message(b"foo", None, None, b"\r\n\r\n")]),
+    (b"PUB foo 3\r\na\nb\r\n", [Message(b"foo", None, None, b"a\nb")]),
+    (b"PUB foo 2\nhi\r\n", [Message(b"foo", None, None, b"hi")]),  # a bare LF ends the control line
     (
         b"HPUB foo 12 17\r\nNATS/1.0\r\n\r\nhello\r\n",
-        [(b"foo", None, b"hello", hello_headers())],
+        [Message(b"foo", None, hello_headers(), b"hello")],
     ),
     (
         b"hpub foo _INBOX.1 24 24\r\nNATS/1.0\r\nA: b\r\nC: d\r\n\r\n\r\n",
-        [(b"foo", b"_INBOX.1", b"", b"NATS/1.0\r\nA: b\r\nC: d\r\n\r\n")],
+        [Message(b"foo", b"_INBOX.1", b"NATS/1.0\r\nA: b\r\nC: d\r\n\r\n", b"")],
     ),
-    (b"HPUB foo 0 5\r\nhello\r\n", [(b"foo", None, b"hello", b"")]),  # an empty header block
+    (b"HPUB foo 0 5\r\nhello\r\n", [Message(b"foo", None, b"", b"hello")]),  # an empty header block
     (b"SUB foo 1\r\n", [Sub(b"foo", None, b"1")]),
     (b"SUB foo.* workers 22\r\n", [Sub(b"foo.*", b"workers", b"22")]),
     (b"SUB foo  1\r\n", [Sub(b"foo", None, b"1")]),  # nats-py, no queue
@@ -202,9 +203,9 @@ def test_consecutive_pubs_are_one_batch() -> None:
         b"PUB a 1\r\nx\r\nHPUB b 12 13\r\nNATS/1.0\r\n\r\ny\r\nPING\r\nPUB c 1\r\nz\r\nSUB d 1\r\n"
     )
     assert list(parser.events()) == [
-        PubBatch([(b"a", None, b"x", None), (b"b", None, b"y", hello_headers())]),
+        PubBatch([Message(b"a", None, None, b"x"), Message(b"b", None, hello_headers(), b"y")]),
         Ping(),
-        PubBatch([(b"c", None, b"z", None)]),
+        PubBatch([Message(b"c", None, None, b"z")]),
         Sub(b"d", None, b"1"),
     ]
 
@@ -214,9 +215,9 @@ def test_an_abandoned_iteration_resumes_after_the_last_event_taken() -> None:
     parser.receive_data(b"PING\r\nPUB a 1\r\nx\r\nPONG\r\nPUB b 1\r\ny\r\n")
     events = parser.events()
     assert next(events) == Ping()
-    assert next(events) == PubBatch([(b"a", None, b"x", None)])
+    assert next(events) == PubBatch([Message(b"a", None, None, b"x")])
     del events  # abandoned, as a connection that closes half-way through a read does
-    assert list(parser.events()) == [Pong(), PubBatch([(b"b", None, b"y", None)])]
+    assert list(parser.events()) == [Pong(), PubBatch([Message(b"b", None, None, b"y")])]
     assert list(parser.events()) == []
 
 
@@ -244,7 +245,7 @@ def test_every_split_point_gives_the_same_operations(
         assert run(make(), cut(data, [point])) == (ops, None), point
 
 
-PUB_HI = (b"foo", None, b"hi", None)
+PUB_HI = Message(b"foo", None, None, b"hi")
 
 
 @pytest.mark.parametrize(
@@ -304,11 +305,11 @@ def client_ops(draw: st.DrawFn) -> tuple[bytes, object]:
     kind = draw(st.sampled_from(["pub", "hpub", "sub", "unsub", "ping", "pong", "connect"]))
     if kind == "pub":
         subject, reply, payload = draw(words), draw(st.none() | words), draw(payloads)
-        return w.pub(subject, payload, reply), (subject, reply, payload, None)
+        return w.pub(subject, payload, reply), Message(subject, reply, None, payload)
     if kind == "hpub":
         subject, reply, payload = draw(words), draw(st.none() | words), draw(payloads)
         headers = draw(st.just(b"NATS/1.0\r\nK: v\r\n\r\n") | payloads)
-        return w.hpub(subject, headers, payload, reply), (subject, reply, payload, headers)
+        return w.hpub(subject, headers, payload, reply), Message(subject, reply, headers, payload)
     if kind == "sub":
         subject, queue, sid = draw(words), draw(st.none() | words), draw(words)
         return w.sub(subject, sid, queue), Sub(subject, queue, sid)
@@ -366,7 +367,7 @@ def test_server_operations_round_trip(ops: list[tuple[bytes, object]], data: st.
 
 blanks = st.lists(st.sampled_from([b" ", b"\t"]), min_size=1, max_size=3).map(b"".join)
 SPELLINGS: dict[bytes, tuple[list[bytes], bytes, object]] = {
-    b"PUB": ([b"foo.bar", b"_INBOX.x", b"2"], b"ab\r\n", (b"foo.bar", b"_INBOX.x", b"ab", None)),
+    b"PUB": ([b"foo.bar", b"_INBOX.x", b"2"], b"ab\r\n", Message(b"foo.bar", b"_INBOX.x", None, b"ab")),
     b"SUB": ([b"foo.*", b"q", b"9"], b"", Sub(b"foo.*", b"q", b"9")),
     b"UNSUB": ([b"9", b"3"], b"", Unsub(b"9", 3)),
     b"PING": ([], b"", Ping()),
@@ -493,7 +494,7 @@ def test_control_line_one_byte_over_the_limit_is_refused(after: bytes) -> None:
     [
         (
             b"PUB " + b"p" * (MAX_CONTROL_LINE - 2) + b" 2",
-            (b"p" * (MAX_CONTROL_LINE - 2), None, b"hi", None),
+            Message(b"p" * (MAX_CONTROL_LINE - 2), None, None, b"hi"),
         ),
         (
             b"CONNECT "
@@ -541,10 +542,10 @@ def test_an_endless_unknown_line_is_refused_before_it_ends() -> None:
 def test_payload_of_exactly_max_payload_is_accepted() -> None:
     payload = bytes(range(256)) * (MAX_PAYLOAD // 256)
     data = b"PUB foo %d\r\n%b\r\n" % (MAX_PAYLOAD, payload)
-    assert client(data) == ([(b"foo", None, payload, None)], None)
+    assert client(data) == ([Message(b"foo", None, None, payload)], None)
     headers = b"NATS/1.0\r\n\r\n"
     data = b"HPUB foo 12 %d\r\n%b%b\r\n" % (MAX_PAYLOAD, headers, payload[12:])
-    assert client(data) == ([(b"foo", None, payload[12:], headers)], None)
+    assert client(data) == ([Message(b"foo", None, headers, payload[12:])], None)
 
 
 @pytest.mark.parametrize(
@@ -557,7 +558,7 @@ def test_payload_over_max_payload_is_refused_before_it_is_read(line: bytes) -> N
 
 def test_max_payload_is_configurable() -> None:
     assert client(b"PUB foo 10\r\n0123456789\r\n", max_payload=10) == (
-        [(b"foo", None, b"0123456789", None)],
+        [Message(b"foo", None, None, b"0123456789")],
         None,
     )
     assert client(b"PUB foo 11\r\n", max_payload=10) == ([], MAX_PAY)
@@ -686,7 +687,7 @@ def test_a_long_run_of_bare_lf_lines_in_one_read() -> None:
     ended (the parser once re-sliced the rest of the piece for every line)."""
     subs = [Sub(b"s.%d" % i, None, b"%d" % i) for i in range(5000)]
     wire = b"".join(b"SUB %b %b\n" % (sub.subject, sub.sid) for sub in subs) + b"PUB a 1\nx\r\nPING\n"
-    assert client(wire) == ([*subs, (b"a", None, b"x", None), Ping()], None)
+    assert client(wire) == ([*subs, Message(b"a", None, None, b"x"), Ping()], None)
 
 
 @pytest.mark.parametrize(
@@ -733,7 +734,7 @@ def test_events_before_an_error_are_yielded_first() -> None:
     parser.receive_data(b"SUB foo 1\r\nPUB a 1\r\nx\r\nPUB b 1\r\ny\r\nPUB c 200\r\n")
     events = parser.events()
     assert next(events) == Sub(b"foo", None, b"1")
-    assert next(events) == PubBatch([(b"a", None, b"x", None), (b"b", None, b"y", None)])
+    assert next(events) == PubBatch([Message(b"a", None, None, b"x"), Message(b"b", None, None, b"y")])
     with pytest.raises(ProtocolError) as error:
         next(events)
     assert error.value.message == MAX_PAY
