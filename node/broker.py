@@ -155,7 +155,8 @@ class Broker:
         """Links cut as slow consumers, by kind ("Route", "Gateway")."""
         self.stale_connections = 0
         self.local_deliveries = 0
-        """How many local subscribers the last ``publish`` reached (Redis's PUBLISH reply)."""
+        """How many local subscribers the last ``publish`` reached (Redis's PUBLISH reply); a
+        publisher that wants it sets it to 0 first, since a publish nobody wants skips the count."""
         # Traffic of connections that have closed, so totals survive them.
         self._closed_traffic = [0, 0, 0, 0]
 
@@ -316,10 +317,11 @@ class Broker:
         links: Mapping[Forwarder, tuple[str, ...]]
         if routes is EMPTY_MATCH and gateways is EMPTY_MATCH:
             if not result.plain and not result.queues:
-                self.local_deliveries = 0
                 if account.patterns is None:
-                    return False
-                return self._deliver_patterns(account.patterns, local_msg, exclude) > 0
+                    return False  # (local_deliveries stays as the publisher reset it: 0)
+                count = self._deliver_patterns(account.patterns, local_msg, exclude)
+                self.local_deliveries = count
+                return count > 0
             local, links = plan_delivery(origin, result, self.rng, queues=queues, exclude=exclude)
         else:
             local, links = plan_delivery(
