@@ -171,10 +171,6 @@ class RespConnection(Outbox):
         self.rtt_ns = 0
 
     @property
-    def kind(self) -> str:
-        return "resp"
-
-    @property
     def name(self) -> str:
         return str(self.options.get("name") or "")
 
