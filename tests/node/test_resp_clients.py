@@ -225,3 +225,18 @@ async def test_connz_lists_redis_clients(nursery: trio.Nursery) -> None:
 
     conns = await trio.to_thread.run_sync(scenario)
     assert [c.get("name") for c in conns] == ["lister"]
+
+
+async def test_connection_limit_counts_redis_clients(nursery: trio.Nursery) -> None:
+    node = await start_redis_node(nursery, Config(max_connections=1))
+
+    def scenario() -> bytes:
+        import socket
+
+        with socket.create_connection(("127.0.0.1", node.redis_port or 0), timeout=W) as first:
+            first.sendall(b"PING\r\n")
+            assert first.recv(100) == b"+PONG\r\n"
+            with socket.create_connection(("127.0.0.1", node.redis_port or 0), timeout=W) as second:
+                return second.recv(100)
+
+    assert await trio.to_thread.run_sync(scenario) == b"-ERR max number of clients reached\r\n"
