@@ -339,6 +339,8 @@ async def _conn_info(conn: Connection, now: int, opts: ConnzOptions, pace: Pacer
         "start": go_time(conn.start_ns),
         "last_activity": go_time(conn.last_activity_ns),
     }
+    if isinstance(conn, RespConnection):
+        info["resp_version"] = conn.writer.version  # (2 or 3, as HELLO chose)
     if conn.stop_ns:
         info["stop"] = go_time(conn.stop_ns)
     if conn.closing:

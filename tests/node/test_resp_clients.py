@@ -159,10 +159,11 @@ async def test_channel_subscriptions_cross_a_cluster(nursery: trio.Nursery) -> N
                 break
             assert time.monotonic() < deadline, "interest never crossed the route"
         assert pub.publish("hello world", "x") == 0  # no receivers on a itself
-        assert next_message(ps) in (
-            {"type": "message", "pattern": None, "channel": b"hello world", "data": b"x"},
-            {"type": "message", "pattern": None, "channel": b"plain.subject", "data": b"ping"},
-        )
+        while True:  # (past any later copies of "ping")
+            msg = next_message(ps)
+            if msg["channel"] == b"hello world":
+                break
+        assert msg == {"type": "message", "pattern": None, "channel": b"hello world", "data": b"x"}
         ps.close()
 
     await trio.to_thread.run_sync(scenario)
@@ -224,7 +225,7 @@ async def test_connz_lists_redis_clients(nursery: trio.Nursery) -> None:
             return list(json.load(r)["connections"])
 
     conns = await trio.to_thread.run_sync(scenario)
-    assert [c.get("name") for c in conns] == ["lister"]
+    assert [(c["name"], c["type"], c["resp_version"]) for c in conns] == [("lister", "resp", 2)]
 
 
 async def test_connection_limit_counts_redis_clients(nursery: trio.Nursery) -> None:
