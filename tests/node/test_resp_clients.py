@@ -219,7 +219,7 @@ async def test_connz_lists_redis_clients(nursery: trio.Nursery) -> None:
         import json
         import urllib.request
 
-        client = sync_client(node)
+        client = sync_client(node, protocol=2)
         client.client_setname("lister")
         with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/connz", timeout=W) as r:
             return list(json.load(r)["connections"])
