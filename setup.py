@@ -32,6 +32,9 @@ HOT_PATH = [
     "node/permissions.py",
     "node/client.py",
     "node/broker.py",
+    "node/resp/parser.py",
+    "node/resp/writer.py",
+    "node/resp/connection.py",
 ]
 
 ext_modules = []

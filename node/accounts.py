@@ -6,7 +6,15 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from routing import EMPTY_MATCH, RemoteInterest, RemoteMatch, SubList, SubListResult, SubListStats
+from routing import (
+    EMPTY_MATCH,
+    PatternIndex,
+    RemoteInterest,
+    RemoteMatch,
+    SubList,
+    SubListResult,
+    SubListStats,
+)
 
 __all__ = ["DEFAULT_ACCOUNT", "Account", "Interest"]
 
@@ -43,6 +51,7 @@ class Account:
         "_routes",
         "_routes_genid",
         "name",
+        "patterns",
         "sublist",
     )
 
@@ -54,6 +63,8 @@ class Account:
         self._cache: dict[bytes, Interest] = {}
         self._local_genid = self._routes_genid = self._gateways_genid = 0
         self._hits = 0
+        self.patterns: PatternIndex[Any] | None = None
+        """Redis pattern subscriptions (PSUBSCRIBE) on this node, once there are any."""
 
     def match(self, subject: bytes) -> Interest:
         """Local and remote interest in ``subject`` (bytes off the wire; not necessarily UTF-8)."""

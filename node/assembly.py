@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -28,11 +29,13 @@ Listener = trio.abc.Listener[Any]
 
 @attrs.frozen
 class Listeners:
-    """Where a node accepts connections: clients, routes (if clustered), gateways (if any)."""
+    """Where a node accepts connections: clients, routes (if clustered), gateways (if any), Redis
+    clients (if configured)."""
 
     clients: Sequence[Listener]
     routes: Sequence[Listener] = ()
     gateways: Sequence[Listener] = ()
+    redis: Sequence[Listener] = ()
 
 
 @attrs.define(eq=False)
@@ -56,7 +59,7 @@ class Node:
     ) -> None:
         """Serve until the server is shut down: then links stop at once, and clients once flushed."""
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.server.serve, listeners.clients)
+            await nursery.start(partial(self.server.serve, listeners.clients, redis=listeners.redis))
             links: trio.Nursery = await nursery.start(_open_links)
             if self.routes is not None:
                 await links.start(self.routes.run, listeners.routes)

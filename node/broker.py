@@ -27,11 +27,13 @@ from routing import (
     InterestTracker,
     Message,
     Origin,
+    PatternIndex,
     Publication,
     RemoteInterest,
     SubListResult,
     Subscription,
     plan_delivery,
+    subject_channel,
 )
 
 __all__ = ["VERSION", "Broker", "Consumer", "Forwarder", "ReplyMapping", "Subscriber"]
@@ -52,6 +54,12 @@ class Subscriber(Protocol):
     def deliver(self, sub: Subscription, msg: Message) -> bool:
         """Take one message; False if it was not delivered (closed, filtered, over its max)."""
         ...
+
+
+class PatternSubscriber(Protocol):
+    """Anything that can take a delivery for a Redis pattern subscription."""
+
+    def deliver_pattern(self, pattern: bytes, channel: bytes, msg: Message) -> bool: ...
 
 
 class Forwarder(Protocol):
@@ -146,6 +154,9 @@ class Broker:
         self.slow_links: collections.Counter[str] = collections.Counter()
         """Links cut as slow consumers, by kind ("Route", "Gateway")."""
         self.stale_connections = 0
+        self.local_deliveries = 0
+        """How many local subscribers the last ``publish`` reached (Redis's PUBLISH reply); a
+        publisher that wants it sets it to 0 first, since a publish nobody wants skips the count."""
         # Traffic of connections that have closed, so totals survive them.
         self._closed_traffic = [0, 0, 0, 0]
 
@@ -247,6 +258,17 @@ class Broker:
         changes: Iterator[InterestChange] = self.interest.snapshot(accounts)
         return changes
 
+    def subscribe_pattern(self, account: Account, pattern: bytes, owner: PatternSubscriber) -> None:
+        """Add a Redis pattern subscription. Patterns are not announced to other nodes: they
+        see what is published on this node only."""
+        if account.patterns is None:
+            account.patterns = PatternIndex()
+        account.patterns.add(pattern, owner)
+
+    def unsubscribe_pattern(self, account: Account, pattern: bytes, owner: PatternSubscriber) -> None:
+        if account.patterns is not None:
+            account.patterns.remove(pattern, owner)
+
     def subscriptions(self) -> Iterator[tuple[Account, Subscription]]:
         for account in self.accounts.values():
             for sub in account.sublist:
@@ -295,7 +317,11 @@ class Broker:
         links: Mapping[Forwarder, tuple[str, ...]]
         if routes is EMPTY_MATCH and gateways is EMPTY_MATCH:
             if not result.plain and not result.queues:
-                return False
+                if account.patterns is None:
+                    return False  # (local_deliveries stays as the publisher reset it: 0)
+                count = self._deliver_patterns(account.patterns, local_msg, exclude)
+                self.local_deliveries = count
+                return count > 0
             local, links = plan_delivery(origin, result, self.rng, queues=queues, exclude=exclude)
         else:
             local, links = plan_delivery(
@@ -308,12 +334,16 @@ class Broker:
                 queues=queues,
                 exclude=exclude,
             )
-        delivered = False
+        count = 0
         for sub in local:
             if sub.owner.deliver(sub, local_msg) or (
                 sub.queue is not None and self._another_member(result, sub, exclude, local_msg)
             ):
-                delivered = True
+                count += 1
+        if account.patterns is not None:
+            count += self._deliver_patterns(account.patterns, local_msg, exclude)
+        self.local_deliveries = count
+        delivered = count > 0
         if links:
             name = account.name
             for link, names in links.items():
@@ -321,6 +351,19 @@ class Broker:
                     link.forward(name, msg, names)
                     delivered = True
         return delivered
+
+    def _deliver_patterns(self, patterns: PatternIndex[Any], msg: Message, exclude: object) -> int:
+        """Deliver to Redis pattern subscriptions matching the message's channel, oldest pattern
+        first (after the channel's own subscribers, as redis-server orders them)."""
+        if not len(patterns):
+            return 0
+        count = 0
+        channel = subject_channel(msg.subject)
+        for pattern, owners in patterns.match(channel):
+            for owner in owners:
+                if owner is not exclude and owner.deliver_pattern(pattern, channel, msg):
+                    count += 1
+        return count
 
     def _another_member(
         self, result: SubListResult, failed: Subscription, exclude: object, msg: Message

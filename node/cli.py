@@ -23,6 +23,7 @@ from node.broker import VERSION
 from node.config import (
     Config,
     ConfigError,
+    RedisConfig,
     UserConfig,
     check_tls,
     check_urls,
@@ -86,6 +87,8 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
         help="other clusters to dial, by name (repeat a name for more URLs)",
     )  # fmt: skip
     p.add_argument("--gateway_advertise", help="the gateway URL to give other clusters")
+    p.add_argument("--redis_port", type=int, help="Redis (RESP) port (0 picks a free one)")
+    p.add_argument("--redis_host", help="Redis listen address (default: the client address)")
     p.add_argument("-D", "--debug", action="store_true", help="debug logging")
     p.add_argument(
         "-V", "--trace", action="store_true", help="trace logging (as verbose as debug logging here)"
@@ -142,6 +145,13 @@ def serve_config(args: argparse.Namespace) -> Config:
     gateway = _gateway_flags(args, config.gateway)
     if gateway is not None:
         changes["gateway"] = gateway
+    if args.redis_port is not None or args.redis_host:
+        redis = config.redis or RedisConfig()
+        if args.redis_port is not None:
+            redis = redis.evolve(port=args.redis_port)
+        if args.redis_host:
+            redis = redis.evolve(host=args.redis_host)
+        changes["redis"] = redis
     if args.debug or args.trace:
         changes["debug"] = True
     config = reconcile_names(config.evolve(**changes))

@@ -47,6 +47,7 @@ from node.protocol import (
 )
 from node.protocol import writer as w
 from routing import InvalidSubjectError, Message, Subscription
+from routing.channels import RESERVED_PREFIX
 from transport.outbox import Outbox
 from transport.sessions import Hangup
 
@@ -81,6 +82,8 @@ INVALID_SUBJECT = "Invalid Subject"
 INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"
 MAX_SUBS_EXCEEDED = "maximum subscriptions exceeded"
 _RESERVED_REPLIES = (b"_R_.", b"$JS.ACK.", b"_GR_.")
+_RESERVED_SUBJECTS = RESERVED_PREFIX.decode()
+"""Where Redis channels that are not subjects live (``routing.channels``): not for NATS clients."""
 _BARE_PREFIXES = (b"$JS.ACK.", b"_GR_.")  # these two are reserved only with something after them
 RTT_REFRESH = 3600.0
 """Seconds after which the ping timer wants a new round-trip time (nats-server's
@@ -296,8 +299,8 @@ class ClientConnection(Outbox):
             else:
                 self.close(Reason.PROTOCOL_VIOLATION)  # HPUB without headers: no -ERR, as there
                 break
-            # Subjects starting "_" may be reserved; replies always need a look.
-            if (careful or reply or subject[:1] == b"_") and not self._may_publish(subject, reply):
+            # Subjects starting "_" or "$" may be reserved; replies always need a look.
+            if (careful or reply or subject[:1] in b"_$") and not self._may_publish(subject, reply):
                 continue
             delivered = publish(account, msg, exclude)
             if not delivered and reply and self.no_responders:
@@ -311,7 +314,7 @@ class ClientConnection(Outbox):
         """The per-message checks nats-server makes before delivering; sends any -ERR itself."""
         if self.pedantic and not _is_literal(subject):
             self._error(INVALID_PUBLISH_SUBJECT)  # and the message still goes out, as there
-        if subject.startswith(b"_GR_.") and len(subject) > 5:
+        if (subject.startswith(b"_GR_.") and len(subject) > 5) or subject.startswith(RESERVED_PREFIX):
             self._error(f'Permissions Violation for Publish to "{_text(subject)}"')
             return False
         if self.perms is not None and not self.perms.can_publish(subject):
@@ -342,7 +345,11 @@ class ClientConnection(Outbox):
         except UnicodeDecodeError:
             self._error(INVALID_SUBJECT)
             return
-        if queue == "_sys_" or (self.perms is not None and not self.perms.can_subscribe(subject, queue)):
+        if (
+            queue == "_sys_"
+            or subject.startswith(_RESERVED_SUBJECTS)
+            or (self.perms is not None and not self.perms.can_subscribe(subject, queue))
+        ):
             text = f'Permissions Violation for Subscription to "{subject}"'
             self._error(f'{text} using queue "{queue}"' if queue is not None else text)
             return

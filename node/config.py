@@ -24,6 +24,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Permissions",
+    "RedisConfig",
     "UserConfig",
     "check_tls",
     "check_urls",
@@ -76,6 +77,24 @@ class AccountConfig:
 
 
 @attrs.frozen
+class RedisConfig:
+    """The Redis (RESP) front door: where it listens, and redis-server's pub/sub output limits
+    (``client-output-buffer-limit pubsub 32mb 8mb 60``)."""
+
+    host: str | None = None
+    """None: the client address."""
+    port: int = 6379
+    hard_limit: int = 32 * 1024 * 1024
+    """Pending output bytes past which a subscriber is closed at once."""
+    soft_limit: int = 8 * 1024 * 1024
+    """Pending output bytes a subscriber may stay above for ``soft_seconds`` at most."""
+    soft_seconds: float = 60.0
+
+    def evolve(self, **changes: Any) -> RedisConfig:
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen
 class Config:
     """Everything a node needs to start; immutable once built."""
 
@@ -103,6 +122,8 @@ class Config:
     gateway: GatewayConfig | None = None
     """Gateway settings; None keeps the node's cluster to itself."""
     accounts: tuple[AccountConfig, ...] = ()
+    redis: RedisConfig | None = None
+    """The Redis front door; None runs none."""
     no_auth_user: str | None = None
     debug: bool = False
 
@@ -179,6 +200,8 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             fields["cluster"] = _cluster(_table(value, f"{where}: cluster"), f"{where}: cluster")
         elif key == "gateway":
             fields["gateway"] = _gateway(_table(value, f"{where}: gateway"), f"{where}: gateway")
+        elif key == "redis":
+            fields["redis"] = _redis(_table(value, f"{where}: redis"), f"{where}: redis")
         elif key == "accounts":
             for account, body in _table(value, f"{where}: accounts").items():
                 accounts.append(AccountConfig(account))
@@ -267,6 +290,8 @@ def _cluster(body: dict[str, Any], where: str) -> ClusterConfig:
             if not isinstance(value, list) or not all(isinstance(u, str) for u in value):
                 raise ConfigError(f"{where}: routes must be a list of URLs")
             fields["seeds"] = tuple(check_urls(value, where))
+        elif key == "redis":
+            fields["redis"] = _redis(_table(value, f"{where}: redis"), f"{where}: redis")
         elif key == "accounts":
             if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
                 raise ConfigError(f"{where}: accounts must be a list of account names")
@@ -320,6 +345,25 @@ def _gateway(body: dict[str, Any], where: str) -> GatewayConfig:
     if not fields.get("name"):
         raise ConfigError(f"{where}: a gateway needs a name (this cluster's)")
     return GatewayConfig(**fields)
+
+
+_REDIS_OPTIONS = {
+    "host": str,
+    "port": int,
+    "hard_limit": int,
+    "soft_limit": int,
+    "soft_seconds": float,
+}
+
+
+def _redis(body: dict[str, Any], where: str) -> RedisConfig:
+    """The ``[redis]`` table."""
+    fields: dict[str, Any] = {}
+    for key, value in body.items():
+        if key not in _REDIS_OPTIONS:
+            raise ConfigError(f"{where}: unknown option {key!r}")
+        fields[key] = _scalar(value, _REDIS_OPTIONS[key], f"{where}: {key}")
+    return RedisConfig(**fields)
 
 
 def _remote_gateway(body: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]]:

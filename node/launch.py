@@ -36,6 +36,8 @@ class NodeHandle:
     """The monitoring port (HTTPS when the configuration asks for ``https_port``)."""
     cluster_port: int | None = None
     gateway_port: int | None = None
+    redis_port: int | None = None
+    """The Redis (RESP) port, when the configuration has ``redis``."""
     finished: trio.Event = attrs.field(factory=trio.Event)
     """Set once the node has stopped: ports released, connections closed."""
 
@@ -80,9 +82,23 @@ async def run_node(
         )
         listeners = attrs.evolve(listeners, gateways=gateways)
         config = config.evolve(gateway=config.gateway.evolve(port=gateway_port, advertise=url))
+    redis_port = None
+    if config.redis is not None:
+        redis_host = config.redis.host or config.host
+        redis = await trio.open_tcp_listeners(config.redis.port, host=redis_host)
+        redis_port = redis[0].socket.getsockname()[1]
+        listeners = attrs.evolve(listeners, redis=redis)
+        config = config.evolve(redis=config.redis.evolve(host=redis_host, port=redis_port))
     node = assemble(config)
     node.broker.port = port
-    handle = NodeHandle(node, config.host, port, cluster_port=cluster_port, gateway_port=gateway_port)
+    handle = NodeHandle(
+        node,
+        config.host,
+        port,
+        cluster_port=cluster_port,
+        gateway_port=gateway_port,
+        redis_port=redis_port,
+    )
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run, listeners)
@@ -105,6 +121,8 @@ async def run_node(
                 scheme = "https" if https else "http"
                 log.info("Starting %s monitor on %s:%d", scheme, config.http_host, handle.http_port)
             log.info("Listening for client connections on %s:%d", handle.host, handle.port)
+            if config.redis is not None:
+                log.info("Listening for Redis connections on %s:%d", config.redis.host, redis_port)
             if config.tls is not None:
                 log.info("TLS required for client connections")
             log.info("Server is ready")

@@ -38,6 +38,7 @@ from node.assembly import Node
 from node.broker import Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
+from node.resp.connection import RespConnection
 from routing import RemoteEntry, SubListStats, Subscription, is_valid_literal_subject, subject_matches
 from transport.tls import DEFAULT_TIMEOUT as DEFAULT_TLS_TIMEOUT
 
@@ -277,12 +278,16 @@ class ConnzOptions:
     account: str = ""
 
 
-def _end(conn: ClientConnection, now: int) -> int:
+Connection = ClientConnection | RespConnection
+"""What /connz lists: NATS and Redis client connections."""
+
+
+def _end(conn: Connection, now: int) -> int:
     """When a connection's clock stops: now while open, at its close once closed."""
     return conn.stop_ns or now
 
 
-_SortKey = Callable[[ClientConnection, int], Any]
+_SortKey = Callable[[Connection, int], Any]
 # Each sort: the key, and whether the largest comes first (nats-server's directions). Ties go by cid.
 _SORTS: dict[str, tuple[_SortKey, bool]] = {
     "cid": (lambda c, now: c.cid, False),
@@ -323,19 +328,19 @@ def _subject(sub: Subscription) -> str:
     return sub.subject
 
 
-async def _conn_info(
-    conn: ClientConnection, now: int, opts: ConnzOptions, pace: Pacer
-) -> dict[str, Any]:
+async def _conn_info(conn: Connection, now: int, opts: ConnzOptions, pace: Pacer) -> dict[str, Any]:
     end = _end(conn, now)
     info: dict[str, Any] = {
         "cid": conn.cid,
         "kind": "Client",
-        "type": "nats",
+        "type": "resp" if isinstance(conn, RespConnection) else "nats",
         "ip": conn.host,
         "port": conn.port,
         "start": go_time(conn.start_ns),
         "last_activity": go_time(conn.last_activity_ns),
     }
+    if isinstance(conn, RespConnection):
+        info["resp_version"] = conn.writer.version  # (2 or 3, as HELLO chose)
     if conn.stop_ns:
         info["stop"] = go_time(conn.stop_ns)
     if conn.closing:
@@ -390,10 +395,10 @@ async def connz(broker: Broker, opts: ConnzOptions, pace: Pacer) -> dict[str, An
     if opts.sort in ("stop", "reason") and opts.state is not ConnState.CLOSED:
         raise BadRequest(f"sort by {opts.sort} only valid on closed connections")
     now = time.time_ns()
-    conns: list[ClientConnection] = []
+    conns: list[Connection] = []
     for c in _connections(broker, opts.state):
         if (
-            isinstance(c, ClientConnection)
+            isinstance(c, (ClientConnection, RespConnection))
             and (not opts.user or (c.user is not None and c.user.user == opts.user))
             and (not opts.account or c.account.name == opts.account)
         ):
@@ -443,7 +448,7 @@ async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer)
     thousand of them are enough to set off a full collection, a stall of its own."""
     found: list[Subscription] = []
     for conn in list(broker.clients.values()):
-        if not isinstance(conn, ClientConnection):
+        if not isinstance(conn, (ClientConnection, RespConnection)):
             continue
         if opts.account and conn.account.name != opts.account:
             continue
@@ -457,12 +462,12 @@ async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer)
 def _natural(sub: Subscription) -> tuple[str, int, int, bytes]:
     """By account, connection, then sid, numeric sids by value (``2`` before ``10``) as clients
     number them."""
-    owner: ClientConnection = sub.owner
+    owner: Connection = sub.owner
     return owner.account.name, owner.cid, len(sub.sid), sub.sid
 
 
 def _listed_detail(sub: Subscription) -> dict[str, Any]:
-    owner: ClientConnection = sub.owner
+    owner: Connection = sub.owner
     return _sub_detail(sub, owner.cid, owner.account.name)
 
 

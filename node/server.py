@@ -23,6 +23,8 @@ from node.broker import Broker
 from node.client import ClientConnection, Reason
 from node.config import Config
 from node.protocol import writer as w
+from node.resp.connection import RespConnection
+from node.resp.writer import error
 from transport.sessions import Flusher, Session
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 
@@ -60,6 +62,7 @@ class Server:
         self,
         listeners: Sequence[trio.abc.Listener[Any]],
         *,
+        redis: Sequence[trio.abc.Listener[Any]] = (),
         task_status: trio.TaskStatus[Sequence[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve clients from ``listeners`` until ``shutdown`` is called (or the task is cancelled)."""
@@ -68,6 +71,15 @@ class Server:
                 await acceptors.start(
                     partial(trio.serve_listeners, self.handle, list(listeners), handler_nursery=handlers)
                 )
+                if redis:
+                    await acceptors.start(
+                        partial(
+                            trio.serve_listeners,
+                            self.handle_redis,
+                            list(redis),
+                            handler_nursery=handlers,
+                        )
+                    )
                 task_status.started(listeners)
                 await self.stopping.wait()
                 acceptors.cancel_scope.cancel()
@@ -127,6 +139,51 @@ class Server:
             self._handler_done.set()
             self.flusher.wrote.set()
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
+
+    async def handle_redis(self, stream: trio.abc.Stream) -> None:
+        """Serve one Redis (RESP) client connection until it closes."""
+        host, port = _peer(stream)
+        broker = self.broker
+        if broker.at_connection_limit():
+            with trio.move_on_after(1):
+                await stream.send_all(error("max number of clients reached"))
+            await trio.aclose_forcefully(stream)
+            return
+        session = Session(stream)
+        conn = RespConnection(
+            broker,
+            broker.next_cid(),
+            host=host,
+            port=port,
+            wake=partial(self.flusher.wake, session),
+            clock=trio.current_time,
+            limits=self.config.redis,
+        )
+        session.conn = conn
+        broker.add_client(conn)
+        log.debug("%s - redis connection created", conn.describe())
+        self._handlers += 1
+        try:
+            await session.run(
+                self.flusher,
+                write_deadline=self.config.write_deadline,
+                timers=partial(self._redis_timers, conn),
+                after_input=self._stall_if_congested,
+            )
+        finally:
+            conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
+            conn.retire()
+            await trio.aclose_forcefully(stream)
+            self._handlers -= 1
+            self._handler_done.set()
+            self.flusher.wrote.set()
+            log.debug("%s - redis connection closed: %s", conn.describe(), conn.closing)
+
+    async def _redis_timers(self, conn: RespConnection) -> None:
+        """The output-buffer soft limit is checked once a second."""
+        while True:
+            await trio.sleep(1.0)
+            conn.limits_due()
 
     async def _start_tls(self, stream: trio.SSLStream[trio.abc.Stream], conn: ClientConnection) -> bool:
         """Whether the client completed a TLS handshake in time: after taking the INFO in the clear,

@@ -29,6 +29,8 @@ class LiveNode:
     process: subprocess.Popen[bytes]
     port: int
     http_port: int
+    redis_port: int | None = None
+    """The Redis port, when started with ``redis=True``."""
 
     def rss(self) -> int:
         """Resident memory of the node's process, in bytes."""
@@ -49,6 +51,18 @@ class LiveNode:
             )
             got = _read_until(canary, b"PONG\r\n")
             assert b"MSG canary 1 2\r\nok\r\n" in got, got
+
+    def assert_redis_serving(self) -> None:
+        """A fresh Redis client is answered and can round-trip a message through a channel."""
+        assert self.process.poll() is None, "the node process has exited"
+        assert self.redis_port is not None
+        with socket.create_connection(("127.0.0.1", self.redis_port), timeout=WAIT) as sub:
+            sub.sendall(b"SUBSCRIBE canary\r\n")
+            assert _read_until(sub, b":1\r\n").endswith(b"$6\r\ncanary\r\n:1\r\n")
+            with socket.create_connection(("127.0.0.1", self.redis_port), timeout=WAIT) as pub:
+                pub.sendall(b"PUBLISH canary ok\r\n")
+                assert _read_until(pub, b"\r\n") == b":1\r\n"
+            assert _read_until(sub, b"ok\r\n").endswith(b"$6\r\ncanary\r\n$2\r\nok\r\n")
 
     def http_get(self, path: str) -> tuple[int, bytes]:
         """One monitoring request: (status, body)."""
@@ -85,18 +99,24 @@ def _read_until(conn: socket.socket, end: bytes) -> bytes:
 
 
 @contextmanager
-def live_node(*flags: str) -> Iterator[LiveNode]:
-    """Run a node with these extra flags until the block ends (then kill it)."""
+def live_node(*flags: str, redis: bool = False) -> Iterator[LiveNode]:
+    """Run a node with these extra flags (and a Redis port, if asked) until the block ends (then
+    kill it)."""
     port, http_port = free_port(), free_port()
     args = [sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(port)]
     args += ["-m", str(http_port), "--http_host", "127.0.0.1", *flags]
+    redis_port = free_port() if redis else None
+    if redis_port is not None:
+        args += ["--redis_port", str(redis_port)]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    node = LiveNode(process, port, http_port)
+    node = LiveNode(process, port, http_port, redis_port)
     try:
         deadline = time.monotonic() + WAIT
         while True:
             try:
                 node.assert_serving()
+                if redis_port is not None:
+                    node.assert_redis_serving()
                 if node.http_get("/healthz")[0] == 200:
                     break
             except OSError:

@@ -1,0 +1,1024 @@
+"""One Redis client connection's protocol logic, without I/O: requests in, replies and pushes out.
+
+``receive_data`` takes bytes from the socket and runs every complete request; replies and pushes
+accumulate in ``outbound`` (an ``Outbox``), and ``closing`` says when the connection must end. The
+trio adapter in ``node.server`` moves the bytes and runs the output-limit timer.
+
+**One namespace.** A channel is a subject (``routing.channels``): SUBSCRIBE adds an ordinary
+subscription to the account, so NATS publishes reach it and its interest crosses routes and
+gateways like any other; PUBLISH goes through ``Broker.publish``. Deliveries always show the
+channel's own bytes. Headers and a NATS message's reply subject are not shown to Redis clients.
+Pattern subscriptions (PSUBSCRIBE) keep Redis's glob language and are matched by the broker for
+publishes made on this node only (they are not announced to other nodes).
+
+**Replies follow redis-server 7.2**: exact error texts, arity errors, the RESP2 subscribed-mode
+restrictions and its ``pong`` array, and pushes produced while a command runs (publishing to
+oneself) written after that command's reply. ``PUBLISH`` answers the receivers reached on this
+node, as Redis Cluster does: channel and pattern subscribers, Redis and NATS clients alike.
+
+**Authentication.** With users configured, a connection starts as the ``no_auth_user`` (if there
+is one) or unauthenticated, allowed only AUTH, HELLO, QUIT and RESET. ``AUTH user pass`` signs
+in as a configured user; ``AUTH secret`` signs in with a token, or as a user called ``default``.
+The user's account and permissions apply: publishing or subscribing to a denied channel is
+refused with ``-NOPERM``, and so is any PSUBSCRIBE of a user with subscribe restrictions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from node.accounts import Account
+from node.broker import VERSION, Broker
+from node.client import Reason
+from node.config import RedisConfig, UserConfig
+from node.permissions import PermissionSet
+from node.resp.errors import RespProtocolError
+from node.resp.parser import RequestParser
+from node.resp.writer import (
+    OK,
+    PONG,
+    RESP2,
+    Writer,
+    array,
+    bulk,
+    error,
+    integer,
+    protocol_error,
+    simple,
+    writer_for,
+)
+from routing import Message, Subscription, channel_subject, glob_match
+from transport.outbox import Outbox
+from transport.sessions import Hangup
+
+__all__ = ["MAX_PATTERN", "REDIS_VERSION", "RespConnection"]
+
+REDIS_VERSION: Final = "7.2.0"
+"""The redis-server version whose behaviour this front door follows (HELLO and INFO report it)."""
+MAX_PATTERN: Final = 1024
+"""The longest PSUBSCRIBE pattern, in bytes: matching costs pattern length times channel length."""
+
+_NO_AUTH = frozenset([b"auth", b"hello", b"quit", b"reset"])
+_SUBSCRIBED_ONLY = frozenset(
+    {b"subscribe", b"ssubscribe", b"psubscribe", b"unsubscribe", b"sunsubscribe", b"punsubscribe"}
+    | {b"ping", b"quit", b"reset"}
+)
+NOAUTH = "-NOAUTH Authentication required."
+WRONGPASS = "-WRONGPASS invalid username-password pair or user is disabled."
+HELLO_NOAUTH = (
+    "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> "
+    "AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol "
+    "version at the same time"
+)
+NOT_INTEGER = "value is not an integer or out of range"
+BAD_NAME = "Client names cannot contain spaces, newlines or special characters."
+
+Handler = Callable[["RespConnection", list[bytes]], None]
+
+
+class _Command:
+    """A command's arity as redis-server checks it (negative: at least that many arguments),
+    its handler, and its subcommands (for container commands such as CLIENT)."""
+
+    __slots__ = ("arity", "handler", "name", "subcommands")
+
+    def __init__(
+        self,
+        name: str,
+        arity: int,
+        handler: Handler | None,
+        subcommands: dict[bytes, _Command] | None = None,
+    ) -> None:
+        self.name = name
+        self.arity = arity
+        self.handler = handler
+        self.subcommands = subcommands
+
+
+def _text(value: bytes) -> str:
+    """Client bytes quoted in an error line: ``writer.error`` turns them back into the same bytes."""
+    return value.decode("utf-8", "surrogateescape")
+
+
+def _int(value: bytes) -> int | None:
+    try:
+        number = int(value)
+    except ValueError:
+        return None
+    return number if value.strip() == value and -(2**63) <= number < 2**63 else None
+
+
+class RespConnection(Outbox):
+    """The protocol state of one Redis client connection.
+
+    Args:
+        broker: the node it belongs to.
+        cid: its connection id (CLIENT ID, and ``cid`` in /connz).
+        host, port: the peer's address.
+        wake: called when ``outbound`` gains data or the connection starts closing.
+        clock: seconds, for the output-buffer soft limit.
+        limits: the ``[redis]`` settings (output-buffer limits).
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        cid: int,
+        *,
+        host: str = "",
+        port: int = 0,
+        wake: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+        limits: RedisConfig | None = None,
+    ) -> None:
+        super().__init__(wake)
+        limits = limits or RedisConfig()
+        self.broker = broker
+        self.cid = cid
+        self.host = host
+        self.port = port
+        self._clock = clock
+        self.hard_limit = limits.hard_limit
+        self.stall_at = limits.soft_limit
+        self.soft_seconds = limits.soft_seconds
+        self._over_soft_since = -1.0
+        self.writer: Writer = RESP2
+        self.user: UserConfig | None = broker.auth.authenticate({})
+        self.parser = RequestParser(authenticated=self.user is not None)
+        self.account: Account = broker.account(self.user.account if self.user else "$G")
+        self.perms: PermissionSet | None = None
+        self._set_user(self.user)
+        self.subs: dict[bytes, Subscription] = {}
+        """Channel subscriptions by channel (what /connz lists)."""
+        self.shard: dict[bytes, Subscription] = {}
+        """Shard channel subscriptions (SSUBSCRIBE): the same namespace, acknowledged apart."""
+        self.patterns: dict[bytes, None] = {}
+        self.db = 0
+        self.options: dict[str, Any] = {"name": "", "lang": "", "version": ""}
+        """CLIENT SETNAME and SETINFO, shown by /connz as a NATS client's CONNECT fields are."""
+        self._reply_off = self._skip = self._skip_next = False
+        self._running = False
+        self._held = bytearray()  # pushes produced while a command runs: they go after its reply
+        self.last_command = "NULL"
+        self.commands = 0
+        # Monitoring, as a NATS client connection keeps it.
+        self.start_ns = self.last_activity_ns = time.time_ns()
+        self.stop_ns = 0
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.rtt_ns = 0
+
+    @property
+    def name(self) -> str:
+        return str(self.options.get("name") or "")
+
+    @property
+    def subscribed(self) -> bool:
+        """In Redis's pub/sub mode: subscribed to any channel, pattern or shard channel."""
+        return bool(self.subs or self.patterns or self.shard)
+
+    def _set_user(self, user: UserConfig | None) -> None:
+        self.user = user
+        self.parser.authenticated = user is not None
+        self.perms = PermissionSet(user.permissions) if user is not None and user.permissions else None
+
+    # -- input -----------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Run every complete request the client sent so far."""
+        if self.closing:  # (a truth test, so the checks below are not narrowed away)
+            return
+        self.last_activity_ns = time.time_ns()
+        self.parser.receive_data(data)
+        try:
+            for command in self.parser.commands():
+                self._execute(command.args)
+                if self.closing is not None:
+                    return
+        except RespProtocolError as exc:
+            if exc.message is not None:
+                self._send(protocol_error(exc.message))
+            self.close(Reason.PROTOCOL_VIOLATION)
+
+    def _execute(self, args: list[bytes]) -> None:
+        """One request, checked as redis-server's ``processCommand`` checks it, in its order."""
+        self.commands += 1
+        name = args[0].lower()
+        command = COMMANDS.get(name)
+        self._running = True
+        try:
+            if command is None:
+                shown = ""
+                for arg in args[1:]:
+                    if len(shown) >= 128:
+                        break
+                    shown += f"'{_text(arg)[: 128 - len(shown)]}' "
+                self._error(
+                    f"unknown command '{_text(args[0])[:128]}', with args beginning with: {shown}"
+                )
+                return
+            if command.subcommands is not None and len(args) >= 2:
+                sub = command.subcommands.get(args[1].lower())
+                if sub is None:
+                    self._error(
+                        f"unknown subcommand '{_text(args[1])[:128]}'. Try {command.name.upper()} HELP."
+                    )
+                    return
+                command = sub
+            if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
+                self._error(f"wrong number of arguments for '{command.name}' command")
+                return
+            if self.user is None and name not in _NO_AUTH:
+                self._reply(error(NOAUTH))
+                return
+            if self.writer is RESP2 and self.subscribed and name not in _SUBSCRIBED_ONLY:
+                self._error(
+                    f"Can't execute '{command.name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                    "QUIT / RESET are allowed in this context"
+                )
+                return
+            self.last_command = command.name
+            assert command.handler is not None
+            command.handler(self, args)
+        finally:
+            self._running = False
+            self._skip, self._skip_next = self._skip_next, False
+            if self._held:
+                held, self._held = self._held, bytearray()
+                self._send(bytes(held))
+
+    # -- output ----------------------------------------------------------------------------------
+
+    def _reply(self, data: bytes) -> None:
+        """A command's reply, unless CLIENT REPLY silenced it."""
+        if not (self._reply_off or self._skip):
+            self._send(data)
+
+    def _error(self, text: str) -> None:
+        self._reply(error(text))
+
+    def _push(self, data: bytes, size: int) -> bool:
+        """Queue a delivery; False when it made the connection a slow consumer (closed)."""
+        if self._running:
+            self._held += data
+        else:
+            self.outbound += data
+            if not self._woken:
+                self._woken = True
+                self._wake()
+        self.out_msgs += 1
+        self.out_bytes += size
+        pending = len(self.outbound) + self._writing + len(self._held)
+        if pending > self.stall_at:
+            if pending > self.hard_limit:
+                self.broker.slow_consumers += 1
+                self.close(Reason.SLOW_PENDING, flush=False)
+                return False
+            self.broker.congested.add(self)
+            if self._over_soft_since < 0:
+                self._over_soft_since = self._clock()
+        return True
+
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
+        """Deliver a message published on one of this connection's channels."""
+        if self.closing is not None:
+            return False
+        payload = msg.payload
+        if self.shard and self.shard.get(sub.sid) is sub:
+            return self._push(self.writer.smessage(sub.sid, payload), len(payload))
+        return self._push(self.writer.message(sub.sid, payload), len(payload))
+
+    def deliver_pattern(self, pattern: bytes, channel: bytes, msg: Message) -> bool:
+        """Deliver a message whose channel matched one of this connection's patterns."""
+        if self.closing is not None:
+            return False
+        payload = msg.payload
+        return self._push(self.writer.pmessage(pattern, channel, payload), len(payload))
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    def _may_subscribe(self, channels: list[bytes]) -> bool:
+        """Whether the user may subscribe to all of them; refuses the command if not."""
+        perms = self.perms
+        if perms is None:
+            return True
+        for channel in channels:
+            if not perms.can_subscribe(channel_subject(channel).decode(), None):
+                self._error(f"-NOPERM No permissions to access the '{_text(channel)}' channel")
+                return False
+        return True
+
+    def subscribe(self, channels: list[bytes], *, shard: bool) -> None:
+        if not self._may_subscribe(channels):
+            return
+        table = self.shard if shard else self.subs
+        limit = self.broker.config.max_subscriptions
+        for channel in channels:
+            sub = table.get(channel)
+            if sub is None:
+                if limit and len(self.subs) + len(self.shard) >= limit:
+                    self._error("maximum subscriptions exceeded")
+                    return
+                sub = Subscription(channel_subject(channel).decode(), sid=channel, owner=self)
+                self.broker.subscribe(self.account, sub)
+                table[channel] = sub
+            if shard:
+                self._send(self.writer.subscription(b"ssubscribe", channel, len(self.shard)))
+            else:
+                self._send(self.writer.subscription(b"subscribe", channel, self._count()))
+
+    def unsubscribe(self, channels: list[bytes], *, shard: bool) -> None:
+        table = self.shard if shard else self.subs
+        kind = b"sunsubscribe" if shard else b"unsubscribe"
+        if not channels:
+            channels = list(table)
+            if not channels:
+                self._send(self.writer.subscription(kind, None, len(table) if shard else self._count()))
+                return
+        for channel in channels:
+            sub = table.pop(channel, None)
+            if sub is not None:
+                self.broker.unsubscribe(self.account, [sub])
+            self._send(self.writer.subscription(kind, channel, len(table) if shard else self._count()))
+
+    def psubscribe(self, patterns: list[bytes]) -> None:
+        user = self.user
+        rules = user.permissions if user is not None else None
+        if rules is not None and (rules.subscribe.allow or rules.subscribe.deny):
+            self._error("-NOPERM No permissions to access a channel")
+            return
+        for pattern in patterns:
+            if len(pattern) > MAX_PATTERN:
+                self._error(f"pattern is longer than {MAX_PATTERN} bytes")
+                return
+        for pattern in patterns:
+            if pattern not in self.patterns:
+                self.patterns[pattern] = None
+                self.broker.subscribe_pattern(self.account, pattern, self)
+            self._send(self.writer.subscription(b"psubscribe", pattern, self._count()))
+
+    def punsubscribe(self, patterns: list[bytes]) -> None:
+        if not patterns:
+            patterns = list(self.patterns)
+            if not patterns:
+                self._send(self.writer.subscription(b"punsubscribe", None, self._count()))
+                return
+        for pattern in patterns:
+            if self.patterns.pop(pattern, 0) is None:
+                self.broker.unsubscribe_pattern(self.account, pattern, self)
+            self._send(self.writer.subscription(b"punsubscribe", pattern, self._count()))
+
+    def _count(self) -> int:
+        """Channels plus patterns, as subscribe acknowledgements count them."""
+        return len(self.subs) + len(self.patterns)
+
+    def _drop_all(self) -> None:
+        """Forget every subscription without a word (RESET, a new account, closing)."""
+        subs = list(self.subs.values()) + list(self.shard.values())
+        self.subs.clear()
+        self.shard.clear()
+        if subs:
+            self.broker.unsubscribe(self.account, subs)
+        for pattern in self.patterns:
+            self.broker.unsubscribe_pattern(self.account, pattern, self)
+        self.patterns.clear()
+
+    def publish(self, channel: bytes, payload: bytes) -> None:
+        subject = channel_subject(channel)
+        if self.perms is not None and not self.perms.can_publish(subject):
+            self._error(f"-NOPERM No permissions to access the '{_text(channel)}' channel")
+            return
+        self.in_msgs += 1
+        self.in_bytes += len(payload)
+        broker = self.broker
+        broker.local_deliveries = 0
+        broker.publish(self.account, Message(subject, None, None, payload))
+        self._reply(integer(broker.local_deliveries))
+
+    # -- authentication --------------------------------------------------------------------------
+
+    def sign_in(self, name: bytes | None, password: bytes) -> bool:
+        """AUTH's check: a user and password, or (no user name) a token or the ``default`` user's
+        password. Switching to another account drops the subscriptions of the old one."""
+        auth = self.broker.auth
+        secret = _text(password)
+        if name is not None:
+            user = auth.authenticate({"user": _text(name), "pass": secret})
+        else:
+            user = auth.authenticate({"auth_token": secret}) or auth.authenticate(
+                {"user": "default", "pass": secret}
+            )
+        if user is None:
+            return False
+        account = self.broker.account(user.account)
+        if account is not self.account:
+            self._drop_all()
+            self.account = account
+        self._set_user(user)
+        return True
+
+    def reset(self) -> None:
+        """RESET: as if newly connected (without a new id)."""
+        self._drop_all()
+        self.writer = RESP2
+        self.db = 0
+        self.options["name"] = ""
+        self._reply_off = self._skip_next = False
+        user = self.broker.auth.authenticate({})
+        account = self.broker.account(user.account if user else "$G")
+        self.account = account
+        self._set_user(user)
+
+    # -- timers (driven by the I/O side) ---------------------------------------------------------
+
+    def limits_due(self) -> None:
+        """The output-limit timer fired: close a subscriber that stayed above the soft limit."""
+        if self.closing is not None:
+            return
+        if self.pending_bytes <= self.stall_at:
+            self._over_soft_since = -1.0
+        elif self._over_soft_since < 0:
+            self._over_soft_since = self._clock()
+        elif self._clock() - self._over_soft_since >= self.soft_seconds:
+            self.broker.slow_consumers += 1
+            self.close(Reason.SLOW_PENDING, flush=False)
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    def hangup(self, how: Hangup) -> None:
+        """The transport saw the connection end (see ``transport.sessions``)."""
+        if how is Hangup.CLOSED_BY_PEER:
+            self.close(Reason.CLIENT_CLOSED)
+        elif how is Hangup.READ_ERROR:
+            self.close(Reason.READ_ERROR)
+        elif how is Hangup.WRITE_DEADLINE:
+            if self.closing is None:
+                self.broker.slow_consumers += 1
+            self.close(Reason.SLOW_DEADLINE, flush=False)
+        else:
+            self.close(Reason.WRITE_ERROR, flush=False)
+
+    def internal_error(self, exc: Exception) -> None:
+        """A bug surfaced while serving this client: it gets a generic error and goes."""
+        self.outbound.clear()
+        self._send(error("internal error"))
+        self.close(Reason.INTERNAL_ERROR)
+
+    def describe(self) -> str:
+        return f"{self.host}:{self.port} - rid:{self.cid}"
+
+    def close(self, reason: str, *, flush: bool = True) -> None:
+        """Start closing: forget subscriptions now; the I/O side flushes (unless told not to)."""
+        if self.closing is not None:
+            return
+        self.closing = reason
+        self.stop_ns = time.time_ns()
+        self.parser.clear()
+        self._held.clear()
+        if not flush:
+            self.outbound.clear()
+        self._drop_all()
+        self.broker.remove_client(self)
+        self._notify()
+
+    def retire(self) -> None:
+        """The I/O side is done with this connection: keep only what /connz shows of it."""
+        self.parser.clear()
+        self.outbound = bytearray()
+        self._writing = 0
+        self.perms = None
+        self._wake = _ignore
+
+    # -- introspection ---------------------------------------------------------------------------
+
+    def client_line(self) -> bytes:
+        """This connection as a line of CLIENT LIST (the fields clients and tools read)."""
+        now = time.time_ns()
+        user = (self.user.user if self.user is not None else None) or "default"
+        flags = "P" if self.subscribed else "N"
+        line = (
+            f"id={self.cid} addr={self.host}:{self.port} laddr= fd=-1 name={self.name} "
+            f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "
+            f"flags={flags} db={self.db} sub={len(self.subs)} psub={len(self.patterns)} "
+            f"ssub={len(self.shard)} multi=-1 qbuf={self.parser.buffered} obl=0 oll=0 "
+            f"omem={self.pending_bytes} tot-mem=0 events=r cmd={self.last_command} user={user} "
+            f"resp={self.writer.version} lib-name={self.options.get('lang') or ''} "
+            f"lib-ver={self.options.get('version') or ''}\n"
+        )
+        return line.encode("utf-8", "surrogateescape")
+
+
+def _ignore() -> None:
+    """The wake-up of a retired connection: there is no one left to wake."""
+
+
+def _resp_clients(conn: RespConnection) -> list[RespConnection]:
+    """The Redis connections of this node in the same account (what PUBSUB and CLIENT see)."""
+    return [
+        c
+        for c in conn.broker.clients.values()
+        if isinstance(c, RespConnection) and c.account is conn.account
+    ]
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+
+def _ping(conn: RespConnection, args: list[bytes]) -> None:
+    if len(args) > 2:
+        conn._error("wrong number of arguments for 'ping' command")
+    elif conn.writer is RESP2 and conn.subscribed:
+        conn._reply(array([bulk(b"pong"), bulk(args[1] if len(args) > 1 else b"")]))
+    else:
+        conn._reply(bulk(args[1]) if len(args) > 1 else PONG)
+
+
+def _echo(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(bulk(args[1]))
+
+
+def _quit(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(OK)
+    conn.close(Reason.CLIENT_CLOSED)
+
+
+def _reset(conn: RespConnection, args: list[bytes]) -> None:
+    conn.reset()
+    conn._reply(simple(b"RESET"))
+
+
+def _auth(conn: RespConnection, args: list[bytes]) -> None:
+    if len(args) > 3:
+        conn._error("syntax error")
+    elif len(args) == 2 and not conn.broker.auth.required:
+        conn._error(
+            "AUTH <password> called without any password configured for the default user. "
+            "Are you sure your configuration is correct?"
+        )
+    elif conn.sign_in(args[1] if len(args) == 3 else None, args[-1]):
+        conn._reply(OK)
+    else:
+        conn._reply(error(WRONGPASS))
+
+
+def _hello(conn: RespConnection, args: list[bytes]) -> None:
+    version = conn.writer.version
+    if len(args) > 1:
+        asked = _int(args[1])
+        if asked is None or not 0 <= asked <= 2**31 - 1:
+            conn._error("Protocol version is not an integer or out of range")
+            return
+        if asked not in (2, 3):
+            conn._reply(error("-NOPROTO unsupported protocol version"))
+            return
+        version = asked
+    credentials: tuple[bytes, bytes] | None = None
+    name: bytes | None = None
+    i = 2
+    while i < len(args):
+        option = args[i].lower()
+        left = len(args) - i - 1
+        if option == b"auth" and left >= 2:
+            credentials = (args[i + 1], args[i + 2])
+            i += 3
+        elif option == b"setname" and left >= 1:
+            name = args[i + 1]
+            i += 2
+        else:
+            conn._error(f"Syntax error in HELLO option '{_text(args[i])}'")
+            return
+    if credentials is not None and not conn.sign_in(*credentials):
+        conn._reply(error(WRONGPASS))
+        return
+    if conn.user is None:
+        conn._reply(error(HELLO_NOAUTH))
+        return
+    if name is not None:
+        if not _valid_name(name):
+            conn._error(BAD_NAME)
+            return
+        conn.options["name"] = _text(name)
+    conn.writer = writer_for(version)
+    w = conn.writer
+    conn._reply(
+        w.map(
+            [
+                (bulk(b"server"), bulk(b"redis")),
+                (bulk(b"version"), bulk(REDIS_VERSION.encode())),
+                (bulk(b"proto"), integer(version)),
+                (bulk(b"id"), integer(conn.cid)),
+                (bulk(b"mode"), bulk(b"standalone")),
+                (bulk(b"role"), bulk(b"master")),
+                (bulk(b"modules"), array([])),
+            ]
+        )
+    )
+
+
+def _select(conn: RespConnection, args: list[bytes]) -> None:
+    db = _int(args[1])
+    if db is None:
+        conn._error(NOT_INTEGER)
+    elif not 0 <= db < 16:
+        conn._error("DB index is out of range")
+    else:
+        conn.db = db
+        conn._reply(OK)
+
+
+def _valid_name(name: bytes) -> bool:
+    return all(33 <= byte <= 126 for byte in name)
+
+
+def _client_id(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(integer(conn.cid))
+
+
+def _client_setname(conn: RespConnection, args: list[bytes]) -> None:
+    if not _valid_name(args[2]):
+        conn._error(BAD_NAME)
+        return
+    conn.options["name"] = _text(args[2])
+    conn._reply(OK)
+
+
+def _client_getname(conn: RespConnection, args: list[bytes]) -> None:
+    name = conn.name
+    conn._reply(bulk(name.encode("utf-8", "surrogateescape")) if name else conn.writer.null)
+
+
+def _client_setinfo(conn: RespConnection, args: list[bytes]) -> None:
+    attr = args[2].lower()
+    key = {b"lib-name": "lang", b"lib-ver": "version"}.get(attr)
+    if key is None:
+        conn._error(f"Unrecognized option '{_text(args[2])}'")
+    elif not all(33 <= byte <= 126 for byte in args[3]):
+        conn._error(f"{_text(args[2])} cannot contain spaces, newlines or special characters.")
+    else:
+        conn.options[key] = _text(args[3])
+        conn._reply(OK)
+
+
+def _client_list(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(conn.writer.verbatim(b"".join(c.client_line() for c in _resp_clients(conn))))
+
+
+def _client_info(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(conn.writer.verbatim(conn.client_line()))
+
+
+def _client_kill(conn: RespConnection, args: list[bytes]) -> None:
+    """``CLIENT KILL addr`` (answers OK) or ``CLIENT KILL ID id | ADDR addr ...`` (answers a count)."""
+    if len(args) == 3:
+        victims = [c for c in _resp_clients(conn) if f"{c.host}:{c.port}".encode() == args[2]]
+        if not victims:
+            conn._error("No such client")
+            return
+        victims[0].close(Reason.CLIENT_CLOSED)
+        conn._reply(OK)
+        return
+    if len(args) % 2:
+        conn._error("syntax error")
+        return
+    victims = _resp_clients(conn)
+    for i in range(2, len(args), 2):
+        field, value = args[i].lower(), args[i + 1]
+        if field == b"id":
+            cid = _int(value)
+            if cid is None:
+                conn._error("client-id should be greater than 0")
+                return
+            victims = [c for c in victims if c.cid == cid]
+        elif field == b"addr":
+            victims = [c for c in victims if f"{c.host}:{c.port}".encode() == value]
+        else:
+            conn._error("syntax error")
+            return
+    for victim in victims:
+        victim.close(Reason.CLIENT_CLOSED)
+    conn._reply(integer(len(victims)))
+
+
+def _client_reply(conn: RespConnection, args: list[bytes]) -> None:
+    mode = args[2].lower()
+    if mode == b"on":
+        conn._reply_off = conn._skip_next = False
+        conn._skip = False
+        conn._reply(OK)
+    elif mode == b"off":
+        conn._reply_off = True
+    elif mode == b"skip":
+        if not conn._reply_off:
+            conn._skip_next = True
+    else:
+        conn._error("syntax error")
+
+
+def _help(lines: list[bytes]) -> Handler:
+    def reply(conn: RespConnection, args: list[bytes]) -> None:
+        conn._reply(array(simple(line) for line in lines))
+
+    return reply
+
+
+def _command_info_entry(command: _Command) -> bytes:
+    return array(
+        [
+            bulk(command.name.encode()),
+            integer(command.arity),
+            array([]),
+            integer(0),
+            integer(0),
+            integer(0),
+            array([]),
+            array([]),
+            array([]),
+            array([]),
+        ]
+    )
+
+
+def _command(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(array(_command_info_entry(c) for c in COMMANDS.values()))
+
+
+def _command_count(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(integer(len(COMMANDS)))
+
+
+def _command_docs(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(conn.writer.map([]))
+
+
+def _command_info(conn: RespConnection, args: list[bytes]) -> None:
+    names = [name.lower() for name in args[2:]] or list(COMMANDS)
+    entries = []
+    for name in names:
+        command = COMMANDS.get(name)
+        entries.append(conn.writer.null_array if command is None else _command_info_entry(command))
+    conn._reply(array(entries))
+
+
+def _info(conn: RespConnection, args: list[bytes]) -> None:
+    broker = conn.broker
+    wanted = {arg.lower() for arg in args[1:]} or {b"default"}
+    everything = bool(wanted & {b"all", b"everything", b"default"})
+    sections: list[str] = []
+    if everything or b"server" in wanted:
+        uptime = (time.time_ns() - broker.start_ns) // 10**9
+        sections.append(
+            "# Server\r\n"
+            f"redis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\n"
+            f"pubmesh_version:{VERSION}\r\nserver_name:{broker.server_name}\r\n"
+            f"process_id:{os.getpid()}\r\nuptime_in_seconds:{uptime}\r\n"
+            f"uptime_in_days:{uptime // 86400}\r\n"
+        )
+    if everything or b"clients" in wanted:
+        resp = [c for c in broker.clients.values() if isinstance(c, RespConnection)]
+        subscribers = sum(1 for c in resp if c.subs or c.patterns)
+        sections.append(
+            "# Clients\r\n"
+            f"connected_clients:{len(resp)}\r\npubsub_clients:{subscribers}\r\n"
+            f"maxclients:{broker.config.max_connections}\r\n"
+        )
+    if everything or b"stats" in wanted:
+        patterns = sum(len(a.patterns) for a in broker.accounts.values() if a.patterns is not None)
+        channels = {ch for c in _resp_clients(conn) for ch in c.subs}
+        in_msgs, _, out_msgs, _ = broker.traffic()
+        sections.append(
+            "# Stats\r\n"
+            f"total_connections_received:{broker.total_connections}\r\n"
+            f"pubsub_channels:{len(channels)}\r\npubsub_patterns:{patterns}\r\n"
+            f"total_messages_in:{in_msgs}\r\ntotal_messages_out:{out_msgs}\r\n"
+            f"client_output_buffer_limit_disconnections:{broker.slow_consumers}\r\n"
+        )
+    conn._reply(conn.writer.verbatim("\r\n".join(sections).encode()))
+
+
+_CONFIG = {
+    b"databases": b"16",
+    b"save": b"",
+    b"appendonly": b"no",
+    b"maxmemory": b"0",
+    b"notify-keyspace-events": b"",
+    b"cluster-enabled": b"no",
+}
+
+
+def _config_get(conn: RespConnection, args: list[bytes]) -> None:
+    limits = "client-output-buffer-limit"
+    found: dict[bytes, bytes] = {}
+    for pattern in args[2:]:
+        for key, value in _CONFIG.items():
+            if glob_match(pattern, key, nocase=True):
+                found[key] = value
+        if glob_match(pattern, limits.encode(), nocase=True):
+            hard, soft = conn.hard_limit, conn.stall_at
+            found[limits.encode()] = b"normal 0 0 0 slave 268435456 67108864 60 pubsub %d %d %d" % (
+                hard,
+                soft,
+                int(conn.soft_seconds),
+            )
+    conn._reply(conn.writer.map((bulk(k), bulk(v)) for k, v in found.items()))
+
+
+def _time(conn: RespConnection, args: list[bytes]) -> None:
+    now = time.time_ns() // 1000
+    conn._reply(array([bulk(b"%d" % (now // 10**6)), bulk(b"%d" % (now % 10**6))]))
+
+
+def _dbsize(conn: RespConnection, args: list[bytes]) -> None:
+    conn._reply(integer(0))
+
+
+def _subscribe(conn: RespConnection, args: list[bytes]) -> None:
+    conn.subscribe(args[1:], shard=False)
+
+
+def _ssubscribe(conn: RespConnection, args: list[bytes]) -> None:
+    conn.subscribe(args[1:], shard=True)
+
+
+def _unsubscribe(conn: RespConnection, args: list[bytes]) -> None:
+    conn.unsubscribe(args[1:], shard=False)
+
+
+def _sunsubscribe(conn: RespConnection, args: list[bytes]) -> None:
+    conn.unsubscribe(args[1:], shard=True)
+
+
+def _psubscribe(conn: RespConnection, args: list[bytes]) -> None:
+    conn.psubscribe(args[1:])
+
+
+def _punsubscribe(conn: RespConnection, args: list[bytes]) -> None:
+    conn.punsubscribe(args[1:])
+
+
+def _publish(conn: RespConnection, args: list[bytes]) -> None:
+    conn.publish(args[1], args[2])
+
+
+def _channel_list(conn: RespConnection, args: list[bytes], *, shard: bool) -> None:
+    seen: dict[bytes, None] = {}
+    for client in _resp_clients(conn):
+        table = client.shard if shard else client.subs
+        for channel in table:
+            seen[channel] = None
+    pattern = args[2] if len(args) > 2 else None
+    conn._reply(array(bulk(c) for c in seen if pattern is None or glob_match(pattern, c)))
+
+
+def _pubsub_channels(conn: RespConnection, args: list[bytes]) -> None:
+    if len(args) > 3:
+        conn._error("wrong number of arguments for 'pubsub|channels' command")
+        return
+    _channel_list(conn, args, shard=False)
+
+
+def _pubsub_shardchannels(conn: RespConnection, args: list[bytes]) -> None:
+    if len(args) > 3:
+        conn._error("wrong number of arguments for 'pubsub|shardchannels' command")
+        return
+    _channel_list(conn, args, shard=True)
+
+
+def _numsub(conn: RespConnection, args: list[bytes], *, shard: bool) -> None:
+    clients = _resp_clients(conn)
+    items = []
+    for channel in args[2:]:
+        count = sum(1 for c in clients if channel in (c.shard if shard else c.subs))
+        items += [bulk(channel), integer(count)]
+    conn._reply(array(items))
+
+
+def _pubsub_numsub(conn: RespConnection, args: list[bytes]) -> None:
+    _numsub(conn, args, shard=False)
+
+
+def _pubsub_shardnumsub(conn: RespConnection, args: list[bytes]) -> None:
+    _numsub(conn, args, shard=True)
+
+
+def _pubsub_numpat(conn: RespConnection, args: list[bytes]) -> None:
+    patterns = conn.account.patterns
+    conn._reply(integer(len(patterns) if patterns is not None else 0))
+
+
+_PUBSUB_HELP = [
+    b"PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"CHANNELS [<pattern>]",
+    b"    Return the currently active channels matching a <pattern> (default: '*').",
+    b"NUMPAT",
+    b"    Return number of subscriptions to patterns.",
+    b"NUMSUB [<channel> ...]",
+    b"    Return the number of subscribers for the specified channels, excluding",
+    b"    pattern subscriptions(default: no channels).",
+    b"SHARDCHANNELS [<pattern>]",
+    b"    Return the currently active shard level channels matching a <pattern> (default: '*').",
+    b"SHARDNUMSUB [<shardchannel> ...]",
+    b"    Return the number of subscribers for the specified shard level channel(s)",
+    b"HELP",
+    b"    Prints this help.",
+]
+_CLIENT_HELP = [
+    b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"GETNAME",
+    b"ID",
+    b"INFO",
+    b"KILL <ip:port> | KILL ID <id> | KILL ADDR <ip:port>",
+    b"LIST",
+    b"REPLY (ON|OFF|SKIP)",
+    b"SETINFO <LIB-NAME|LIB-VER> <value>",
+    b"SETNAME <name>",
+    b"HELP",
+]
+_COMMAND_HELP = [
+    b"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"(no subcommand)",
+    b"COUNT",
+    b"DOCS [<command-name> ...]",
+    b"INFO [<command-name> ...]",
+    b"HELP",
+]
+_CONFIG_HELP = [
+    b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"GET <pattern>",
+    b"HELP",
+]
+
+
+def _container(
+    name: str, arity: int, default: Handler | None, subs: dict[str, tuple[int, Handler]]
+) -> _Command:
+    """A command with subcommands (``name|sub`` in error texts); ``default`` runs it bare."""
+    table = {key.encode(): _Command(f"{name}|{key}", a, h) for key, (a, h) in subs.items()}
+    return _Command(name, arity, default, table)
+
+
+COMMANDS: dict[bytes, _Command] = {
+    b"ping": _Command("ping", -1, _ping),
+    b"echo": _Command("echo", 2, _echo),
+    b"quit": _Command("quit", -1, _quit),
+    b"reset": _Command("reset", 1, _reset),
+    b"hello": _Command("hello", -1, _hello),
+    b"auth": _Command("auth", -2, _auth),
+    b"select": _Command("select", 2, _select),
+    b"client": _container(
+        "client",
+        -2,
+        None,
+        {
+            "id": (2, _client_id),
+            "setname": (3, _client_setname),
+            "getname": (2, _client_getname),
+            "setinfo": (4, _client_setinfo),
+            "list": (-2, _client_list),
+            "info": (2, _client_info),
+            "kill": (-3, _client_kill),
+            "reply": (3, _client_reply),
+            "help": (2, _help(_CLIENT_HELP)),
+        },
+    ),
+    b"command": _container(
+        "command",
+        -1,
+        _command,
+        {
+            "count": (2, _command_count),
+            "docs": (-2, _command_docs),
+            "info": (-2, _command_info),
+            "help": (2, _help(_COMMAND_HELP)),
+        },
+    ),
+    b"info": _Command("info", -1, _info),
+    b"config": _container(
+        "config", -2, None, {"get": (-3, _config_get), "help": (2, _help(_CONFIG_HELP))}
+    ),
+    b"time": _Command("time", 1, _time),
+    b"dbsize": _Command("dbsize", 1, _dbsize),
+    b"subscribe": _Command("subscribe", -2, _subscribe),
+    b"unsubscribe": _Command("unsubscribe", -1, _unsubscribe),
+    b"psubscribe": _Command("psubscribe", -2, _psubscribe),
+    b"punsubscribe": _Command("punsubscribe", -1, _punsubscribe),
+    b"ssubscribe": _Command("ssubscribe", -2, _ssubscribe),
+    b"sunsubscribe": _Command("sunsubscribe", -1, _sunsubscribe),
+    b"publish": _Command("publish", 3, _publish),
+    b"spublish": _Command("spublish", 3, _publish),
+    b"pubsub": _container(
+        "pubsub",
+        -2,
+        None,
+        {
+            "channels": (-2, _pubsub_channels),
+            "numsub": (-2, _pubsub_numsub),
+            "numpat": (2, _pubsub_numpat),
+            "shardchannels": (-2, _pubsub_shardchannels),
+            "shardnumsub": (-2, _pubsub_shardnumsub),
+            "help": (2, _help(_PUBSUB_HELP)),
+        },
+    ),
+}
+"""The commands this front door serves, by lowercase name."""
