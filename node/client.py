@@ -83,6 +83,8 @@ INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"
 MAX_SUBS_EXCEEDED = "maximum subscriptions exceeded"
 _RESERVED_REPLIES = (b"_R_.", b"$JS.ACK.", b"_GR_.")
 _RESERVED_SUBJECTS = RESERVED_PREFIX.decode()
+_UNDERSCORE: Final = ord("_")
+_DOLLAR: Final = ord("$")
 """Where Redis channels that are not subjects live (``routing.channels``): not for NATS clients."""
 _BARE_PREFIXES = (b"$JS.ACK.", b"_GR_.")  # these two are reserved only with something after them
 RTT_REFRESH = 3600.0
@@ -300,7 +302,10 @@ class ClientConnection(Outbox):
                 self.close(Reason.PROTOCOL_VIOLATION)  # HPUB without headers: no -ERR, as there
                 break
             # Subjects starting "_" or "$" may be reserved; replies always need a look.
-            if (careful or reply or subject[:1] in b"_$") and not self._may_publish(subject, reply):
+            first = subject[0] if subject else 0
+            if (careful or reply or first in (_UNDERSCORE, _DOLLAR)) and not self._may_publish(
+                subject, reply
+            ):
                 continue
             delivered = publish(account, msg, exclude)
             if not delivered and reply and self.no_responders:
