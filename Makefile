@@ -40,7 +40,7 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pytest tests/routing/bench_routing.py -p no:randomly \
 		--benchmark-columns=min,median,ops,rounds --benchmark-sort=name -q
-	$(BIN)/pubmesh bench compare
+	$(BIN)/pubmesh bench compare --resp
 
 run: $(STAMP)
 	$(BIN)/pubmesh local
