@@ -51,7 +51,7 @@ from routing.channels import RESERVED_PREFIX
 from transport.outbox import Outbox
 from transport.sessions import Hangup
 
-__all__ = ["ClientConnection", "Reason"]
+__all__ = ["HANGUP_REASONS", "KEEPS_OUTPUT", "ClientConnection", "Reason"]
 
 
 class Reason:
@@ -76,6 +76,16 @@ class Reason:
     INTERNAL_ERROR: Final = "Internal Error"
     TLS_HANDSHAKE: Final = "TLS Handshake Failure"
 
+
+HANGUP_REASONS: Final = {
+    Hangup.CLOSED_BY_PEER: Reason.CLIENT_CLOSED,
+    Hangup.READ_ERROR: Reason.READ_ERROR,
+    Hangup.WRITE_DEADLINE: Reason.SLOW_DEADLINE,
+    Hangup.WRITE_ERROR: Reason.WRITE_ERROR,
+}
+"""How a client connection of any protocol words the transport's news of its end."""
+KEEPS_OUTPUT: Final = frozenset({Hangup.CLOSED_BY_PEER, Hangup.READ_ERROR})
+"""Ends after which what is queued may still be flushed (a write that failed flushes nothing)."""
 
 AUTH_VIOLATION = "Authorization Violation"
 INVALID_SUBJECT = "Invalid Subject"
@@ -489,16 +499,9 @@ class ClientConnection(Outbox):
 
     def hangup(self, how: Hangup) -> None:
         """The transport saw the connection end (see ``transport.sessions``)."""
-        if how is Hangup.CLOSED_BY_PEER:
-            self.close(Reason.CLIENT_CLOSED)
-        elif how is Hangup.READ_ERROR:
-            self.close(Reason.READ_ERROR)
-        elif how is Hangup.WRITE_DEADLINE:
-            if self.closing is None:
-                self.broker.slow_consumers += 1
-            self.close(Reason.SLOW_DEADLINE, flush=False)
-        else:
-            self.close(Reason.WRITE_ERROR, flush=False)
+        if how is Hangup.WRITE_DEADLINE and self.closing is None:
+            self.broker.slow_consumers += 1
+        self.close(HANGUP_REASONS[how], flush=how in KEEPS_OUTPUT)
 
     def internal_error(self, exc: Exception) -> None:
         """A bug surfaced while serving this client: it gets nats-server's generic error and goes."""

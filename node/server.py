@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -97,87 +97,84 @@ class Server:
         self.stopping.set()
 
     async def handle(self, stream: trio.abc.Stream) -> None:
-        """Serve one client connection until it closes."""
-        host, port = _peer(stream)
-        broker = self.broker
-        if broker.at_connection_limit():
-            with trio.move_on_after(1):
-                await stream.send_all(w.err("maximum connections exceeded"))
-            await trio.aclose_forcefully(stream)
+        """Serve one NATS client connection until it closes."""
+        if await self._refused(stream, w.err("maximum connections exceeded")):
             return
+        host, port = _peer(stream)
         secure: trio.SSLStream[trio.abc.Stream] | None = None
         if self._tls is not None:
             stream = secure = trio.SSLStream(stream, self._tls, server_side=True)
         session = Session(stream)
         conn = ClientConnection(
-            broker,
-            broker.next_cid(),
+            self.broker,
+            self.broker.next_cid(),
             host=host,
             port=port,
             wake=partial(self.flusher.wake, session),
             clock=trio.current_time,
         )
-        session.conn = conn
-        broker.add_client(conn)
-        log.debug("%s - client connection created", conn.describe())
         conn.greeting()
-        self._handlers += 1
-        try:
-            if secure is not None and not await self._start_tls(secure, conn):
-                return
-            await session.run(
-                self.flusher,
-                write_deadline=self.config.write_deadline,
-                timers=partial(self._timers, conn),
-                after_input=self._stall_if_congested,
-            )
-        finally:
-            conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
-            conn.retire()
-            await trio.aclose_forcefully(stream)
-            self._handlers -= 1
-            self._handler_done.set()
-            self.flusher.wrote.set()
-            log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
+
+        async def start() -> bool:
+            return secure is None or await self._start_tls(secure, conn)
+
+        await self._serve(session, conn, partial(self._timers, conn), start)
 
     async def handle_redis(self, stream: trio.abc.Stream) -> None:
         """Serve one Redis (RESP) client connection until it closes."""
-        host, port = _peer(stream)
-        broker = self.broker
-        if broker.at_connection_limit():
-            with trio.move_on_after(1):
-                await stream.send_all(error("max number of clients reached"))
-            await trio.aclose_forcefully(stream)
+        if await self._refused(stream, error("max number of clients reached")):
             return
+        host, port = _peer(stream)
         session = Session(stream)
         conn = RespConnection(
-            broker,
-            broker.next_cid(),
+            self.broker,
+            self.broker.next_cid(),
             host=host,
             port=port,
             wake=partial(self.flusher.wake, session),
             clock=trio.current_time,
             limits=self.config.redis,
         )
+        await self._serve(session, conn, partial(self._redis_timers, conn))
+
+    async def _refused(self, stream: trio.abc.Stream, refusal: bytes) -> bool:
+        """Whether the node is at its connection limit (then the newcomer is told so and cut off)."""
+        if not self.broker.at_connection_limit():
+            return False
+        with trio.move_on_after(1):
+            await stream.send_all(refusal)
+        await trio.aclose_forcefully(stream)
+        return True
+
+    async def _serve(
+        self,
+        session: Session,
+        conn: ClientConnection | RespConnection,
+        timers: Callable[[], Awaitable[None]],
+        start: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
+        """Run a client connection of either protocol: counted, served, then retired."""
         session.conn = conn
-        broker.add_client(conn)
-        log.debug("%s - redis connection created", conn.describe())
+        self.broker.add_client(conn)
+        log.debug("%s - client connection created", conn.describe())
         self._handlers += 1
         try:
+            if start is not None and not await start():
+                return
             await session.run(
                 self.flusher,
                 write_deadline=self.config.write_deadline,
-                timers=partial(self._redis_timers, conn),
+                timers=timers,
                 after_input=self._stall_if_congested,
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
             conn.retire()
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(session.stream)
             self._handlers -= 1
             self._handler_done.set()
             self.flusher.wrote.set()
-            log.debug("%s - redis connection closed: %s", conn.describe(), conn.closing)
+            log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
     async def _redis_timers(self, conn: RespConnection) -> None:
         """The output-buffer soft limit is checked once a second."""

@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from node.accounts import Account
 from node.broker import VERSION, Broker
-from node.client import Reason
+from node.client import HANGUP_REASONS, KEEPS_OUTPUT, Reason
 from node.config import RedisConfig, UserConfig
 from node.permissions import PermissionSet
 from node.resp.errors import RespProtocolError
@@ -449,16 +449,9 @@ class RespConnection(Outbox):
 
     def hangup(self, how: Hangup) -> None:
         """The transport saw the connection end (see ``transport.sessions``)."""
-        if how is Hangup.CLOSED_BY_PEER:
-            self.close(Reason.CLIENT_CLOSED)
-        elif how is Hangup.READ_ERROR:
-            self.close(Reason.READ_ERROR)
-        elif how is Hangup.WRITE_DEADLINE:
-            if self.closing is None:
-                self.broker.slow_consumers += 1
-            self.close(Reason.SLOW_DEADLINE, flush=False)
-        else:
-            self.close(Reason.WRITE_ERROR, flush=False)
+        if how is Hangup.WRITE_DEADLINE and self.closing is None:
+            self.broker.slow_consumers += 1
+        self.close(HANGUP_REASONS[how], flush=how in KEEPS_OUTPUT)
 
     def internal_error(self, exc: Exception) -> None:
         """A bug surfaced while serving this client: it gets a generic error and goes."""
