@@ -1,7 +1,7 @@
 """``pubmesh local``: a whole deployment on this machine, one process per node, for trying things out.
 
-Each node is a real ``pubmesh serve`` process on 127.0.0.1 with its own client, route, gateway and
-monitoring ports (numbered from a base so they are easy to remember). Within a cluster the first
+Each node is a real ``pubmesh serve`` process on 127.0.0.1 with its own client, Redis, route, gateway
+and monitoring ports (numbered from a base so they are easy to remember). Within a cluster the first
 node is every other node's seed and gossip completes the mesh; every node is given the gateway URLs
 of the other clusters' nodes, so the clusters form one super-cluster. Ctrl-C (or SIGTERM) stops
 them all.
@@ -22,6 +22,8 @@ import attrs
 __all__ = ["main", "plan"]
 
 DEFAULT_CLUSTERS = "east:3,west:2"
+REDIS_OFFSET = 6379 - 4222
+"""Redis ports start where redis-server's default is when clients start at nats-server's."""
 
 
 @attrs.frozen
@@ -32,13 +34,14 @@ class LocalNode:
     route_port: int
     gateway_port: int
     http_port: int
+    redis_port: int
 
     def command(self, nodes: Sequence[LocalNode]) -> list[str]:
         """The ``pubmesh serve`` command line of this node, within the deployment ``nodes``."""
         args = [
             sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(self.client_port),
             "-m", str(self.http_port), "-n", self.name, "--cluster_name", self.cluster,
-            "--cluster", f"nats://127.0.0.1:{self.route_port}",
+            "--cluster", f"nats://127.0.0.1:{self.route_port}", "--redis_port", str(self.redis_port),
         ]  # fmt: skip
         seed = next(n for n in nodes if n.cluster == self.cluster)
         if seed is not self:
@@ -70,12 +73,19 @@ def parse_clusters(text: str) -> list[tuple[str, int]]:
 
 def plan(clusters: Sequence[tuple[str, int]], base: int) -> list[LocalNode]:
     """Ports, the i-th node overall: clients base+i, routes base+2000+i, gateways base+3000+i,
-    monitoring base+4000+i (4222, 6222, 7222, 8222... as nats-server's defaults)."""
+    monitoring base+4000+i (4222, 6222, 7222, 8222... as nats-server's defaults), Redis
+    base+REDIS_OFFSET+i (6379... as redis-server's)."""
     nodes: list[LocalNode] = []
     for cluster, count in clusters:
         for k in range(count):
             i = len(nodes)
-            ports = (base + i, base + 2000 + i, base + 3000 + i, base + 4000 + i)
+            ports = (
+                base + i,
+                base + 2000 + i,
+                base + 3000 + i,
+                base + 4000 + i,
+                base + REDIS_OFFSET + i,
+            )
             nodes.append(LocalNode(f"{cluster}{k + 1}", cluster, *ports))
     return nodes
 
@@ -99,12 +109,14 @@ def _wait_ready(nodes: list[LocalNode], processes: list[subprocess.Popen[bytes]]
 def _describe(nodes: Sequence[LocalNode]) -> None:
     clusters = dict.fromkeys(n.cluster for n in nodes)
     print(f"\n{len(nodes)} nodes in {len(clusters)} clusters on 127.0.0.1\n", flush=True)
-    heading = f"  {'cluster':8} {'node':8} {'clients':23} {'monitoring':27} {'routes':23} gateways"
+    heading = f"  {'cluster':8} {'node':8} {'clients':23} {'redis':24} {'monitoring':27} "
+    heading += f"{'routes':23} gateways"
     print(heading, flush=True)
     for n in nodes:
         print(
             f"  {n.cluster:8} {n.name:8} nats://127.0.0.1:{n.client_port:<6} "
-            f"http://127.0.0.1:{n.http_port:<10} nats://127.0.0.1:{n.route_port:<6} "
+            f"redis://127.0.0.1:{n.redis_port:<6} http://127.0.0.1:{n.http_port:<10} "
+            f"nats://127.0.0.1:{n.route_port:<6} "
             f"nats://127.0.0.1:{n.gateway_port}",
             flush=True,
         )

@@ -14,7 +14,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from node.local import parse_clusters, plan
+from node.local import REDIS_OFFSET, parse_clusters, plan
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,10 +25,11 @@ def test_the_plan_numbers_ports_from_the_base_across_clusters() -> None:
     nodes = plan(parse_clusters("east:2,west"), 4222)
     assert [n.name for n in nodes] == ["east1", "east2", "west1"]
     assert [n.cluster for n in nodes] == ["east", "east", "west"]
-    assert [(n.client_port, n.route_port, n.gateway_port, n.http_port) for n in nodes] == [
-        (4222, 6222, 7222, 8222),
-        (4223, 6223, 7223, 8223),
-        (4224, 6224, 7224, 8224),
+    ports = [(n.client_port, n.route_port, n.gateway_port, n.http_port, n.redis_port) for n in nodes]
+    assert ports == [
+        (4222, 6222, 7222, 8222, 6379),
+        (4223, 6223, 7223, 8223, 6380),
+        (4224, 6224, 7224, 8224, 6381),
     ]
     east2 = nodes[1].command(nodes)
     assert east2[east2.index("--routes") + 1] == "nats://127.0.0.1:6222"  # its cluster's seed
@@ -45,11 +46,12 @@ def test_bad_cluster_lists_are_refused(text: str) -> None:
 
 
 def free_base(span: int) -> int:
-    """A base port whose client, route, gateway and monitoring ranges are all free right now."""
+    """A base port whose client, route, gateway, monitoring and Redis ranges are all free right now."""
     rng = random.Random()
     for _ in range(100):
         base = rng.randrange(20000, 55000)
-        ports = [base + offset + i for offset in (0, 2000, 3000, 4000) for i in range(span)]
+        offsets = (0, 2000, 3000, 4000, REDIS_OFFSET)
+        ports = [base + offset + i for offset in offsets for i in range(span)]
         if all(_free(port) for port in ports):
             return base
     raise RuntimeError("no free port range")
@@ -72,6 +74,9 @@ def test_make_run_starts_two_clusters_that_carry_messages_across() -> None:
     ) as process:
         try:
             assert asyncio.run(across(base)) == [b"hello from east"]
+            with socket.create_connection(("127.0.0.1", base + REDIS_OFFSET + 2), timeout=W) as redis:
+                redis.sendall(b"PING\r\n")  # west1's Redis port
+                assert redis.recv(64) == b"+PONG\r\n"
             process.send_signal(signal.SIGTERM)
             table, _ = process.communicate(timeout=W)
             assert process.returncode == 0
@@ -79,6 +84,7 @@ def test_make_run_starts_two_clusters_that_carry_messages_across() -> None:
             process.kill()
     assert b"3 nodes in 2 clusters" in table
     assert b"nats://127.0.0.1:%d" % (base + 3000 + 2) in table  # west1's gateway port
+    assert b"redis://127.0.0.1:%d" % (base + REDIS_OFFSET + 2) in table
 
 
 async def across(base: int) -> list[bytes]:
