@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 
-from node.bench.wire import CONNECT_TIMEOUT, BenchError, Dialect, Endpoint, Reader
+from node.bench.wire import CONNECT_TIMEOUT, BenchError, Dialect, Endpoint, Reader, dial
 from node.bench.workers import READY, Job, Progress, Report
 
 __all__ = [
@@ -82,24 +82,17 @@ def never_matching(channel: bytes, count: int) -> Iterator[bytes]:
 
 
 def connect(endpoint: Endpoint) -> socket.socket:
-    """A blocking socket past AUTH (when the URL has a password) and a PING answered."""
-    try:
-        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=CONNECT_TIMEOUT)
-    except OSError as exc:
-        raise BenchError(f"cannot connect to {endpoint.url}: {exc.strerror or exc}") from exc
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    """A RESP connection past AUTH (when the URL has a password) and a PING answered."""
+
+    def handshake(sock: socket.socket) -> None:
         hello = b""
         if endpoint.password is not None:
             user = (endpoint.user.encode(),) if endpoint.user else ()
             hello = command(b"AUTH", *user, endpoint.password.encode())
         sock.sendall(hello + command(b"PING"))
         _await_pong(sock, bool(hello))
-    except BaseException:
-        sock.close()
-        raise
-    sock.settimeout(None)
-    return sock
+
+    return dial(endpoint, handshake)
 
 
 def _await_pong(sock: socket.socket, authenticating: bool) -> None:

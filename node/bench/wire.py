@@ -104,22 +104,31 @@ def parse_url(url: str, default_scheme: str = "nats") -> Endpoint:
     return Endpoint(parts.hostname, port, user=user, password=password)
 
 
-def connect(endpoint: Endpoint) -> socket.socket:
-    """A blocking socket past the handshake (INFO, CONNECT, and a PING answered), ready for load."""
+def dial(endpoint: Endpoint, handshake: Callable[[socket.socket], None]) -> socket.socket:
+    """A blocking socket to ``endpoint`` past its protocol's ``handshake``, ready for load."""
     try:
         sock = socket.create_connection((endpoint.host, endpoint.port), timeout=CONNECT_TIMEOUT)
     except OSError as exc:
         raise BenchError(f"cannot connect to {endpoint.url}: {exc.strerror or exc}") from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _read_until(sock, b"\r\n")  # INFO
-        sock.sendall(w.connect(endpoint.connect_options()))
-        flush(sock)
+        handshake(sock)
     except BaseException:
         sock.close()
         raise
     sock.settimeout(None)
     return sock
+
+
+def connect(endpoint: Endpoint) -> socket.socket:
+    """A NATS connection past the handshake (INFO, CONNECT, and a PING answered)."""
+
+    def handshake(sock: socket.socket) -> None:
+        _read_until(sock, b"\r\n")  # INFO
+        sock.sendall(w.connect(endpoint.connect_options()))
+        flush(sock)
+
+    return dial(endpoint, handshake)
 
 
 def flush(sock: socket.socket, timeout: float | None = None) -> None:

@@ -460,7 +460,7 @@ class RespConnection(Outbox):
         self.close(Reason.INTERNAL_ERROR)
 
     def describe(self) -> str:
-        return f"{self.host}:{self.port} - rid:{self.cid}"
+        return f"{self.host}:{self.port} - cid:{self.cid}"
 
     def close(self, reason: str, *, flush: bool = True) -> None:
         """Start closing: forget subscriptions now; the I/O side flushes (unless told not to)."""
