@@ -32,6 +32,7 @@ from routing import (
     RemoteInterest,
     SubListResult,
     Subscription,
+    pattern_subject,
     plan_delivery,
     subject_channel,
 )
@@ -259,15 +260,22 @@ class Broker:
         return changes
 
     def subscribe_pattern(self, account: Account, pattern: bytes, owner: PatternSubscriber) -> None:
-        """Add a Redis pattern subscription. Patterns are not announced to other nodes: they
-        see what is published on this node only."""
+        """Add a Redis pattern subscription, announced to peers as interest in the pattern (they
+        send over what matches it, ``routing.channels``)."""
         if account.patterns is None:
             account.patterns = PatternIndex()
         account.patterns.add(pattern, owner)
+        change = self.interest.update(account.name, pattern_subject(pattern))
+        if change is not None:
+            self._announce(change)
 
     def unsubscribe_pattern(self, account: Account, pattern: bytes, owner: PatternSubscriber) -> None:
-        if account.patterns is not None:
+        """Remove one owner's pattern subscription (an unknown one is ignored)."""
+        if account.patterns is not None and account.patterns.subscribed(pattern, owner):
             account.patterns.remove(pattern, owner)
+            change = self.interest.update(account.name, pattern_subject(pattern), delta=-1)
+            if change is not None:
+                self._announce(change)
 
     def subscriptions(self) -> Iterator[tuple[Account, Subscription]]:
         for account in self.accounts.values():

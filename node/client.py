@@ -175,7 +175,9 @@ class ClientConnection(Outbox):
             PermissionSet(self.user.permissions) if self.user and self.user.permissions else None
         )
         self.subs: dict[bytes, Subscription] = {}
-        self._deny_filtered: set[Subscription] = set()
+        self._filtered: set[Subscription] = set()
+        """Subscriptions whose deliveries are checked: those that overlap a denied subject, and
+        those whose first token is a wildcard (they would match the Redis-only ``$R.`` space)."""
         # Monitoring.
         self.start_ns = self.last_activity_ns = time.time_ns()
         self.stop_ns = 0
@@ -380,8 +382,10 @@ class ClientConnection(Outbox):
                 self._error(INVALID_SUBJECT)
                 return
             self.subs[event.sid] = sub
-            if self.perms is not None and self.perms.filters_deliveries(subject, queue):
-                self._deny_filtered.add(sub)
+            if subject.partition(".")[0] in ("*", ">") or (
+                self.perms is not None and self.perms.filters_deliveries(subject, queue)
+            ):
+                self._filtered.add(sub)
         if self.verbose:
             self._send(w.OK)
 
@@ -399,7 +403,7 @@ class ClientConnection(Outbox):
     def _drop_subs(self, subs: list[Subscription]) -> None:
         for sub in subs:
             del self.subs[sub.sid]
-            self._deny_filtered.discard(sub)
+            self._filtered.discard(sub)
         self.broker.unsubscribe(self.account, subs)
 
     # -- output ----------------------------------------------------------------------------------
@@ -408,9 +412,11 @@ class ClientConnection(Outbox):
         """Queue one MSG (or HMSG) for ``sub``; False if it was not delivered."""
         if self.closing is not None:
             return False
-        if self._deny_filtered and sub in self._deny_filtered:
-            assert self.perms is not None
-            if not self.perms.can_receive(msg.subject):
+        if self._filtered and sub in self._filtered:
+            subject = msg.subject
+            if subject.startswith(RESERVED_PREFIX) or (
+                self.perms is not None and not self.perms.can_receive(subject)
+            ):
                 return False
         sub.delivered += 1
         max_msgs = sub.max_msgs
@@ -524,7 +530,7 @@ class ClientConnection(Outbox):
         if self.subs:
             subs = list(self.subs.values())
             self.subs.clear()
-            self._deny_filtered.clear()
+            self._filtered.clear()
             self.broker.unsubscribe(self.account, subs)
         self.broker.remove_client(self)
         self._notify()

@@ -4,7 +4,7 @@ Pure, synchronous and free of I/O, so every rule here can be tested exhaustively
 node and cluster packages wire it to sockets.
 """
 
-from routing.channels import channel_subject, subject_channel
+from routing.channels import channel_subject, pattern_subject, subject_channel, subject_pattern
 from routing.forwarding import DeliveryPlan, Origin, plan_delivery
 from routing.glob import GlobPattern, glob_match, is_literal, literal_prefix
 from routing.interest import InterestChange, InterestTracker
@@ -48,10 +48,12 @@ __all__ = [
     "is_valid_literal_subject",
     "is_valid_subject",
     "literal_prefix",
+    "pattern_subject",
     "plan_delivery",
     "subject_channel",
     "subject_is_literal",
     "subject_matches",
+    "subject_pattern",
     "subjects_collide",
     "tokenize",
 ]

@@ -164,6 +164,11 @@ class PatternIndex(Generic[T]):
         entry = self._entries.get(pattern)
         return [] if entry is None else list(entry.owners)
 
+    def subscribed(self, pattern: bytes, owner: T) -> bool:
+        """Whether ``owner`` holds ``pattern``."""
+        entry = self._entries.get(pattern)
+        return entry is not None and owner in entry.owners
+
     def add(self, pattern: bytes, owner: T) -> bool:
         """Subscribe ``owner`` to ``pattern`` (again is harmless); True when the pattern is new."""
         entry = self._entries.get(pattern)

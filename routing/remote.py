@@ -7,17 +7,26 @@ dropping a link, or one account's slice of a link, touches only that slice.
 
 Interest is binary per (link, account, subject) for plain interest, which makes a repeated RS+
 harmless; queue interest carries a weight (the far side's member count) that a repeated RS+ updates.
+
+Redis pattern interest arrives as interest in a ``$R.P.<hex>`` subject (``routing.channels``). It is
+kept with the link's other entries, so withdrawals, dropped links and snapshots treat it alike, but it
+is filed in the account's ``PatternIndex`` instead of its trie: a subject's match adds the links with
+a pattern matching the subject's channel exactly, so a publish crosses a link only when something on
+the far side wants it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import attrs
 
+from routing.channels import subject_channel, subject_pattern
+from routing.patterns import PatternIndex
 from routing.stats import SubListStats
+from routing.subjects import InvalidSubjectError
 from routing.subscription import Subscription
 from routing.trie import Groups, SubjectTrie
 
@@ -86,11 +95,13 @@ class RemoteInterest(Generic[L]):
     connection object, a server id).
     """
 
-    __slots__ = ("_accounts", "_by_link", "_cache", "_count", "genid")
+    __slots__ = ("_accounts", "_by_link", "_cache", "_count", "_patterns", "genid")
 
     def __init__(self, *, cache: bool = True) -> None:
         self._cache = cache
         self._accounts: dict[str, SubjectTrie[RemoteMatch[L]]] = {}
+        self._patterns: dict[str, PatternIndex[L]] = {}
+        """Each account's pattern interest, once it has any: pattern -> the links that want it."""
         self._by_link: dict[L, _Slice] = {}
         self._count = 0
         self.genid = 0
@@ -112,11 +123,13 @@ class RemoteInterest(Generic[L]):
         the new weight. Removing unknown interest changes nothing.
 
         Raises:
-            InvalidSubjectError: ``subject`` breaks the token rules (on add).
+            InvalidSubjectError: ``subject`` breaks the token rules, or is pattern interest that is
+                misspelled or names a queue (on add).
             ValueError: a queue add with a weight below 1.
         """
         if remove:
             return self._remove(link, account, subject, queue)
+        pattern = _pattern(subject, queue)
         if queue is None:
             weight = 1
         elif weight < 1:
@@ -131,12 +144,15 @@ class RemoteInterest(Generic[L]):
             self._accounts[account].invalidate(subject)
             self.genid += 1
             return True
-        trie = self._accounts.get(account)
-        if trie is None:
-            trie = SubjectTrie(_build, EMPTY_MATCH, cache=self._cache)
         sub = Subscription(subject, queue, owner=link, weight=weight)
-        trie.insert(sub)  # validates before anything is recorded
-        self._accounts[account] = trie
+        if pattern is not None:
+            self._patterns.setdefault(account, PatternIndex()).add(pattern, link)
+        else:
+            trie = self._accounts.get(account)
+            if trie is None:
+                trie = SubjectTrie(_build, EMPTY_MATCH, cache=self._cache)
+            trie.insert(sub)  # validates before anything is recorded
+            self._accounts[account] = trie
         self._by_link.setdefault(link, {}).setdefault(account, {})[key] = sub
         self._count += 1
         self.genid += 1
@@ -165,7 +181,7 @@ class RemoteInterest(Generic[L]):
         sub = entries.pop((subject, queue), None) if entries is not None else None
         if entries is None or sub is None:
             return False
-        self._accounts[account].remove(sub)
+        self._unfile(account, [sub])
         self._count -= 1
         self.genid += 1
         if not entries:
@@ -189,35 +205,60 @@ class RemoteInterest(Generic[L]):
         return self._drop(account, entries)
 
     def _drop(self, account: str, entries: dict[tuple[str, str | None], Subscription]) -> int:
-        trie = self._accounts[account]
-        removed = trie.remove_batch(entries.values())
-        if not len(trie):
-            del self._accounts[account]
-        self._count -= removed
+        self._unfile(account, entries.values())
+        self._count -= len(entries)
         self.genid += 1
-        return removed
+        return len(entries)
+
+    def _unfile(self, account: str, subs: Iterable[Subscription]) -> None:
+        """Take entries out of the account's trie or pattern index; drop either once empty."""
+        plain = []
+        for sub in subs:
+            pattern = subject_pattern(sub.subject)  # (spelled right: it was accepted)
+            if pattern is None:
+                plain.append(sub)
+            else:
+                index = self._patterns[account]
+                index.remove(pattern, sub.owner)
+                if not len(index):
+                    del self._patterns[account]
+        if plain:
+            trie = self._accounts[account]
+            if len(plain) == 1:
+                trie.remove(plain[0])
+            else:
+                trie.remove_batch(plain)
+            if not len(trie):
+                del self._accounts[account]
 
     def _forget(self, link: L, slices: _Slice, account: str) -> None:
         del slices[account]
         if not slices:
             del self._by_link[link]
-        trie = self._accounts.get(account)
-        if trie is not None and not len(trie):
-            del self._accounts[account]
 
     # -- queries -------------------------------------------------------------------------------
 
     def has_remote_interest(self, account: str, subject: str) -> bool:
         """Whether any link wants ``subject`` in ``account``."""
         trie = self._accounts.get(account)
-        return trie is not None and trie.has_interest(subject)
+        if trie is not None and trie.has_interest(subject):
+            return True
+        return account in self._patterns and bool(self.match_remote(account, subject))
 
     def match_remote(self, account: str, subject: str) -> RemoteMatch[L]:
-        """Links with plain interest in ``subject`` and queue groups with their weights per link."""
+        """Links with plain interest in ``subject`` (or a pattern matching its channel) and queue
+        groups with their weights per link."""
         trie = self._accounts.get(account)
-        if trie is None:
-            return EMPTY_MATCH
-        return trie.match(subject)
+        found: RemoteMatch[L] = EMPTY_MATCH if trie is None else trie.match(subject)
+        index = self._patterns.get(account)
+        if index is None:
+            return found
+        channel = subject_channel(subject.encode("utf-8", "surrogateescape"))
+        wanted = [link for _, links in index.match(channel) for link in links]
+        if not wanted:
+            return found
+        links = tuple(dict.fromkeys((*found.links, *wanted)))
+        return RemoteMatch(links, found.queues) if links != found.links else found
 
     def __len__(self) -> int:
         return self._count
@@ -247,3 +288,14 @@ class RemoteInterest(Generic[L]):
     def stats(self) -> SubListStats:
         """Trie counters summed over accounts."""
         return SubListStats.combine(trie.stats() for trie in self._accounts.values())
+
+
+def _pattern(subject: str, queue: str | None) -> bytes | None:
+    """The pattern of pattern interest (None for subject interest), refusing misspelled ones."""
+    try:
+        pattern = subject_pattern(subject)
+    except ValueError as exc:
+        raise InvalidSubjectError(str(exc)) from None
+    if pattern is not None and queue is not None:
+        raise InvalidSubjectError(f"pattern interest {subject!r} cannot name a queue group")
+    return pattern

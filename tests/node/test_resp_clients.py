@@ -139,6 +139,34 @@ async def test_cross_protocol_both_ways(node: NodeHandle) -> None:
     await in_asyncio(scenario)
 
 
+async def test_nats_wildcards_never_see_redis_only_channels(node: NodeHandle) -> None:
+    async def scenario() -> None:
+        nc = await asyncio.wait_for(nats.connect(f"nats://127.0.0.1:{node.port}"), W)
+        seen: list[str] = []
+        two = asyncio.Event()
+
+        async def take(msg: Any) -> None:
+            seen.append(msg.subject)
+            if len(seen) == 2:
+                two.set()
+
+        for subject in (">", "*.*", "*"):
+            await nc.subscribe(subject, cb=take)
+        await nc.flush(5)
+        publisher = redis.asyncio.Redis(host="127.0.0.1", port=node.redis_port or 0)
+        assert await publisher.publish("hello world", "x") == 0  # travels as $R.<hex>
+        assert await publisher.publish("", "x") == 0
+        assert await publisher.publish("hello.world", "x") == 2  # a subject: > and *.*
+        await nc.flush(5)
+        await asyncio.wait_for(two.wait(), W)
+        await asyncio.sleep(0.1)  # (room for a copy that should not come)
+        assert seen == ["hello.world", "hello.world"]
+        await publisher.aclose()
+        await nc.close()
+
+    await in_asyncio(scenario)
+
+
 async def test_channel_subscriptions_cross_a_cluster(nursery: trio.Nursery) -> None:
     cluster = ClusterConfig(name="mesh", host="127.0.0.1", port=0)
     a = await start_redis_node(nursery, Config(server_name="a", cluster=cluster))

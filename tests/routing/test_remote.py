@@ -12,7 +12,12 @@ from routing import (
     RemoteEntry,
     RemoteInterest,
     Subscription,
+    channel_subject,
+    glob_match,
+    pattern_subject,
+    subject_channel,
     subject_matches,
+    subject_pattern,
 )
 from routing.trie import SubjectTrie
 
@@ -196,10 +201,46 @@ def test_entries_and_stats() -> None:
     assert stats.cache_hit_rate == 0.5
 
 
+def test_pattern_interest_matches_channels_exactly() -> None:
+    ri: RemoteInterest[str] = RemoteInterest()
+    assert ri.apply_remote_sub("r1", G, pattern_subject(b"ord*"))
+    assert not ri.apply_remote_sub("r1", G, pattern_subject(b"ord*"))
+    ri.apply_remote_sub("r2", G, pattern_subject(b"*[ ]*"))
+    ri.apply_remote_sub("r2", G, "orders.eu")
+    assert ri.match_remote(G, "orders.eu").links == ("r2", "r1")  # once each
+    assert ri.match_remote(G, "order").links == ("r1",)
+    assert ri.match_remote(G, channel_subject(b"ord x").decode()).links == ("r1", "r2")
+    assert not ri.match_remote(G, "zzz")
+    assert not ri.match_remote("other", "order")
+    assert ri.has_remote_interest(G, "orders")
+    assert not ri.has_remote_interest(G, "x")
+    assert ri.apply_remote_sub("r1", G, pattern_subject(b"ord*"), remove=True)
+    assert not ri.match_remote(G, "order")
+    assert ri.remove_remote_subs("r2") == 2
+    assert not ri.match_remote(G, channel_subject(b"ord x").decode())
+    assert len(ri) == 0
+
+
+@pytest.mark.parametrize(
+    ("subject", "queue"),
+    [("$R.P.6F", None), ("$R.P.6f 72", None), ("$R.P.zz", None), ("$R.P.", None), ("$R.P.61", "q")],
+)
+def test_misspelled_pattern_interest_is_refused(subject: str, queue: str | None) -> None:
+    ri: RemoteInterest[str] = RemoteInterest()
+    with pytest.raises(InvalidSubjectError):
+        ri.apply_remote_sub("r1", G, subject, queue)
+    assert len(ri) == 0
+    assert list(ri.entries()) == []
+
+
 LINKS = st.sampled_from(["r1", "r2", "r3"])
 ACCOUNTS = st.sampled_from(["A", "B"])
-SUBJECTS = st.lists(st.sampled_from(["a", "b", "*", ">"]), min_size=1, max_size=3).map(".".join)
-PUBLISH = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=4).map(".".join)
+PATTERNS = st.sampled_from([b"a*", b"*.b", b"?", b"a.[ab]*", b"* *", b"*", b"[]"]).map(pattern_subject)
+SUBJECTS = (
+    st.lists(st.sampled_from(["a", "b", "*", ">"]), min_size=1, max_size=3).map(".".join) | PATTERNS
+)
+CHANNELS = st.lists(st.sampled_from(["a", "b", "c", "a b", ""]), min_size=1, max_size=4).map(".".join)
+PUBLISH = CHANNELS.map(lambda channel: channel_subject(channel.encode()).decode())
 QUEUES = st.none() | st.sampled_from(["q1", "q2"])
 
 Key = tuple[str, str, str, str | None]
@@ -248,8 +289,9 @@ class RemoteMachine(RuleBasedStateMachine):
 
     @rule(account=ACCOUNTS, subject=PUBLISH)
     def match(self, account: str, subject: str) -> None:
+        channel = subject_channel(subject.encode())
         hits = [
-            (k, w) for k, w in self.model.items() if k[1] == account and subject_matches(k[2], subject)
+            (k, w) for k, w in self.model.items() if k[1] == account and _wants(k[2], subject, channel)
         ]
         links = {k[0] for k, _ in hits if k[3] is None}
         queues: dict[str, dict[str, int]] = {}
@@ -269,6 +311,11 @@ class RemoteMachine(RuleBasedStateMachine):
         assert {(e.link, e.account, e.subject, e.queue): e.weight for e in self.ri.entries()} == (
             self.model
         )
+
+
+def _wants(interest: str, subject: str, channel: bytes) -> bool:
+    pattern = subject_pattern(interest)
+    return subject_matches(interest, subject) if pattern is None else glob_match(pattern, channel)
 
 
 TestRemoteAgainstModel = RemoteMachine.TestCase

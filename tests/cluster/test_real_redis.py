@@ -1,0 +1,122 @@
+"""Redis channel and pattern interest across routes and gateways, with real redis-py and nats-py clients.
+
+A super-cluster over real sockets (east: e1 and e2 joined by a route; west: w1, across a gateway),
+every node with a Redis port and a monitoring port. The monitoring counters of e1's links show what
+crossed them: a publish nobody on the far side wants crosses nothing, a wanted one crosses each
+link once, and every subscription (channel, pattern, NATS) gets it exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis.asyncio
+import trio
+
+from node.config import Config, RedisConfig
+from node.launch import NodeHandle
+from routing import channel_subject
+from tests.cluster.clients import Box, W, connect, eventually
+from tests.cluster.test_real_gateways import start_supercluster
+from tests.node.conftest import in_asyncio
+
+pytestmark = pytest.mark.timeout(60)
+
+NODES = Config(redis=RedisConfig(host="127.0.0.1", port=0), http_port=0)
+
+
+def client(node: NodeHandle) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis(host="127.0.0.1", port=node.redis_port or 0, socket_timeout=W)
+
+
+def crossed(node: NodeHandle) -> tuple[int, int]:
+    """Messages ``node`` has sent over its routes and over its outbound gateways, from monitoring."""
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}{path}", timeout=W) as reply:
+            return json.load(reply)
+
+    routes = sum(route["out_msgs"] for route in get("/routez")["routes"])
+    outbound = get("/gatewayz")["outbound_gateways"].values()
+    return routes, sum(gateway["connection"]["out_msgs"] for gateway in outbound)
+
+
+def wants(node: NodeHandle, channel: bytes, *, routes: int, gateways: int) -> Callable[[], bool]:
+    """Whether ``node`` has heard from that many links that something wants ``channel``."""
+    subject = channel_subject(channel).decode()
+
+    def check() -> bool:
+        broker = node.server.broker
+        by_route = broker.route_interest.match_remote("$G", subject).links
+        by_gateway = broker.gateway_interest.match_remote("$G", subject).links
+        return len(by_route) == routes and len(by_gateway) == gateways
+
+    return check
+
+
+async def drain(pubsub: Any, count: int) -> list[tuple[str, bytes | None, bytes, bytes]]:
+    """The next ``count`` messages (kind, pattern, channel, data), then proof that nothing follows."""
+    got: list[tuple[str, bytes | None, bytes, bytes]] = []
+    async with asyncio.timeout(W):
+        while len(got) < count:
+            msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.2)
+            if msg is not None:
+                got.append((msg["type"], msg["pattern"], msg["channel"], msg["data"]))
+    assert await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.3) is None
+    return sorted(got, key=repr)
+
+
+async def test_patterns_cross_links_only_where_wanted(nursery: trio.Nursery) -> None:
+    e1, e2, w1 = await start_supercluster(nursery, NODES)
+
+    async def scenario() -> None:
+        at_w1, at_e2, publisher = client(w1).pubsub(), client(e2).pubsub(), client(e1)
+        await at_w1.psubscribe("ord*", "h?llo *")
+        await at_e2.psubscribe("ord*")
+        await at_e2.subscribe("orders.eu")
+        nats_at_w1, nats_box = await connect(w1), Box()
+        await nats_at_w1.subscribe("orders.>", cb=nats_box.take)
+        await eventually(wants(e1, b"orders.eu", routes=1, gateways=1))
+        await eventually(wants(e1, b"hello world", routes=0, gateways=1))
+
+        async def publish(channel: str) -> int:
+            return int(await publisher.publish(channel, f"to {channel}"))
+
+        before = crossed(e1)
+        for channel in ("zzz", "or", "hello", "x y"):  # nobody anywhere wants these
+            assert await publish(channel) == 0
+        assert crossed(e1) == before
+
+        assert await publish("orders.eu") == 0  # (no receivers on e1 itself)
+        after = crossed(e1)
+        assert after == (before[0] + 1, before[1] + 1)  # one copy over the route, one over the gateway
+        assert await drain(at_e2, 2) == [
+            ("message", None, b"orders.eu", b"to orders.eu"),
+            ("pmessage", b"ord*", b"orders.eu", b"to orders.eu"),
+        ]
+        assert await drain(at_w1, 1) == [("pmessage", b"ord*", b"orders.eu", b"to orders.eu")]
+        await nats_box.wait_for(1)
+
+        assert await publish("hello world") == 0  # only west wants it
+        assert crossed(e1) == (after[0], after[1] + 1)
+        assert await drain(at_w1, 1) == [("pmessage", b"h?llo *", b"hello world", b"to hello world")]
+        assert await drain(at_e2, 0) == []
+        assert nats_box.data == [b"to orders.eu"]
+
+        await at_w1.punsubscribe()
+        await eventually(wants(e1, b"hello world", routes=0, gateways=0))
+        settled = crossed(e1)
+        assert await publish("order") == 0
+        assert crossed(e1) == (settled[0] + 1, settled[1])
+        assert await drain(at_e2, 1) == [("pmessage", b"ord*", b"order", b"to order")]
+        for each in (at_w1, at_e2):
+            await each.aclose()
+        await publisher.aclose()
+        await nats_at_w1.close()
+
+    await in_asyncio(scenario)
