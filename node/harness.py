@@ -84,6 +84,23 @@ class Inbox:
         return [payload for _, payload in self.messages]
 
 
+class PatternInbox:
+    """A Redis pattern subscription inside a node (as PSUBSCRIBE makes one) and what it received."""
+
+    def __init__(self, pattern: bytes) -> None:
+        self.pattern = pattern
+        self.messages: list[tuple[bytes, bytes]] = []
+        """(channel, payload) of each message."""
+
+    def deliver_pattern(self, pattern: bytes, channel: bytes, msg: Message) -> bool:
+        self.messages.append((channel, msg.payload))
+        return True
+
+    @property
+    def payloads(self) -> list[bytes]:
+        return [payload for _, payload in self.messages]
+
+
 @attrs.define(eq=False)
 class HarnessNode:
     """One node of a harness cluster."""
@@ -124,8 +141,17 @@ class HarnessNode:
         self.broker.subscribe(self.broker.account(account), inbox.subscription)
         return inbox
 
-    def unsubscribe(self, inbox: Inbox, *, account: str = "$G") -> None:
-        self.broker.unsubscribe(self.broker.account(account), [inbox.subscription])
+    def psubscribe(self, pattern: bytes, *, account: str = "$G") -> PatternInbox:
+        """Subscribe to a Redis glob pattern inside the node."""
+        inbox = PatternInbox(pattern)
+        self.broker.subscribe_pattern(self.broker.account(account), pattern, inbox)
+        return inbox
+
+    def unsubscribe(self, inbox: Inbox | PatternInbox, *, account: str = "$G") -> None:
+        if isinstance(inbox, PatternInbox):
+            self.broker.unsubscribe_pattern(self.broker.account(account), inbox.pattern, inbox)
+        else:
+            self.broker.unsubscribe(self.broker.account(account), [inbox.subscription])
 
     def publish(
         self, subject: str, payload: bytes = b"", *, account: str = "$G", reply: str | None = None

@@ -2,12 +2,13 @@
 
 Each example runs a fresh harness in virtual time (a three-node cluster, or three clusters of two,
 one and one nodes joined by gateways) through a random sequence of steps: subscribe and unsubscribe
-anywhere (two accounts, plain and queue), cut, black-hole or slow a pair of nodes (in one cluster
-or across), heal, kill a node, start it again. Then every fault is healed and the harness must
-converge: each node's picture of each live peer's interest exactly that peer's interest, each
-node's picture of each other cluster's interest exactly that cluster's, nothing left from the dead.
-Finally every node publishes on every subject, and each must reach exactly the matching
-subscribers, once, and each queue group exactly once in all.
+anywhere (two accounts; plain, queue and Redis pattern subscriptions), cut, black-hole or slow a
+pair of nodes (in one cluster or across), heal, kill a node, start it again. Then every fault is
+healed and the harness must converge: each node's picture of each live peer's interest exactly that
+peer's interest, each node's picture of each other cluster's interest exactly that cluster's,
+nothing left from the dead. Finally every node publishes on every subject (one of them a channel
+only Redis can name), and each must reach exactly the matching subscribers, once, and each queue
+group exactly once in all.
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.config import ClusterConfig, GatewayConfig
-from node.harness import Cluster, Inbox, SuperCluster, open_cluster, open_supercluster
-from routing import subject_matches
+from node.harness import (
+    Cluster,
+    Inbox,
+    PatternInbox,
+    SuperCluster,
+    open_cluster,
+    open_supercluster,
+)
+from routing import channel_subject, glob_match, subject_channel, subject_matches
 
 NODES = ["n1", "n2", "n3"]
 SUPER_NODES = ["east1", "east2", "west1", "south1"]
 PATTERNS = ["a", "a.b", "a.*", "a.>", ">", "b"]
-SUBJECTS = ["a", "a.b", "b", "c.d"]
+GLOBS = [b"a*", b"*b", b"?", b"c.[d]", b"[^a]*"]
+"""Redis pattern subscriptions, for the channels below (one of them only Redis can name)."""
+SUBJECTS = ["a", "a.b", "b", "c.d", channel_subject(b"a b").decode()]
 ACCOUNTS = ["$G", "A"]
 
 
@@ -39,6 +49,7 @@ def steps(names: list[str]) -> st.SearchStrategy[list[tuple[Any, ...]]]:
     step = st.one_of(
         st.tuples(st.just("sub"), node, st.sampled_from(PATTERNS), st.sampled_from([None, "q"]),
                   st.sampled_from(ACCOUNTS)),
+        st.tuples(st.just("psub"), node, st.sampled_from(GLOBS), st.sampled_from(ACCOUNTS)),
         st.tuples(st.just("unsub"), st.integers(0, 50)),
         st.tuples(st.just("cut"), pair),
         st.tuples(st.just("blackhole"), pair),
@@ -51,7 +62,7 @@ def steps(names: list[str]) -> st.SearchStrategy[list[tuple[Any, ...]]]:
     return st.lists(step, max_size=25)
 
 
-Placed = tuple[str, str, Inbox]  # node name, account, inbox
+Placed = tuple[str, str, Inbox | PatternInbox]  # node name, account, inbox
 Harness = Cluster | SuperCluster
 
 
@@ -84,6 +95,10 @@ async def apply(harness: Harness, placed: list[Placed], step: tuple[Any, ...]) -
         if node(harness, name).alive:
             inbox = node(harness, name).subscribe(pattern, queue, account=account)
             placed.append((name, account, inbox))
+    elif kind == "psub":
+        _, name, glob, account = step
+        if node(harness, name).alive:
+            placed.append((name, account, node(harness, name).psubscribe(glob, account=account)))
     elif kind == "unsub":
         live = [p for p in placed if node(harness, p[0]).alive]
         if live:
@@ -127,23 +142,27 @@ async def check_delivery(cluster: Harness, placed: list[Placed]) -> None:
     with trio.fail_after(30):
         await trio.testing.wait_all_tasks_blocked(cushion=0.05)
     for account, subject, payload in sent:
-        matching = [
-            inbox for _, acc, inbox in placed
-            if acc == account and subject_matches(inbox.subscription.subject, subject)
-        ]  # fmt: skip
+        matching = [inbox for _, acc, inbox in placed if acc == account and wants(inbox, subject)]
         got = {id(inbox): inbox.payloads.count(payload) for inbox in matching}
         for _, _, inbox in placed:
             if inbox not in matching:
-                assert payload not in inbox.payloads, (payload, inbox.subscription)
-        plain = [i for i in matching if i.subscription.queue is None]
-        assert all(got[id(i)] == 1 for i in plain), (
-            payload,
-            [(i.subscription, got[id(i)]) for i in plain],
-        )
-        groups = Counter(i.subscription.queue for i in matching if i.subscription.queue is not None)
+                assert payload not in inbox.payloads, (payload, inbox)
+        plain = [i for i in matching if queue_of(i) is None]
+        assert all(got[id(i)] == 1 for i in plain), (payload, [(i, got[id(i)]) for i in plain])
+        groups = Counter(queue_of(i) for i in matching if queue_of(i) is not None)
         for group in groups:
-            delivered = sum(got[id(i)] for i in matching if i.subscription.queue == group)
+            delivered = sum(got[id(i)] for i in matching if queue_of(i) == group)
             assert delivered == 1, (payload, group, delivered)
+
+
+def wants(inbox: Inbox | PatternInbox, subject: str) -> bool:
+    if isinstance(inbox, PatternInbox):
+        return glob_match(inbox.pattern, subject_channel(subject.encode()))
+    return subject_matches(inbox.subscription.subject, subject)
+
+
+def queue_of(inbox: Inbox | PatternInbox) -> str | None:
+    return inbox.subscription.queue if isinstance(inbox, Inbox) else None
 
 
 async def play_cluster(steps: list[tuple[Any, ...]]) -> None:

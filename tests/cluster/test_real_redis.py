@@ -22,6 +22,7 @@ from node.config import Config, RedisConfig
 from node.launch import NodeHandle
 from routing import channel_subject
 from tests.cluster.clients import Box, W, connect, eventually
+from tests.cluster.test_real_cluster import start_cluster
 from tests.cluster.test_real_gateways import start_supercluster
 from tests.node.conftest import in_asyncio
 
@@ -118,5 +119,50 @@ async def test_patterns_cross_links_only_where_wanted(nursery: trio.Nursery) -> 
             await each.aclose()
         await publisher.aclose()
         await nats_at_w1.close()
+
+    await in_asyncio(scenario)
+
+
+async def test_every_subscription_once_from_every_node_of_a_cluster(nursery: trio.Nursery) -> None:
+    nodes = await start_cluster(nursery, 3, NODES)
+
+    async def scenario() -> None:
+        subs = [client(node).pubsub() for node in nodes]
+        await subs[0].psubscribe("orders.*", "*")
+        await subs[1].subscribe("orders.eu", "a b")
+        await subs[1].psubscribe("a?b")
+        await subs[2].psubscribe("[ab]*")
+        box = Box()
+        nats_clients = [await connect(node) for node in nodes]
+        await nats_clients[2].subscribe("orders.>", cb=box.take)
+        for node in nodes:  # each node hears of the others' interest
+            others = len(nodes) - 1
+            await eventually(wants(node, b"orders.eu", routes=others, gateways=0))
+        await eventually(wants(nodes[0], b"a b", routes=2, gateways=0))
+        publishers = [client(node) for node in nodes]
+        for i, publisher in enumerate(publishers):
+            await publisher.publish("orders.eu", f"redis {i}")
+            await publisher.publish("a b", f"redis {i}")
+            await nats_clients[i].publish("orders.eu", f"nats {i}".encode())
+            await nats_clients[i].flush()
+        sources = [f"{kind} {i}".encode() for i in range(3) for kind in ("redis", "nats")]
+        redis_only = [f"redis {i}".encode() for i in range(3)]
+        expected = {
+            0: [("pmessage", p, b"orders.eu", s) for p in (b"orders.*", b"*") for s in sources]
+            + [("pmessage", b"*", b"a b", s) for s in redis_only],
+            1: [("message", None, b"orders.eu", s) for s in sources]
+            + [(kind, p, b"a b", s) for kind, p in (("message", None), ("pmessage", b"a?b"))
+               for s in redis_only],
+            2: [("pmessage", b"[ab]*", b"a b", s) for s in redis_only],
+        }  # fmt: skip
+        for i, pubsub in enumerate(subs):
+            assert await drain(pubsub, len(expected[i])) == sorted(expected[i], key=repr), i
+        await box.wait_for(len(sources))
+        await asyncio.sleep(0.2)
+        assert sorted(box.data) == sorted(sources)
+        for each in (*subs, *publishers):
+            await each.aclose()
+        for nc in nats_clients:
+            await nc.close()
 
     await in_asyncio(scenario)
