@@ -147,7 +147,7 @@ async def test_every_subscription_once_from_every_node_of_a_cluster(nursery: tri
             await nats_clients[i].flush()
         sources = [f"{kind} {i}".encode() for i in range(3) for kind in ("redis", "nats")]
         redis_only = [f"redis {i}".encode() for i in range(3)]
-        expected = {
+        expected: dict[int, list[tuple[str, bytes | None, bytes, bytes]]] = {
             0: [("pmessage", p, b"orders.eu", s) for p in (b"orders.*", b"*") for s in sources]
             + [("pmessage", b"*", b"a b", s) for s in redis_only],
             1: [("message", None, b"orders.eu", s) for s in sources]
@@ -160,8 +160,10 @@ async def test_every_subscription_once_from_every_node_of_a_cluster(nursery: tri
         await box.wait_for(len(sources))
         await asyncio.sleep(0.2)
         assert sorted(box.data) == sorted(sources)
-        for each in (*subs, *publishers):
-            await each.aclose()
+        for pubsub in subs:
+            await pubsub.aclose()
+        for publisher in publishers:
+            await publisher.aclose()
         for nc in nats_clients:
             await nc.close()
 
