@@ -193,13 +193,17 @@ async def test_patterns_and_channels_are_counted_per_account(nursery: trio.Nurse
             pubsub.subscribe("ch")
             pubsub.psubscribe("x*")
             acknowledged(pubsub, 2)
+        subscribers[2].ssubscribe("ch")  # a shard subscription of the same channel
+        acknowledged(subscribers[2], 1)
         redis_block = get_json(node, "/varz")["redis"]
         # One channel and one pattern in each account; three clients subscribe to each.
-        assert (redis_block["subscriptions"], redis_block["channels"]) == (3, 2)
+        assert (redis_block["subscriptions"], redis_block["channels"]) == (4, 2)
         assert (redis_block["pattern_subscriptions"], redis_block["patterns"]) == (3, 2)
         assert get_json(node, "/subsz")["num_patterns"] == 2
         assert get_json(node, "/subsz?acc=A")["num_patterns"] == 1
-        assert get_json(node, "/subsz?acc=B")["num_subscriptions"] == 1
+        assert get_json(node, "/subsz?acc=B&subs=1")["total"] == 2
+        (bob_conn,) = get_json(node, "/connz?subs=1&acc=B")["connections"]
+        assert (bob_conn["subscriptions"], bob_conn["subscriptions_list"]) == (2, ["ch", "ch"])
         for pubsub in subscribers:
             pubsub.close()
         for c in (ann, ann2, bob):
