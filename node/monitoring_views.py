@@ -39,7 +39,15 @@ from node.broker import Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
 from node.resp.connection import RespConnection
-from routing import RemoteEntry, SubListStats, Subscription, is_valid_literal_subject, subject_matches
+from routing import (
+    RemoteEntry,
+    SubListStats,
+    Subscription,
+    glob_match,
+    is_valid_literal_subject,
+    subject_channel,
+    subject_matches,
+)
 from transport.tls import DEFAULT_TIMEOUT as DEFAULT_TLS_TIMEOUT
 
 __all__ = [
@@ -556,6 +564,9 @@ async def subsz(broker: Broker, opts: SubszOptions, pace: Pacer) -> dict[str, An
 
     Redis channel subscriptions are subscriptions like any other (counted, and listed with their
     ``channel``); ``num_patterns`` adds the distinct Redis patterns (PUBSUB NUMPAT) per account.
+    Listings also hold Redis pattern subscriptions apart: ``patterns_total`` of them, paged by the
+    same ``offset`` and ``limit`` into ``patterns_list`` (``account``, ``pattern``, ``cid``); with
+    ``test``, those whose pattern matches the channel of that subject.
 
     Raises:
         BadRequest: ``test`` is not a subject one could publish to.
@@ -572,7 +583,44 @@ async def subsz(broker: Broker, opts: SubszOptions, pace: Pacer) -> dict[str, An
     doc |= {"total": len(found), "offset": opts.offset, "limit": opts.limit}
     if page:
         doc["subscriptions_list"] = page
+    if opts.subs:
+        patterns = await _pattern_subscriptions(broker, opts, pace)
+        ordered_patterns = await _paced_sorted(patterns, _itself, pace, opts.offset + opts.limit)
+        doc["patterns_total"] = len(patterns)
+        if listed := ordered_patterns[opts.offset :]:
+            doc["patterns_list"] = await _paced_map(_pattern_detail, listed, pace)
     return doc
+
+
+_Pattern = tuple[str, int, bytes]
+"""A Redis pattern subscription as /subsz lists it: account, cid, pattern (plain data, which the
+garbage collector soon stops tracking, as ``_Remote`` explains)."""
+
+
+async def _pattern_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer) -> list[_Pattern]:
+    """The Redis pattern subscriptions the query asks for; with ``test``, those that a message on
+    that subject would reach (its channel matches their pattern)."""
+    channel = subject_channel(opts.test.encode()) if opts.test else None
+    found: list[_Pattern] = []
+    for conn in list(broker.clients.values()):
+        if not isinstance(conn, RespConnection):
+            continue
+        if opts.account and conn.account.name != opts.account:
+            continue
+        for pattern in list(conn.patterns):
+            if channel is None or glob_match(pattern, channel):
+                found.append((conn.account.name, conn.cid, pattern))
+            await pace.tick()
+    return found
+
+
+def _itself(entry: _Pattern) -> _Pattern:
+    return entry
+
+
+def _pattern_detail(entry: _Pattern) -> dict[str, Any]:
+    account, cid, pattern = entry
+    return {"account": account, "pattern": pattern.decode("utf-8", "replace"), "cid": cid}
 
 
 # -- /routez, and the cluster in /varz -------------------------------------------------------------

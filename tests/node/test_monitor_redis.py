@@ -137,7 +137,21 @@ async def test_varz_subsz_connz_and_metrics_follow_redis_clients(nursery: trio.N
                 ("news", "", nats_cid),
             ]
         )
-        assert get_json(node, "/subsz?subs=1&test=news")["total"] == 3
+        assert subsz["patterns_total"] == 3
+        assert subsz["patterns_list"] == [
+            {"account": "$G", "pattern": "h?llo*", "cid": a_cid},
+            {"account": "$G", "pattern": "n*", "cid": a_cid},
+            {"account": "$G", "pattern": "n*", "cid": b_cid},
+        ]
+        paged = get_json(node, "/subsz?subs=1&offset=1&limit=1")
+        assert (paged["patterns_total"], paged["patterns_list"]) == (3, [subsz["patterns_list"][1]])
+        # test: the channel subscriptions on that subject, and the patterns its channel matches.
+        news = get_json(node, "/subsz?subs=1&test=news")
+        assert (news["total"], news["patterns_total"]) == (3, 2)
+        assert {p["pattern"] for p in news["patterns_list"]} == {"n*"}
+        hello = get_json(node, f"/subsz?subs=1&test={HELLO_WORLD}")
+        assert (hello["total"], hello["patterns_list"]) == (1, [subsz["patterns_list"][0]])
+        assert "patterns_list" not in get_json(node, "/subsz")
 
         connz = get_json(node, f"/connz?subs=detail&cid={a_cid}")
         (conn,) = connz["connections"]
