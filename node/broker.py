@@ -150,6 +150,8 @@ class Broker:
         self.closed: collections.deque[Client] = collections.deque(maxlen=CLOSED_KEPT)
         self._next_cid = 0
         self.total_connections = 0
+        self.accepted: collections.Counter[type] = collections.Counter()
+        """Client connections accepted since start, by class (NATS, Redis)."""
         self.slow_consumers = 0
         """Client connections cut as slow consumers."""
         self.slow_links: collections.Counter[str] = collections.Counter()
@@ -158,8 +160,8 @@ class Broker:
         self.local_deliveries = 0
         """How many local subscribers the last ``publish`` reached (Redis's PUBLISH reply); a
         publisher that wants it sets it to 0 first, since a publish nobody wants skips the count."""
-        # Traffic of connections that have closed, so totals survive them.
-        self._closed_traffic = [0, 0, 0, 0]
+        # Traffic of connections that have closed, by class, so totals survive them.
+        self._closed_traffic: dict[type, list[int]] = {}
 
     def identity(self) -> dict[str, Any]:
         """Who this node is, in the fields (and order) INFO and /varz both start with."""
@@ -185,11 +187,12 @@ class Broker:
     def add_client(self, client: Client) -> None:
         self.clients[client.cid] = client
         self.total_connections += 1
+        self.accepted[type(client)] += 1
 
     def remove_client(self, client: Client) -> None:
         if self.clients.pop(client.cid, None) is not None:
             self.closed.append(client)
-            traffic = self._closed_traffic
+            traffic = self._closed_traffic.setdefault(type(client), [0, 0, 0, 0])
             traffic[0] += client.in_msgs
             traffic[1] += client.in_bytes
             traffic[2] += client.out_msgs
@@ -198,10 +201,17 @@ class Broker:
     def count_slow_link(self, kind: str) -> None:
         self.slow_links[kind] += 1
 
-    def traffic(self) -> tuple[int, int, int, int]:
-        """Messages and bytes in and out since start: (in_msgs, in_bytes, out_msgs, out_bytes)."""
-        totals = list(self._closed_traffic)
+    def traffic(self, kind: type | None = None) -> tuple[int, int, int, int]:
+        """Messages and bytes in and out since start: (in_msgs, in_bytes, out_msgs, out_bytes), of
+        client connections of one class when ``kind`` is given, else of all."""
+        totals = [0, 0, 0, 0]
+        for cls, closed in self._closed_traffic.items():
+            if kind is None or cls is kind:
+                for i in range(4):
+                    totals[i] += closed[i]
         for client in self.clients.values():
+            if kind is not None and type(client) is not kind:
+                continue
             totals[0] += client.in_msgs
             totals[1] += client.in_bytes
             totals[2] += client.out_msgs

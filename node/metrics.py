@@ -5,6 +5,9 @@ Dashboards and alerts written for NATS query the exporter's series (``gnatsd_var
 itself lets them work unchanged without running the exporter beside every node. The values come from
 the same documents /varz, /connz and /subsz serve, so the two views never disagree. Every series
 carries the ``server_id`` label, with the node's own id (the exporter's ``-use_internal_server_id``).
+
+The Redis front door's numbers (/varz's ``redis`` block, which the exporter would not read, being
+nested) are ``pubmesh_redis_*`` series, present only on a node with a Redis port.
 """
 
 from __future__ import annotations
@@ -53,6 +56,21 @@ _SUBSZ = {
     "cache_hit_rate": "Share of lookups answered from a cache",
     "max_fanout": "Most subscribers one cached subject reaches",
     "avg_fanout": "Mean subscribers a cached subject reaches",
+    "num_patterns": "Distinct Redis patterns subscribed to, per account, summed",
+}
+_REDIS_GAUGES = {
+    "connections": "Redis client connections open now",
+    "subscriptions": "Channel subscriptions of Redis clients (SUBSCRIBE and SSUBSCRIBE)",
+    "channels": "Distinct channels Redis clients subscribe to, per account, summed",
+    "pattern_subscriptions": "Pattern subscriptions of Redis clients (PSUBSCRIBE)",
+    "patterns": "Distinct Redis patterns subscribed to, per account, summed",
+}
+_REDIS_COUNTERS = {
+    "total_connections": "Redis client connections accepted since start",
+    "in_msgs": "Messages published by Redis clients since start",
+    "in_bytes": "Payload bytes published by Redis clients since start",
+    "out_msgs": "Messages delivered to Redis clients since start",
+    "out_bytes": "Payload bytes delivered to Redis clients since start",
 }
 _CONNZ_GAUGES = {
     "pending_bytes": "Bytes waiting to be written to clients",
@@ -98,7 +116,7 @@ async def exposition(state: MonitorState, pace: Pacer) -> str:
     """Every series, in the text format Prometheus scrapes."""
     broker = state.broker
     out = _Exposition(broker.server_id)
-    doc = varz(state)
+    doc = await varz(state, pace)
     for key, help_text in _VARZ.items():
         out.add(f"gnatsd_varz_{key}", doc[key], help_text)
     start_ms = broker.start_ns // 10**6
@@ -116,6 +134,13 @@ async def exposition(state: MonitorState, pace: Pacer) -> str:
     for path, count in doc["http_req_stats"].items():
         name = "gnatsd_varz_http_req_stats_" + path.strip("/").replace("/", "_")
         out.add(name, count, f"Monitoring requests for {path}")
+    redis = doc["redis"]  # {} without a Redis port: then no Redis series
+    if redis:
+        out.add("pubmesh_redis_port", redis["port"], "Redis (RESP) port")
+        for key, help_text in _REDIS_GAUGES.items():
+            out.add(f"pubmesh_redis_{key}", redis[key], help_text)
+        for key, help_text in _REDIS_COUNTERS.items():
+            out.add(f"pubmesh_redis_{key}", redis[key], help_text, kind="counter")
 
     # One page holding every open connection, so the sums cover them all.
     page = await connz(broker, ConnzOptions(limit=max(len(broker.clients), 1)), pace)

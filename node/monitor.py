@@ -194,7 +194,7 @@ async def _listing(
 
 
 async def _varz(state: MonitorState, query: Query, pace: Pacer) -> Response:
-    return await _json(varz(state), pace)
+    return await _json(await varz(state, pace), pace)
 
 
 async def _connz(state: MonitorState, query: Query, pace: Pacer) -> Response:

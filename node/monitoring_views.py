@@ -39,7 +39,15 @@ from node.broker import Broker
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
 from node.resp.connection import RespConnection
-from routing import RemoteEntry, SubListStats, Subscription, is_valid_literal_subject, subject_matches
+from routing import (
+    RemoteEntry,
+    SubListStats,
+    Subscription,
+    glob_match,
+    is_valid_literal_subject,
+    subject_channel,
+    subject_matches,
+)
 from transport.tls import DEFAULT_TIMEOUT as DEFAULT_TLS_TIMEOUT
 
 __all__ = [
@@ -188,9 +196,12 @@ def _slow_consumer_stats(broker: Broker) -> dict[str, int]:
     }
 
 
-def varz(state: MonitorState) -> dict[str, Any]:
+async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
+    """/varz: nats-server's fields, and ``redis`` for the Redis (RESP) front door (see
+    ``_redis_block``)."""
     broker = state.broker
     config = broker.config
+    redis = await _redis_block(broker, pace)  # (first: its traffic is part of the totals read next)
     now = time.time_ns()
     in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
     slow = _slow_consumer_stats(broker)
@@ -224,6 +235,7 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "leaf": {},
         "mqtt": {},
         "websocket": {},
+        "redis": redis,
         "jetstream": {},
         "write_deadline": round(config.write_deadline * _SECOND),
         "start": go_time(broker.start_ns),
@@ -251,6 +263,63 @@ def varz(state: MonitorState) -> dict[str, Any]:
         "stale_connection_stats": {"clients": broker.stale_connections, **_NO_LINKS},
     }
     return doc
+
+
+async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:
+    """/varz's ``redis``: the RESP listener and its clients; ``{}`` without one, as the blocks of
+    other listeners that are not configured.
+
+    ``host``, ``port``, ``hard_limit``, ``soft_limit`` and ``soft_seconds`` are the listener's
+    settings (output-buffer limits in bytes and seconds). ``connections`` are the Redis connections
+    open now and ``total_connections`` those accepted since start. ``subscriptions`` counts channel
+    subscriptions (SUBSCRIBE and SSUBSCRIBE, one per client and channel) and ``channels`` the
+    distinct channels they name; ``pattern_subscriptions`` counts PSUBSCRIBE patterns per client and
+    ``patterns`` the distinct ones (PUBSUB NUMPAT); distinct means per account, summed over
+    accounts. ``in_msgs``, ``in_bytes``, ``out_msgs``, ``out_bytes``: PUBLISHes taken and
+    deliveries sent by Redis connections since start, payload bytes only (they are part of the
+    node's totals above).
+    """
+    config = broker.config.redis
+    if config is None:
+        return {}
+    connections = subscriptions = pattern_subscriptions = 0
+    channels: dict[str, set[bytes]] = {}
+    for conn in list(broker.clients.values()):
+        if isinstance(conn, RespConnection):
+            connections += 1
+            subscriptions += len(conn.subs) + len(conn.shard)
+            pattern_subscriptions += len(conn.patterns)
+            named = channels.setdefault(conn.account.name, set())
+            named.update(conn.subs)
+            named.update(conn.shard)
+            await pace.tick()
+    in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic(RespConnection)
+    return {
+        "host": config.host or broker.config.host,
+        "port": config.port,
+        "hard_limit": config.hard_limit,
+        "soft_limit": config.soft_limit,
+        "soft_seconds": config.soft_seconds,
+        "connections": connections,
+        "total_connections": broker.accepted[RespConnection],
+        "subscriptions": subscriptions,
+        "channels": sum(len(named) for named in channels.values()),
+        "pattern_subscriptions": pattern_subscriptions,
+        "patterns": _num_patterns(broker),
+        "in_msgs": in_msgs,
+        "in_bytes": in_bytes,
+        "out_msgs": out_msgs,
+        "out_bytes": out_bytes,
+    }
+
+
+def _num_patterns(broker: Broker, account: str = "") -> int:
+    """Distinct Redis patterns per account (PUBSUB NUMPAT), summed over the accounts asked for."""
+    return sum(
+        len(a.patterns)
+        for a in broker.accounts.values()
+        if a.patterns is not None and (not account or a.name == account)
+    )
 
 
 # -- /connz ----------------------------------------------------------------------------------------
@@ -282,6 +351,20 @@ Connection = ClientConnection | RespConnection
 """What /connz lists: NATS and Redis client connections."""
 
 
+def _num_subs(conn: Connection) -> int:
+    """A connection's subscriptions; a Redis client's shard channels (SSUBSCRIBE) are ones too."""
+    if isinstance(conn, RespConnection):
+        return len(conn.subs) + len(conn.shard)
+    return len(conn.subs)
+
+
+def _subs_of(conn: Connection) -> list[Subscription]:
+    """A connection's subscriptions (as ``_num_subs`` counts them), copied in one step."""
+    if isinstance(conn, RespConnection) and conn.shard:
+        return [*conn.subs.values(), *conn.shard.values()]
+    return list(conn.subs.values())
+
+
 def _end(conn: Connection, now: int) -> int:
     """When a connection's clock stops: now while open, at its close once closed."""
     return conn.stop_ns or now
@@ -292,7 +375,7 @@ _SortKey = Callable[[Connection, int], Any]
 _SORTS: dict[str, tuple[_SortKey, bool]] = {
     "cid": (lambda c, now: c.cid, False),
     "start": (lambda c, now: c.start_ns, False),
-    "subs": (lambda c, now: len(c.subs), True),
+    "subs": (lambda c, now: _num_subs(c), True),
     "pending": (lambda c, now: c.pending_bytes, True),
     "msgs_to": (lambda c, now: c.out_msgs, True),
     "msgs_from": (lambda c, now: c.in_msgs, True),
@@ -313,8 +396,12 @@ def _rtt(ns: int) -> str:
 
 
 def _sub_detail(sub: Subscription, cid: int, account: str | None) -> dict[str, Any]:
+    """nats-server's ``SubDetail``; a Redis client's subscription also names its ``channel``
+    (whose subject is ``$R.`` and the channel in hex when it is not a subject itself)."""
     detail: dict[str, Any] = {"account": account} if account else {}
     detail["subject"] = sub.subject
+    if isinstance(sub.owner, RespConnection):
+        detail["channel"] = sub.sid.decode("utf-8", "replace")
     if sub.queue:
         detail["qgroup"] = sub.queue
     detail |= {"sid": sub.sid.decode("utf-8", "replace"), "msgs": sub.delivered}
@@ -354,7 +441,7 @@ async def _conn_info(conn: Connection, now: int, opts: ConnzOptions, pace: Pacer
         "out_msgs": conn.out_msgs,
         "in_bytes": conn.in_bytes,
         "out_bytes": conn.out_bytes,
-        "subscriptions": len(conn.subs),
+        "subscriptions": _num_subs(conn),
     }
     for key in ("name", "lang", "version"):
         value = conn.options.get(key)
@@ -365,12 +452,13 @@ async def _conn_info(conn: Connection, now: int, opts: ConnzOptions, pace: Pacer
             info["authorized_user"] = conn.user.user
         if conn.account.name != DEFAULT_ACCOUNT:
             info["account"] = conn.account.name
-    if conn.subs and opts.subs_detail:
+    subs = _subs_of(conn) if opts.subs or opts.subs_detail else []
+    if subs and opts.subs_detail:
         cid = conn.cid
-        details = await _paced_map(lambda s: _sub_detail(s, cid, None), conn.subs.values(), pace)
+        details = await _paced_map(lambda s: _sub_detail(s, cid, None), subs, pace)
         info["subscriptions_list_detail"] = details
-    elif conn.subs and opts.subs:
-        info["subscriptions_list"] = await _paced_map(_subject, conn.subs.values(), pace)
+    elif subs:
+        info["subscriptions_list"] = await _paced_map(_subject, subs, pace)
     return info
 
 
@@ -452,7 +540,7 @@ async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer)
             continue
         if opts.account and conn.account.name != opts.account:
             continue
-        for sub in list(conn.subs.values()):
+        for sub in _subs_of(conn):
             if not opts.test or subject_matches(sub.subject, opts.test):
                 found.append(sub)
             await pace.tick()
@@ -474,6 +562,12 @@ def _listed_detail(sub: Subscription) -> dict[str, Any]:
 async def subsz(broker: Broker, opts: SubszOptions, pace: Pacer) -> dict[str, Any]:
     """/subsz: match statistics summed over accounts and, when asked, the subscriptions, paged.
 
+    Redis channel subscriptions are subscriptions like any other (counted, and listed with their
+    ``channel``); ``num_patterns`` adds the distinct Redis patterns (PUBSUB NUMPAT) per account.
+    Listings also hold Redis pattern subscriptions apart: ``patterns_total`` of them, paged by the
+    same ``offset`` and ``limit`` into ``patterns_list`` (``account``, ``pattern``, ``cid``); with
+    ``test``, those whose pattern matches the channel of that subject.
+
     Raises:
         BadRequest: ``test`` is not a subject one could publish to.
     """
@@ -482,13 +576,51 @@ async def subsz(broker: Broker, opts: SubszOptions, pace: Pacer) -> dict[str, An
     stats = _stats(broker, opts.account)
     doc: dict[str, Any] = {"server_id": broker.server_id, "now": go_time(time.time_ns())}
     doc |= attrs.asdict(stats)
+    doc["num_patterns"] = _num_patterns(broker, opts.account)
     found = await _client_subscriptions(broker, opts, pace) if opts.subs else []
     ordered = await _paced_sorted(found, _natural, pace, opts.offset + opts.limit)
     page = await _paced_map(_listed_detail, ordered[opts.offset :], pace)
     doc |= {"total": len(found), "offset": opts.offset, "limit": opts.limit}
     if page:
         doc["subscriptions_list"] = page
+    if opts.subs:
+        patterns = await _pattern_subscriptions(broker, opts, pace)
+        ordered_patterns = await _paced_sorted(patterns, _itself, pace, opts.offset + opts.limit)
+        doc["patterns_total"] = len(patterns)
+        if listed := ordered_patterns[opts.offset :]:
+            doc["patterns_list"] = await _paced_map(_pattern_detail, listed, pace)
     return doc
+
+
+_Pattern = tuple[str, int, bytes]
+"""A Redis pattern subscription as /subsz lists it: account, cid, pattern (plain data, which the
+garbage collector soon stops tracking, as ``_Remote`` explains)."""
+
+
+async def _pattern_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer) -> list[_Pattern]:
+    """The Redis pattern subscriptions the query asks for; with ``test``, those that a message on
+    that subject would reach (its channel matches their pattern)."""
+    channel = subject_channel(opts.test.encode()) if opts.test else None
+    found: list[_Pattern] = []
+    for conn in list(broker.clients.values()):
+        if not isinstance(conn, RespConnection):
+            continue
+        if opts.account and conn.account.name != opts.account:
+            continue
+        for pattern in list(conn.patterns):
+            if channel is None or glob_match(pattern, channel):
+                found.append((conn.account.name, conn.cid, pattern))
+            await pace.tick()
+    return found
+
+
+def _itself(entry: _Pattern) -> _Pattern:
+    return entry
+
+
+def _pattern_detail(entry: _Pattern) -> dict[str, Any]:
+    account, cid, pattern = entry
+    return {"account": account, "pattern": pattern.decode("utf-8", "replace"), "cid": cid}
 
 
 # -- /routez, and the cluster in /varz -------------------------------------------------------------

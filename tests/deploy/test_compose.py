@@ -1,6 +1,6 @@
 """The docker-compose super-cluster, built offline and run for real (routes and gateways over TLS,
-with certificates from deploy/make-certs): traffic across its clusters, and a seeded chaos run of
-network disconnects, pauses and kills that must heal every time.
+with certificates from deploy/make-certs): traffic across its clusters (NATS and Redis clients), and
+a seeded chaos run of network disconnects, pauses and kills that must heal every time.
 
 Without a Docker engine these tests are skipped, saying so; with PUBMESH_REQUIRE_DOCKER=1 (as CI
 sets) that is a failure instead. Traffic goes only to the containers made here, over 127.0.0.1.
@@ -19,9 +19,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
+import redis
 from nats.aio.msg import Msg
 
 from deploy.chaos import Node, disagreements, discover
@@ -91,10 +93,10 @@ def deployment() -> Iterator[tuple[str, list[Node]]]:
     assert certs.returncode == 0, certs.stderr
     project = f"pubmeshtest{secrets.token_hex(3)}"
     env = dict(os.environ, PUBMESH_IMAGE=image.stdout.strip())
-    ports = iter(free_ports(2 * len(SERVICES)))
+    ports = iter(free_ports(3 * len(SERVICES)))
     for service in SERVICES:
-        env[f"{service.upper()}_CLIENT"] = str(next(ports))
-        env[f"{service.upper()}_HTTP"] = str(next(ports))
+        for kind in ("CLIENT", "HTTP", "REDIS"):
+            env[f"{service.upper()}_{kind}"] = str(next(ports))
     compose = [*COMPOSE, "-p", project, "-f", str(ROOT / "docker-compose.yml")]
     try:
         up = subprocess.run([*compose, "up", "-d"], env=env, capture_output=True, text=True, timeout=300)
@@ -119,7 +121,7 @@ def test_the_super_cluster_carries_traffic_across_its_clusters(
     by_name = {n.service: n for n in nodes}
     assert sorted(by_name) == list(SERVICES)
     for node in nodes:
-        for port in ("4222/tcp", "8222/tcp"):
+        for port in ("4222/tcp", "8222/tcp", "6379/tcp"):
             assert docker("port", node.container, port).startswith("127.0.0.1:")  # loopback only
         assert docker("exec", node.container, "id", "-u") != "0"  # not root
         assert healthy(node)
@@ -168,6 +170,76 @@ def test_the_super_cluster_carries_traffic_across_its_clusters(
     got, reply = asyncio.run(scenario())
     assert got == [b"%d" % i for i in range(100)]
     assert reply == b"west1 answers please"
+
+
+def redis_client(node: Node) -> redis.Redis:
+    """A redis-py client of the node, through the port published for its Redis port."""
+    port = docker("port", node.container, "6379/tcp").splitlines()[0].rsplit(":", 1)[1]
+    return redis.Redis(host="127.0.0.1", port=int(port), socket_timeout=10)
+
+
+def deliveries(pubsub: Any, count: int, deadline: float) -> list[tuple[bytes, bytes]]:
+    """The next ``count`` messages a subscriber gets other than probes, as (channel, payload)."""
+    got: list[tuple[bytes, bytes]] = []
+    while len(got) < count:
+        assert time.monotonic() < deadline, got
+        msg = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+        if msg is not None and msg["data"] != b"probe":
+            got.append((msg["channel"], msg["data"]))
+    return got
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT + 120)
+def test_redis_clients_meet_across_routes_and_gateways(deployment: tuple[str, list[Node]]) -> None:
+    """A PUBLISH on east1 reaches Redis subscribers on east2 (over a route) and on west2 (over the
+    gateway), on a channel that is a subject and on one that is not; a NATS publish on east3 reaches
+    them too; and the nodes' /varz counts the Redis subscriptions."""
+    _, nodes = deployment
+    by_name = {n.service: n for n in nodes}
+    publisher = redis_client(by_name["east1"])
+    subscribers = [redis_client(by_name[name]).pubsub() for name in ("east2", "west2")]
+    channels = [b"orders.eu", b"hello world"]
+    for pubsub in subscribers:
+        pubsub.subscribe(*channels)
+        for _ in channels:
+            assert pubsub.get_message(timeout=10) is not None  # acknowledged
+    deadline = time.monotonic() + 60
+    while disagreements(nodes):  # until every node has heard of the new interest
+        assert time.monotonic() < deadline, disagreements(nodes)
+        time.sleep(0.2)
+    waiting = set(range(len(subscribers)))
+    while waiting:  # until the new interest has crossed the route and the gateway
+        assert time.monotonic() < deadline, f"interest never reached east1 for {waiting}"
+        publisher.publish("orders.eu", "probe")
+        for i in list(waiting):
+            if subscribers[i].get_message(ignore_subscribe_messages=True, timeout=0.2) is not None:
+                waiting.discard(i)
+    for i in range(20):
+        publisher.publish("orders.eu", b"%d" % i)
+    publisher.publish("hello world", "x")
+
+    async def from_nats() -> None:
+        nc = await nats.connect(by_name["east3"].url, allow_reconnect=False)
+        await nc.publish("orders.eu", b"from nats")
+        await nc.flush()
+        await nc.close()
+
+    asyncio.run(from_nats())
+    in_order = [(b"orders.eu", b"%d" % i) for i in range(20)] + [(b"hello world", b"x")]
+    from_east3 = (b"orders.eu", b"from nats")  # (by another path: it may overtake east1's)
+    deadline = time.monotonic() + 30
+    for pubsub in subscribers:
+        got = deliveries(pubsub, len(in_order) + 1, deadline)
+        assert from_east3 in got
+        assert [d for d in got if d != from_east3] == in_order
+    for name in ("east2", "west2"):
+        redis_varz = by_name[name].get("/varz")["redis"]
+        assert redis_varz["port"] == 6379
+        assert (redis_varz["connections"], redis_varz["subscriptions"]) == (1, 2)
+        assert redis_varz["out_msgs"] >= len(in_order) + 1
+    for pubsub in subscribers:
+        pubsub.close()
+    publisher.close()
 
 
 @pytest.mark.timeout(SETUP_TIMEOUT + 600)
