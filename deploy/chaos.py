@@ -145,7 +145,8 @@ def heal(fault: str, node: Node, network: str) -> None:
 
 def local_interest(node: Node) -> Interest:
     doc = node.get("/subsz?subs=1&limit=100000")
-    return {(s["account"], s["subject"], s.get("qgroup", "")) for s in doc.get("subscriptions_list", [])}
+    subs = doc.get("subscriptions_list", []) + doc.get("patterns_list", [])  # (patterns: as announced)
+    return {(s["account"], s["subject"], s.get("qgroup", "")) for s in subs}
 
 
 def disagreements(nodes: list[Node]) -> list[str]:

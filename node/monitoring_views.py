@@ -45,6 +45,7 @@ from routing import (
     Subscription,
     glob_match,
     is_valid_literal_subject,
+    pattern_subject,
     subject_channel,
     subject_matches,
 )
@@ -565,7 +566,8 @@ async def subsz(broker: Broker, opts: SubszOptions, pace: Pacer) -> dict[str, An
     Redis channel subscriptions are subscriptions like any other (counted, and listed with their
     ``channel``); ``num_patterns`` adds the distinct Redis patterns (PUBSUB NUMPAT) per account.
     Listings also hold Redis pattern subscriptions apart: ``patterns_total`` of them, paged by the
-    same ``offset`` and ``limit`` into ``patterns_list`` (``account``, ``pattern``, ``cid``); with
+    same ``offset`` and ``limit`` into ``patterns_list`` (``account``, ``pattern``, the ``subject``
+    routes and gateways announce it as, ``cid``); with
     ``test``, those whose pattern matches the channel of that subject.
 
     Raises:
@@ -620,7 +622,12 @@ def _itself(entry: _Pattern) -> _Pattern:
 
 def _pattern_detail(entry: _Pattern) -> dict[str, Any]:
     account, cid, pattern = entry
-    return {"account": account, "pattern": pattern.decode("utf-8", "replace"), "cid": cid}
+    return {
+        "account": account,
+        "pattern": pattern.decode("utf-8", "replace"),
+        "subject": pattern_subject(pattern),  # (what routes and gateways announce it as)
+        "cid": cid,
+    }
 
 
 # -- /routez, and the cluster in /varz -------------------------------------------------------------
