@@ -414,13 +414,15 @@ class ChannelRules:
         glob = _Determinized(_glob_nfa(pattern), budget)
         valid = _Determinized(_VALID, budget)
         plain = (glob, valid, _Determinized(allow, budget), _Determinized(deny, budget))
-        witness = _find(plain, (True, True, False, False), _refusal(plain, expect_valid=True), budget)
-        if witness is None and budget.left >= 0:
+        found = [_find(plain, (True, True, False, False), _refusal(plain, expect_valid=True), budget)]
+        if budget.left >= 0:
             hexed = (glob, valid, _HexDeterminized(allow, budget), _HexDeterminized(deny, budget))
-            refused = _refusal(hexed, expect_valid=False)
-            witness = _find(hexed, (True, False, False, False), refused, budget)
-        if witness is not None:
-            return Verdict(False, witness)
+            found.append(
+                _find(hexed, (True, False, False, False), _refusal(hexed, expect_valid=False), budget)
+            )
+        witnesses = [witness for witness in found if witness is not None]
+        if witnesses:
+            return Verdict(False, min(witnesses, key=len))
         return Verdict(budget.left >= 0)
 
 
