@@ -14,12 +14,12 @@ more tokens). A breadth-first search of their product, each made deterministic a
 of states are integers), finds a shortest refused channel, a witness that an error can name, or
 proves there is none. The channels that are not valid subjects are searched in a second product
 in which the permission automata read ``$R.`` and then each channel byte as its two hex digits,
-so that branch is exact as well.
+so that branch is exact as well; the shorter of the two witnesses is the answer.
 
-Both searches share a budget of product states; a pattern that needs more is refused without a
-witness (conservative). A glob's sets of states stay small for the usual hostile shapes (``*a*a*a``
-keeps one run of star positions, ``[^a][^b]`` one position), so the budget, not the pattern's
-shape, bounds time and memory.
+Both searches share a budget of work (product states, byte-set intersections, automaton moves);
+a pattern that needs more is refused without a witness, which errs on the safe side. Patterns
+people write take a few thousand steps; the budget stops hostile ones (``*a?????...`` needs a set
+of states per combination of its last bytes) after a fraction of a second and a few megabytes.
 """
 
 from __future__ import annotations
