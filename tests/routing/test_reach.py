@@ -4,12 +4,13 @@ plain subject-matching rule, run over every short channel of a small alphabet.""
 from __future__ import annotations
 
 import itertools
+import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routing import GlobPattern, channel_subject, glob_match, is_valid_subject, subject_matches
+from routing import GlobPattern, channel_subject, glob_match, subject_matches
 from routing.reach import _VALID, ChannelRules, Verdict
 
 # Channels over bytes that exercise every branch of the mapping: token text, the separator,
@@ -204,6 +205,14 @@ def test_a_pattern_too_costly_to_decide_is_refused_without_witness() -> None:
     assert rules.check(b"*a" + b"?" * 4, max_work=100) == Verdict(False, None)
 
 
-def test_patterns_under_the_subject_rules_stay_valid() -> None:
-    """The strategies build only valid permission entries (``tokenize`` would reject others)."""
-    assert all(is_valid_subject(t) for t in TOKENS)
+@pytest.mark.timeout(30)
+def test_the_budget_bounds_memory() -> None:
+    """The costliest shape there is, searched until the budget runs out, stays within a few MB."""
+    rules = ChannelRules(None, ["z.q"])
+    tracemalloc.start()
+    try:
+        assert rules.check(b"*a" + b"?" * 1022) == Verdict(False, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 1024 * 1024
