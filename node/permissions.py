@@ -5,16 +5,22 @@ as a subject: a subscription to ``orders.*`` is allowed by ``orders.*``, ``order
 not by ``orders.eu`` (a wildcard token is only matched by a wildcard). A wildcard subscription that
 merely overlaps a denied subject is accepted, and the messages on denied subjects are filtered out
 when they are delivered to it.
+
+Redis pattern subscriptions are held to the same rules without filtering: a pattern is allowed
+only when every channel it can match could be subscribed to on its own (``routing.reach``).
 """
 
 from __future__ import annotations
 
 from node.config import Permissions, SubjectRule
 from routing import SubList, Subscription, subject_matches, subjects_collide
+from routing.reach import ChannelRules, Verdict
 
 __all__ = ["PermissionSet"]
 
 _CACHE_MAX = 1024
+_PATTERN_CACHE_MAX = 64
+"""Fewer verdicts than subjects: each holds a pattern and a channel of up to a kilobyte or so."""
 
 
 def _patterns(entries: tuple[str, ...]) -> SubList | None:
@@ -33,10 +39,16 @@ def _queue_matches(pattern: str | None, queue: str) -> bool:
     return pattern is not None and (pattern == queue or subject_matches(pattern, queue))
 
 
+def _plain(entries: tuple[str, ...]) -> list[str]:
+    """The entries that apply to subscriptions outside queue groups, as channels' are."""
+    return [subject for subject, _, queue in (e.partition(" ") for e in entries) if not queue.strip()]
+
+
 class _Rule:
-    __slots__ = ("allow", "deny", "deny_patterns")
+    __slots__ = ("allow", "deny", "deny_patterns", "rule")
 
     def __init__(self, rule: SubjectRule) -> None:
+        self.rule = rule
         self.allow = _patterns(rule.allow)
         self.deny = _patterns(rule.deny)
         self.deny_patterns = tuple(e.partition(" ")[0] for e in rule.deny)
@@ -45,13 +57,15 @@ class _Rule:
 class PermissionSet:
     """One user's permissions, compiled for checking, with caches for the per-message checks."""
 
-    __slots__ = ("_delivery_cache", "_pub", "_pub_cache", "_sub")
+    __slots__ = ("_channel_rules", "_delivery_cache", "_pattern_cache", "_pub", "_pub_cache", "_sub")
 
     def __init__(self, permissions: Permissions) -> None:
         self._pub = _Rule(permissions.publish)
         self._sub = _Rule(permissions.subscribe)
         self._pub_cache: dict[bytes, bool] = {}
         self._delivery_cache: dict[bytes, bool] = {}
+        self._pattern_cache: dict[bytes, Verdict] = {}
+        self._channel_rules: ChannelRules | None = None
 
     def can_publish(self, subject: bytes) -> bool:
         allowed = self._pub_cache.get(subject)
@@ -99,3 +113,27 @@ class PermissionSet:
                 self._delivery_cache.clear()
             self._delivery_cache[subject] = allowed
         return allowed
+
+    def can_psubscribe(self, pattern: bytes) -> bool:
+        """Whether every channel the Redis ``pattern`` can match may be subscribed to (a pattern
+        too costly to decide is refused)."""
+        return self._pattern_verdict(pattern).allowed
+
+    def refused_channel(self, pattern: bytes) -> bytes | None:
+        """A channel that makes ``pattern`` refused (a shortest one), or None when the pattern is
+        allowed or was refused as too costly to decide."""
+        return self._pattern_verdict(pattern).witness
+
+    def _pattern_verdict(self, pattern: bytes) -> Verdict:
+        verdict = self._pattern_cache.get(pattern)
+        if verdict is None:
+            rules = self._channel_rules
+            if rules is None:
+                rule = self._sub.rule
+                allow = _plain(rule.allow) if rule.allow else None
+                rules = self._channel_rules = ChannelRules(allow, _plain(rule.deny))
+            verdict = rules.check(pattern)
+            if len(self._pattern_cache) >= _PATTERN_CACHE_MAX:
+                self._pattern_cache.clear()
+            self._pattern_cache[pattern] = verdict
+        return verdict

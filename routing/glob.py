@@ -30,7 +30,14 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["MAX_STAR_NESTING", "GlobPattern", "glob_match", "is_literal", "literal_prefix"]
+__all__ = [
+    "MAX_STAR_NESTING",
+    "GlobPattern",
+    "glob_match",
+    "is_literal",
+    "literal_prefix",
+    "positions",
+]
 
 MAX_STAR_NESTING: Final = 1000
 """More ``*`` than this before the last byte of a pattern and it matches nothing (Redis 7.4)."""
@@ -326,3 +333,10 @@ def is_literal(pattern: bytes) -> bool:
     one-byte sets still leave a single possible channel, such as ``news\\*`` or ``[a]b``.
     """
     return GlobPattern(pattern).is_literal
+
+
+def positions(pattern: bytes) -> list[bytes | None]:
+    """What each position of ``pattern`` accepts, matching with case: None for a run of ``*``, else
+    the bytes that one channel byte may be (none for an empty set). Automata over the channels a
+    pattern matches are built from this, so they read the pattern exactly as matching does."""
+    return _tokenize(pattern, False)

@@ -20,7 +20,8 @@ node, as Redis Cluster does: channel and pattern subscribers, Redis and NATS cli
 is one) or unauthenticated, allowed only AUTH, HELLO, QUIT and RESET. ``AUTH user pass`` signs
 in as a configured user; ``AUTH secret`` signs in with a token, or as a user called ``default``.
 The user's account and permissions apply: publishing or subscribing to a denied channel is
-refused with ``-NOPERM``, and so is any PSUBSCRIBE of a user with subscribe restrictions.
+refused with ``-NOPERM``, and so is a PSUBSCRIBE pattern that could match any channel the user
+could not SUBSCRIBE to (``routing.reach`` decides it exactly; the error names such a channel).
 """
 
 from __future__ import annotations
@@ -101,6 +102,14 @@ class _Command:
 def _text(value: bytes) -> str:
     """Client bytes quoted in an error line: ``writer.error`` turns them back into the same bytes."""
     return value.decode("utf-8", "surrogateescape")
+
+
+def _pattern_refusal(pattern: bytes, channel: bytes | None) -> str:
+    """Why a pattern was refused: a channel it can match that the user may not subscribe to."""
+    quoted = f"No permissions to access the '{_text(pattern)}' pattern"
+    if channel is None:
+        return f"-NOPERM {quoted}: too complex to check against this user's subscribe permissions"
+    return f"-NOPERM {quoted}: it matches the channel '{_text(channel[:128])}', which is not allowed"
 
 
 def _int(value: bytes) -> int | None:
@@ -344,14 +353,14 @@ class RespConnection(Outbox):
             self._send(self.writer.subscription(kind, channel, len(table) if shard else self._count()))
 
     def psubscribe(self, patterns: list[bytes]) -> None:
-        user = self.user
-        rules = user.permissions if user is not None else None
-        if rules is not None and (rules.subscribe.allow or rules.subscribe.deny):
-            self._error("-NOPERM No permissions to access a channel")
-            return
         for pattern in patterns:
             if len(pattern) > MAX_PATTERN:
                 self._error(f"pattern is longer than {MAX_PATTERN} bytes")
+                return
+        perms = self.perms
+        for pattern in patterns:
+            if perms is not None and not perms.can_psubscribe(pattern):
+                self._error(_pattern_refusal(pattern, perms.refused_channel(pattern)))
                 return
         for pattern in patterns:
             if pattern not in self.patterns:
