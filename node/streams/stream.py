@@ -1,0 +1,477 @@
+"""A Redis stream held in compact blocks, with Redis's exact trimming, deletion and XSETID semantics.
+
+Entries live in blocks (Redis's listpack nodes): per block a first ("master") ID, the master entry's
+field names, the entries' ms deltas and sequence numbers in ``array``s, one byte of flags per entry, and
+the values packed into one byte string with per-entry offsets. An entry whose field names equal the
+master fields stores only its values. So a stream holds a handful of Python objects per block and none
+per entry.
+
+Blocks are kept in ID order in a list, with a parallel sorted list of first IDs for bisection. A new
+block starts when the tail one holds ``node_max_entries`` entries (deleted ones count) or its encoded
+size would reach ``node_max_bytes``. XDEL only flags entries and frees a block when its last live entry
+goes; trimming removes whole blocks from the head and, when exact, flags entries inside the first block
+it cannot remove.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Final, Literal
+
+import attrs
+
+from node.streams.ids import (
+    MAX_ID,
+    U64,
+    XSETID_BELOW_GIVEN_MAX_DELETED,
+    XSETID_BELOW_MAX_DELETED,
+    XSETID_ENTRIES_ADDED,
+    XSETID_TOO_SMALL,
+    StreamError,
+)
+
+if TYPE_CHECKING:
+    from node.streams.groups import ConsumerGroup
+
+Entry = tuple[int, list[bytes]]
+
+_DELETED: Final = 1
+_SAMEFIELDS: Final = 2
+_WIDE: Final = 0xFFFFFFFF
+# Redis caps a node at 1 GB whatever stream-node-max-bytes says.
+_MAX_NODE_BYTES: Final = 1 << 30
+# Per-entry bytes of our encoding beside the packed elements (delta, seq, offset, flags), counted
+# towards node_max_bytes the way a listpack's per-entry headers are.
+_ENTRY_OVERHEAD: Final = 13
+
+
+@attrs.frozen
+class Trim:
+    """A trimming request of XADD/XTRIM.
+
+    ``threshold`` is a count for ``maxlen`` and an ID for ``minid``. ``limit`` only applies when
+    ``approximate`` (Redis refuses LIMIT without ``~``): None means Redis's default of 100 *
+    node_max_entries, 0 means unlimited.
+    """
+
+    strategy: Literal["maxlen", "minid"]
+    threshold: int
+    approximate: bool = False
+    limit: int | None = None
+
+
+class _Block:
+    __slots__ = ("data", "fields", "first", "flags", "live", "ms", "offsets", "seq", "size")
+
+    def __init__(self, first: int, fields: tuple[bytes, ...]) -> None:
+        self.first = first
+        self.fields = fields
+        self.ms = array("I")  # ms - first's ms; widened to "Q" when needed
+        self.seq = array("I")  # absolute sequence numbers; widened to "Q" when needed
+        self.offsets = array("I")  # start of each entry in data; widened to "Q" when needed
+        self.flags = bytearray()
+        self.data: bytearray | bytes = bytearray()
+        self.live = 0
+        self.size = sum(len(f) + 1 for f in fields) + 3
+
+    def ids(self) -> list[int]:
+        base = self.first >> 64
+        return [((base + m) << 64) | s for m, s in zip(self.ms, self.seq, strict=True)]
+
+    def last_id(self) -> int:
+        return (((self.first >> 64) + self.ms[-1]) << 64) | self.seq[-1]
+
+    def index(self, entry_id: int) -> int | None:
+        """Position of ``entry_id`` in this block if present (deleted or not)."""
+        base = self.first >> 64
+        ms, seq = self.ms, self.seq
+        j = bisect_left(range(len(ms)), entry_id, key=lambda k: ((base + ms[k]) << 64) | seq[k])
+        if j < len(ms) and ((base + ms[j]) << 64) | seq[j] == entry_id:
+            return j
+        return None
+
+    def pairs(self, j: int) -> list[bytes]:
+        data = self.data
+        start = self.offsets[j]
+        end = self.offsets[j + 1] if j + 1 < len(self.offsets) else len(data)
+        items = _decode(data, start, end)
+        if not self.flags[j] & _SAMEFIELDS:
+            return items
+        out: list[bytes] = []
+        for field, value in zip(self.fields, items, strict=True):
+            out.append(field)
+            out.append(value)
+        return out
+
+    def seal(self) -> None:
+        """Drop growth slack once the block stops being the tail, as Redis shrinks a full listpack."""
+        self.ms = array(self.ms.typecode, self.ms)
+        self.seq = array(self.seq.typecode, self.seq)
+        self.offsets = array(self.offsets.typecode, self.offsets)
+        self.flags = bytearray(self.flags)
+        self.data = bytes(self.data)
+
+    def memory(self) -> int:
+        return (
+            sys.getsizeof(self)
+            + sys.getsizeof(self.first)
+            + sys.getsizeof(self.ms)
+            + sys.getsizeof(self.seq)
+            + sys.getsizeof(self.offsets)
+            + sys.getsizeof(self.flags)
+            + sys.getsizeof(self.data)
+        )
+
+
+def _push(arr: array[int], value: int) -> array[int]:
+    if value > _WIDE and arr.typecode == "I":
+        arr = array("Q", arr)
+    arr.append(value)
+    return arr
+
+
+def _encode(out: bytearray, items: Iterable[bytes]) -> None:
+    """Append each item with a LEB128 length prefix."""
+    for item in items:
+        n = len(item)
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+        out += item
+
+
+def _decode(data: bytearray | bytes, pos: int, end: int) -> list[bytes]:
+    out: list[bytes] = []
+    while pos < end:
+        n = data[pos]
+        pos += 1
+        if n & 0x80:
+            n &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                n |= (b & 0x7F) << shift
+                if not b & 0x80:
+                    break
+                shift += 7
+        out.append(bytes(data[pos : pos + n]))
+        pos += n
+    return out
+
+
+class Stream:
+    """One stream key's entries, counters and consumer groups (the groups hold their own state)."""
+
+    def __init__(self, node_max_entries: int = 100, node_max_bytes: int = 4096) -> None:
+        self.node_max_entries = node_max_entries
+        self.node_max_bytes = node_max_bytes
+        self.length = 0
+        self.last_id = 0
+        self.max_deleted_id = 0
+        self.entries_added = 0
+        self.groups: dict[bytes, ConsumerGroup] = {}
+        self._first_id = 0
+        self._blocks: list[_Block] = []
+        self._firsts: list[int] = []
+
+    # ----------------------------------------------------------------- introspection
+
+    @property
+    def first_id(self) -> int:
+        """The first live entry's ID (Redis's recorded-first-entry-id), 0 when empty."""
+        return self._first_id
+
+    @property
+    def node_count(self) -> int:
+        return len(self._blocks)
+
+    def memory_usage(self) -> int:
+        """Bytes held by this stream, Python object headers and container slack included."""
+        total = sys.getsizeof(self) + sys.getsizeof(self._blocks) + sys.getsizeof(self._firsts)
+        total += sum(block.memory() for block in self._blocks)
+        seen_fields: set[int] = set()
+        for block in self._blocks:
+            if id(block.fields) not in seen_fields:
+                seen_fields.add(id(block.fields))
+                total += sys.getsizeof(block.fields) + sum(sys.getsizeof(f) for f in block.fields)
+        total += sum(group.memory_usage() for group in self.groups.values())
+        return total
+
+    # ----------------------------------------------------------------- writing
+
+    def add(self, entry_id: int, pairs: Sequence[bytes]) -> None:
+        """Append an entry; the caller has checked ``entry_id > last_id`` (``parse_add_id``)."""
+        fields = tuple(pairs[0::2])
+        block = self._blocks[-1] if self._blocks else None
+        if block is not None and self._full(block, pairs):
+            block.seal()
+            block = None
+        if block is None:
+            if self._blocks and self._blocks[-1].fields == fields:
+                fields = self._blocks[-1].fields  # share equal master fields between blocks
+            block = _Block(entry_id, fields)
+            self._blocks.append(block)
+            self._firsts.append(entry_id)
+        elif isinstance(block.data, bytes):
+            block.data = bytearray(block.data)  # the tail again after its successor was freed
+        data = block.data
+        assert isinstance(data, bytearray)
+        flags = 0
+        start = len(data)
+        if fields == block.fields:
+            flags = _SAMEFIELDS
+            _encode(data, pairs[1::2])
+        else:
+            _encode(data, pairs)
+        block.ms = _push(block.ms, (entry_id >> 64) - (block.first >> 64))
+        block.seq = _push(block.seq, entry_id & U64)
+        block.offsets = _push(block.offsets, start)
+        block.flags.append(flags)
+        block.live += 1
+        block.size += len(data) - start + _ENTRY_OVERHEAD
+        self.length += 1
+        self.entries_added += 1
+        self.last_id = entry_id
+        if self.length == 1:
+            self._first_id = entry_id
+
+    def _full(self, block: _Block, pairs: Sequence[bytes]) -> bool:
+        max_bytes = self.node_max_bytes
+        if max_bytes <= 0 or max_bytes > _MAX_NODE_BYTES:
+            max_bytes = _MAX_NODE_BYTES
+        if block.size + sum(len(p) for p in pairs) >= max_bytes:
+            return True
+        return bool(self.node_max_entries) and len(block.flags) >= self.node_max_entries
+
+    def delete(self, ids: Iterable[int]) -> int:
+        """XDEL: flag entries deleted, free blocks left without live entries; returns how many went."""
+        deleted = 0
+        first_hit = False
+        for entry_id in ids:
+            i = bisect_right(self._firsts, entry_id) - 1
+            if i < 0:
+                continue
+            block = self._blocks[i]
+            j = block.index(entry_id)
+            if j is None or block.flags[j] & _DELETED:
+                continue
+            if block.live == 1:
+                del self._blocks[i]
+                del self._firsts[i]
+            else:
+                block.flags[j] |= _DELETED
+                block.live -= 1
+            self.length -= 1
+            deleted += 1
+            first_hit = first_hit or entry_id == self._first_id
+            self.max_deleted_id = max(self.max_deleted_id, entry_id)
+        if deleted:
+            if self.length == 0:
+                self._first_id = 0
+            elif first_hit:
+                self._first_id = self._scan_first()
+        return deleted
+
+    def trim(self, trim: Trim) -> int:
+        """XTRIM / XADD trimming; returns the number of entries removed.
+
+        Whole blocks go from the head while the strategy allows it; ``approximate`` stops at the first
+        block that cannot go entirely, exact trimming flags entries inside that block. A limit
+        (approximate only) stops before a block whose live entries would take the count of removed
+        entries past it.
+        """
+        if trim.approximate:
+            limit = trim.limit
+            if limit is None:
+                limit = 100 * self.node_max_entries
+                limit = 10000 if limit <= 0 else min(limit, 1_000_000)
+        else:
+            limit = 0
+        maxlen = trim.strategy == "maxlen"
+        threshold = trim.threshold
+        removed_blocks = 0
+        deleted = 0
+        for block in self._blocks:
+            if maxlen and self.length <= threshold:
+                break
+            if limit and deleted + block.live > limit:
+                break
+            if self.length - block.live >= threshold if maxlen else block.last_id() < threshold:
+                removed_blocks += 1
+                self.length -= block.live
+                deleted += block.live
+                continue
+            if not trim.approximate:
+                deleted += self._trim_inside(block, maxlen, threshold)
+            break
+        del self._blocks[:removed_blocks]
+        del self._firsts[:removed_blocks]
+        if self.length == 0:
+            self._first_id = 0
+        elif deleted:
+            self._first_id = self._scan_first()
+        return deleted
+
+    def _trim_inside(self, block: _Block, maxlen: bool, threshold: int) -> int:
+        # Like Redis, a block emptied here stays (with only tombstones) until trimming reaches it again.
+        deleted = 0
+        flags = block.flags
+        for j, entry_id in enumerate(block.ids()):
+            if (self.length <= threshold) if maxlen else (entry_id >= threshold):
+                break
+            if not flags[j] & _DELETED:
+                flags[j] |= _DELETED
+                block.live -= 1
+                self.length -= 1
+                deleted += 1
+        return deleted
+
+    def set_id(
+        self, last_id: int, entries_added: int | None = None, max_deleted_id: int | None = None
+    ) -> None:
+        """XSETID, with its checks in Redis's order (``check_setid_args`` runs first, before the key)."""
+        check_setid_args(last_id, max_deleted_id)
+        if last_id < self.max_deleted_id:
+            raise StreamError(XSETID_BELOW_MAX_DELETED)
+        if self.length:
+            last_entry = self.last_entry()
+            assert last_entry is not None
+            if last_id < last_entry[0]:
+                raise StreamError(XSETID_TOO_SMALL)
+            if entries_added is not None and self.length > entries_added:
+                raise StreamError(XSETID_ENTRIES_ADDED)
+        self.last_id = last_id
+        if entries_added is not None:
+            self.entries_added = entries_added
+        if max_deleted_id:
+            self.max_deleted_id = max_deleted_id
+
+    # ----------------------------------------------------------------- reading
+
+    def get(self, entry_id: int) -> list[bytes] | None:
+        """The field/value list of a live entry, or None."""
+        i = bisect_right(self._firsts, entry_id) - 1
+        if i < 0:
+            return None
+        block = self._blocks[i]
+        j = block.index(entry_id)
+        if j is None or block.flags[j] & _DELETED:
+            return None
+        return block.pairs(j)
+
+    def range(
+        self, start: int, end: int, count: int | None = None, *, reverse: bool = False
+    ) -> list[Entry]:
+        """Live entries with ``start <= id <= end``, ascending or (``reverse``) descending.
+
+        ``count`` None or 0 means no limit (Redis's internal convention; XRANGE's ``COUNT 0`` null reply
+        is the command's).
+        """
+        out: list[Entry] = []
+        if start > end:
+            return out
+        entries = self._iter_reverse(start, end) if reverse else self._iter(start, end)
+        for entry in entries:
+            out.append(entry)
+            if len(out) == count:
+                break
+        return out
+
+    def after(self, entry_id: int, count: int | None) -> list[Entry]:
+        """Live entries with IDs greater than ``entry_id``, ascending (XREAD)."""
+        if entry_id >= MAX_ID:
+            return []
+        return self.range(entry_id + 1, MAX_ID, count)
+
+    def first_entry(self) -> Entry | None:
+        return next(self._iter(0, MAX_ID), None)
+
+    def last_entry(self) -> Entry | None:
+        return next(self._iter_reverse(0, MAX_ID), None)
+
+    def _iter(self, start: int, end: int) -> Iterator[Entry]:
+        blocks = self._blocks
+        for i in range(max(bisect_right(self._firsts, start) - 1, 0), len(blocks)):
+            block = blocks[i]
+            if block.first > end:
+                return
+            flags = block.flags
+            for j, entry_id in enumerate(block.ids()):
+                if entry_id < start or flags[j] & _DELETED:
+                    continue
+                if entry_id > end:
+                    return
+                yield entry_id, block.pairs(j)
+
+    def _iter_reverse(self, start: int, end: int) -> Iterator[Entry]:
+        i = bisect_right(self._firsts, end) - 1
+        while i >= 0:
+            block = self._blocks[i]
+            flags = block.flags
+            ids = block.ids()
+            for j in range(len(ids) - 1, -1, -1):
+                entry_id = ids[j]
+                if entry_id > end or flags[j] & _DELETED:
+                    continue
+                if entry_id < start:
+                    return
+                yield entry_id, block.pairs(j)
+            if block.first <= start:
+                return
+            i -= 1
+
+    def _scan_first(self) -> int:
+        entry = self.first_entry()
+        return 0 if entry is None else entry[0]
+
+    # ----------------------------------------------------------------- lag support (Redis 7.2)
+
+    def range_has_tombstones(self, start: int, end: int = MAX_ID) -> bool:
+        """Whether a deleted entry may lie in ``[start, end]`` (only max_deleted_id is known)."""
+        if not self.length or not self.max_deleted_id:
+            return False
+        if self._first_id > self.max_deleted_id:
+            return False
+        return start <= self.max_deleted_id <= end
+
+    def estimate_entries_read(self, entry_id: int) -> int | None:
+        """The logical read counter of ``entry_id`` (entries added up to it), None when unknowable."""
+        if not self.entries_added:
+            return 0
+        if not self.length and entry_id <= self.last_id:
+            return self.entries_added
+        if entry_id == self.last_id:
+            return self.entries_added
+        if entry_id > self.last_id:
+            return None
+        if not self.max_deleted_id or self.max_deleted_id < self._first_id:
+            if entry_id < self._first_id:
+                return self.entries_added - self.length
+            if entry_id == self._first_id:
+                return self.entries_added - self.length + 1
+        return None
+
+    # ----------------------------------------------------------------- groups
+
+    def create_group(self, name: bytes, last_id: int, entries_read: int | None) -> bool:
+        """XGROUP CREATE; False when the name is taken (BUSYGROUP)."""
+        from node.streams.groups import ConsumerGroup
+
+        if name in self.groups:
+            return False
+        self.groups[name] = ConsumerGroup(name, last_id, entries_read)
+        return True
+
+    def destroy_group(self, name: bytes) -> bool:
+        return self.groups.pop(name, None) is not None
+
+
+def check_setid_args(last_id: int, max_deleted_id: int | None) -> None:
+    """XSETID's argument check, which Redis makes before looking the key up."""
+    if max_deleted_id is not None and last_id < max_deleted_id:
+        raise StreamError(XSETID_BELOW_GIVEN_MAX_DELETED)
