@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from node.accounts import DEFAULT_ACCOUNT, Account
 from node.auth import Authenticator
 from node.config import Config
+from node.keyspace import Keyspaces
 from routing import (
     EMPTY_MATCH,
     InterestChange,
@@ -139,6 +140,8 @@ class Broker:
         """Local interest, counted per (account, subject, queue): what peers must be told."""
         self.interest_listeners: list[Callable[[InterestChange], None]] = []
         """Called with each change of local interest, in order (the cluster's links listen)."""
+        self.keyspaces = Keyspaces()
+        """Every account's keys (Redis streams)."""
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}

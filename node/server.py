@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -35,6 +36,8 @@ log = logging.getLogger("pubmesh")
 FIRST_PING = 2.0
 """The first ping comes soon after connecting, to measure the round trip (as nats-server does)."""
 SHUTDOWN_GRACE = 2.0
+KEY_SWEEP_INTERVAL = 0.1
+"""Seconds between sweeps for expired Redis keys (redis-server's ``hz`` of 10)."""
 STALL_MAX = 0.01
 """The longest a producer waits per read for congested consumers to drain (then it carries on,
 and a consumer that never drains reaches its pending limit and is cut off)."""
@@ -80,6 +83,7 @@ class Server:
                             handler_nursery=handlers,
                         )
                     )
+                    acceptors.start_soon(self._expire_keys)
                 task_status.started(listeners)
                 await self.stopping.wait()
                 acceptors.cancel_scope.cancel()
@@ -176,11 +180,26 @@ class Server:
             self.flusher.wrote.set()
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
-    async def _redis_timers(self, conn: RespConnection) -> None:
-        """The output-buffer soft limit is checked once a second."""
+    async def _expire_keys(self) -> None:
+        """Reclaim expired keys nobody reads, a few at a time, ten times a second."""
         while True:
-            await trio.sleep(1.0)
-            conn.limits_due()
+            await trio.sleep(KEY_SWEEP_INTERVAL)
+            self.broker.keyspaces.sweep(time.time_ns() // 1_000_000)
+
+    async def _redis_timers(self, conn: RespConnection) -> None:
+        """The output-buffer soft limit is checked once a second, and a blocked read's deadline
+        when it comes (it moves whenever the connection blocks or unblocks)."""
+        tick = trio.current_time() + 1.0
+        while True:
+            moved = trio.Event()
+            conn.on_deadline = moved.set
+            with trio.move_on_at(min(tick, conn.deadline)):
+                await moved.wait()
+            now = trio.current_time()
+            if now >= tick:
+                conn.limits_due()
+                tick = now + 1.0
+            conn.deadline_due()
 
     async def _start_tls(self, stream: trio.SSLStream[trio.abc.Stream], conn: ClientConnection) -> bool:
         """Whether the client completed a TLS handshake in time: after taking the INFO in the clear,

@@ -26,6 +26,7 @@ could not SUBSCRIBE to (``routing.reach`` decides it exactly; the error names su
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -35,9 +36,12 @@ from node.accounts import Account
 from node.broker import VERSION, Broker
 from node.client import HANGUP_REASONS, KEEPS_OUTPUT, Reason
 from node.config import RedisConfig, UserConfig
+from node.keyspace import Database
 from node.permissions import PermissionSet
 from node.resp.errors import RespProtocolError
+from node.resp.keys import KEY_COMMANDS
 from node.resp.parser import RequestParser
+from node.resp.streams import HELP, STREAM_COMMANDS, XGROUP, XINFO
 from node.resp.writer import (
     OK,
     PONG,
@@ -63,6 +67,8 @@ MAX_PATTERN: Final = 1024
 """The longest PSUBSCRIBE pattern, in bytes: matching costs pattern length times channel length."""
 
 _NO_AUTH = frozenset([b"auth", b"hello", b"quit", b"reset"])
+_NOT_QUEUED = frozenset([b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"])
+"""What runs at once even inside MULTI."""
 _SUBSCRIBED_ONLY = frozenset(
     {b"subscribe", b"ssubscribe", b"psubscribe", b"unsubscribe", b"sunsubscribe", b"punsubscribe"}
     | {b"ping", b"quit", b"reset"}
@@ -120,6 +126,18 @@ def _int(value: bytes) -> int | None:
     return number if value.strip() == value and -(2**63) <= number < 2**63 else None
 
 
+class _Blocked:
+    """A blocked read: the keys it waits on, the command to run again, when it gives up."""
+
+    __slots__ = ("args", "db", "deadline", "keys")
+
+    def __init__(self, db: Database, keys: list[bytes], args: list[bytes], deadline: float) -> None:
+        self.db = db
+        self.keys = keys
+        self.args = args
+        self.deadline = deadline
+
+
 class RespConnection(Outbox):
     """The protocol state of one Redis client connection.
 
@@ -171,6 +189,18 @@ class RespConnection(Outbox):
         self._reply_off = self._skip = self._skip_next = False
         self._running = False
         self._held = bytearray()  # pushes produced while a command runs: they go after its reply
+        self.queued: list[list[bytes]] | None = None
+        """Commands queued since MULTI (None outside a transaction)."""
+        self._queue_failed = False
+        self._captured: list[bytes] | None = None  # EXEC's replies, collected
+        self.dirty = False
+        """A key this connection WATCHes was written (its next EXEC fails)."""
+        self._watching: list[tuple[Database, bytes]] = []
+        self.blocked: _Blocked | None = None
+        """The blocking read waiting for a write to one of its keys (XREAD ... BLOCK)."""
+        self._retry_deadline = -1.0
+        self.on_deadline: Callable[[], None] = _ignore
+        """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
         self.commands = 0
         # Monitoring, as a NATS client connection keeps it.
@@ -201,10 +231,24 @@ class RespConnection(Outbox):
             return
         self.last_activity_ns = time.time_ns()
         self.parser.receive_data(data)
+        self._run_buffered()
+
+    def _waiting(self) -> bool:
+        """Whether a blocked read holds up this connection's requests (a call, not an attribute
+        test, so that a check before running a request is not taken to hold after it)."""
+        return self.blocked is not None
+
+    def _run_buffered(self) -> None:
+        """Run the requests buffered so far, until one blocks (the rest wait for it)."""
+        if self._waiting():
+            return
+        keyspaces = self.broker.keyspaces
         try:
             for command in self.parser.commands():
                 self._execute(command.args)
-                if self.closing is not None:
+                if keyspaces.ready:  # (readers a write woke are served after that write)
+                    keyspaces.serve_ready()
+                if self.closing is not None or self._waiting():
                     return
         except RespProtocolError as exc:
             if exc.message is not None:
@@ -224,6 +268,7 @@ class RespConnection(Outbox):
                     if len(shown) >= 128:
                         break
                     shown += f"'{_text(arg)[: 128 - len(shown)]}' "
+                self._queue_failed = self.queued is not None
                 self._error(
                     f"unknown command '{_text(args[0])[:128]}', with args beginning with: {shown}"
                 )
@@ -237,6 +282,7 @@ class RespConnection(Outbox):
                     return
                 command = sub
             if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
+                self._queue_failed = self.queued is not None
                 self._error(f"wrong number of arguments for '{command.name}' command")
                 return
             if self.user is None and name not in _NO_AUTH:
@@ -247,6 +293,10 @@ class RespConnection(Outbox):
                     f"Can't execute '{command.name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
                     "QUIT / RESET are allowed in this context"
                 )
+                return
+            if self.queued is not None and name not in _NOT_QUEUED:
+                self.queued.append(args)
+                self._reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
             assert command.handler is not None
@@ -261,8 +311,10 @@ class RespConnection(Outbox):
     # -- output ----------------------------------------------------------------------------------
 
     def _reply(self, data: bytes) -> None:
-        """A command's reply, unless CLIENT REPLY silenced it."""
-        if not (self._reply_off or self._skip):
+        """A command's reply, unless CLIENT REPLY silenced it (or EXEC collects it)."""
+        if self._captured is not None:
+            self._captured.append(data)
+        elif not (self._reply_off or self._skip):
             self._send(data)
 
     def _error(self, text: str) -> None:
@@ -406,6 +458,118 @@ class RespConnection(Outbox):
         broker.publish(self.account, Message(subject, None, None, payload))
         self._reply(integer(broker.local_deliveries))
 
+    # -- keys, transactions and blocking reads --------------------------------------------------
+
+    @property
+    def database(self) -> Database:
+        """The selected database of the connection's account."""
+        return self.broker.keyspaces.database(self.account.name, self.db)
+
+    def log_write(self, args: list[bytes]) -> None:
+        """Record a change to the keys as the command that repeats it (when the node keeps a
+        journal, ``--store_dir``)."""
+        journal = self.broker.keyspaces.journal
+        if journal is not None:
+            journal.append(self.account.name, self.db, args)
+
+    def exec_queued(self) -> None:
+        """EXEC: run the queued commands as one, their replies gathered into one array."""
+        queued, self.queued = self.queued, None
+        assert queued is not None
+        dirty, failed = self.dirty, self._queue_failed
+        self.unwatch()
+        if failed:
+            self._error("-EXECABORT Transaction discarded because of previous errors.")
+            return
+        if dirty:
+            self._reply(self.writer.null_array)
+            return
+        replies: list[bytes] = []
+        self._captured = replies
+        try:
+            for args in queued:
+                command = COMMANDS[args[0].lower()]
+                if command.subcommands is not None:
+                    command = command.subcommands[args[1].lower()]
+                assert command.handler is not None
+                command.handler(self, args)
+        finally:
+            self._captured = None
+        self._reply(array(replies))
+
+    def watch(self, keys: list[bytes]) -> None:
+        db = self.database
+        for key in keys:
+            db.watch(key, self)
+            self._watching.append((db, key))
+
+    def unwatch(self) -> None:
+        for db, key in self._watching:
+            db.unwatch(key, self)
+        self._watching.clear()
+        self.dirty = False
+
+    @property
+    def may_block(self) -> bool:
+        """Whether a blocking read may wait (not inside EXEC, where it answers as if timed out)."""
+        return self._captured is None
+
+    @property
+    def deadline(self) -> float:
+        """When the blocked read times out, on this connection's clock (inf: never, or not blocked)."""
+        blocked = self.blocked
+        return blocked.deadline if blocked is not None else math.inf
+
+    def block(self, keys: list[bytes], timeout_ms: int, retry: list[bytes]) -> None:
+        """Wait until one of ``keys`` is written, then run ``retry``; answer a null array if
+        ``timeout_ms`` (0: never) passes first. A retry that blocks again keeps the deadline."""
+        if self._retry_deadline >= 0:
+            deadline = self._retry_deadline
+        else:
+            deadline = self._clock() + timeout_ms / 1000 if timeout_ms else math.inf
+        db = self.database
+        for key in keys:
+            db.block(key, self)
+        self.blocked = _Blocked(db, keys, retry, deadline)
+        self.on_deadline()
+
+    def _unblock(self) -> _Blocked | None:
+        blocked, self.blocked = self.blocked, None
+        if blocked is not None:
+            for key in blocked.keys:
+                blocked.db.unblock(key, self)
+            self.on_deadline()
+        return blocked
+
+    def wake(self) -> None:
+        """A key this connection is blocked on was written: run the read again."""
+        blocked = self._unblock()
+        if blocked is None or self.closing is not None:
+            return
+        self._retry_deadline = blocked.deadline
+        try:
+            self._execute(blocked.args)
+        finally:
+            self._retry_deadline = -1.0
+        self._run_buffered()
+
+    def deadline_due(self) -> None:
+        """The timer fired: a blocked read past its deadline answers a null array."""
+        blocked = self.blocked
+        if blocked is not None and self._clock() >= blocked.deadline:
+            self.unblock(as_error=False)
+
+    def unblock(self, *, as_error: bool) -> bool:
+        """End a blocked read early (its timeout, or CLIENT UNBLOCK); whether one was blocked."""
+        if self._unblock() is None:
+            return False
+        if as_error:
+            self._send(error("-UNBLOCKED client unblocked via CLIENT UNBLOCK"))
+        else:
+            self._send(self.writer.null_array)
+        self._run_buffered()
+        return True
+
     # -- authentication --------------------------------------------------------------------------
 
     def sign_in(self, name: bytes | None, password: bytes) -> bool:
@@ -431,6 +595,9 @@ class RespConnection(Outbox):
     def reset(self) -> None:
         """RESET: as if newly connected (without a new id)."""
         self._drop_all()
+        self.queued = None
+        self._queue_failed = False
+        self.unwatch()
         self.writer = RESP2
         self.db = 0
         self.options["name"] = ""
@@ -482,6 +649,8 @@ class RespConnection(Outbox):
         if not flush:
             self.outbound.clear()
         self._drop_all()
+        self._unblock()
+        self.unwatch()
         self.broker.remove_client(self)
         self._notify()
 
@@ -796,6 +965,14 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
             f"total_messages_in:{in_msgs}\r\ntotal_messages_out:{out_msgs}\r\n"
             f"client_output_buffer_limit_disconnections:{broker.slow_consumers}\r\n"
         )
+    if everything or b"keyspace" in wanted:
+        databases = conn.broker.keyspaces.keyspace(conn.account.name).databases()
+        lines = [
+            f"db{n}:keys={len(db)},expires={db.expiring()},avg_ttl=0\r\n"
+            for n, db in sorted(databases.items())
+            if len(db)
+        ]
+        sections.append("# Keyspace\r\n" + "".join(lines))
     conn._reply(conn.writer.verbatim("\r\n".join(sections).encode()))
 
 
@@ -831,8 +1008,56 @@ def _time(conn: RespConnection, args: list[bytes]) -> None:
     conn._reply(array([bulk(b"%d" % (now // 10**6)), bulk(b"%d" % (now % 10**6))]))
 
 
-def _dbsize(conn: RespConnection, args: list[bytes]) -> None:
-    conn._reply(integer(0))
+def _multi(conn: RespConnection, args: list[bytes]) -> None:
+    if conn.queued is not None:
+        conn._error("MULTI calls can not be nested")
+        return
+    conn.queued = []
+    conn._queue_failed = False
+    conn._reply(OK)
+
+
+def _exec(conn: RespConnection, args: list[bytes]) -> None:
+    if conn.queued is None:
+        conn._error("EXEC without MULTI")
+        return
+    conn.exec_queued()
+
+
+def _discard(conn: RespConnection, args: list[bytes]) -> None:
+    if conn.queued is None:
+        conn._error("DISCARD without MULTI")
+        return
+    conn.queued = None
+    conn.unwatch()
+    conn._reply(OK)
+
+
+def _watch(conn: RespConnection, args: list[bytes]) -> None:
+    if conn.queued is not None:
+        conn._error("WATCH inside MULTI is not allowed")
+        return
+    conn.watch(args[1:])
+    conn._reply(OK)
+
+
+def _unwatch(conn: RespConnection, args: list[bytes]) -> None:
+    conn.unwatch()
+    conn._reply(OK)
+
+
+def _client_unblock(conn: RespConnection, args: list[bytes]) -> None:
+    how = args[3].lower() if len(args) == 4 else b"timeout"
+    if len(args) > 4 or how not in (b"timeout", b"error"):
+        conn._error("CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+        return
+    cid = _int(args[2])
+    if cid is None:
+        conn._error(NOT_INTEGER)
+        return
+    target = conn.broker.clients.get(cid)
+    done = isinstance(target, RespConnection) and target.unblock(as_error=how == b"error")
+    conn._reply(integer(1 if done else 0))
 
 
 def _subscribe(conn: RespConnection, args: list[bytes]) -> None:
@@ -933,6 +1158,7 @@ _CLIENT_HELP = [
     b"KILL <ip:port> | KILL ID <id> | KILL ADDR <ip:port>",
     b"LIST",
     b"REPLY (ON|OFF|SKIP)",
+    b"UNBLOCK <clientid> [TIMEOUT|ERROR]",
     b"SETINFO <LIB-NAME|LIB-VER> <value>",
     b"SETNAME <name>",
     b"HELP",
@@ -981,6 +1207,7 @@ COMMANDS: dict[bytes, _Command] = {
             "info": (2, _client_info),
             "kill": (-3, _client_kill),
             "reply": (3, _client_reply),
+            "unblock": (-3, _client_unblock),
             "help": (2, _help(_CLIENT_HELP)),
         },
     ),
@@ -1000,7 +1227,6 @@ COMMANDS: dict[bytes, _Command] = {
         "config", -2, None, {"get": (-3, _config_get), "help": (2, _help(_CONFIG_HELP))}
     ),
     b"time": _Command("time", 1, _time),
-    b"dbsize": _Command("dbsize", 1, _dbsize),
     b"subscribe": _Command("subscribe", -2, _subscribe),
     b"unsubscribe": _Command("unsubscribe", -1, _unsubscribe),
     b"psubscribe": _Command("psubscribe", -2, _psubscribe),
@@ -1024,3 +1250,18 @@ COMMANDS: dict[bytes, _Command] = {
     ),
 }
 """The commands this front door serves, by lowercase name."""
+COMMANDS.update(
+    {
+        b"multi": _Command("multi", 1, _multi),
+        b"exec": _Command("exec", 1, _exec),
+        b"discard": _Command("discard", 1, _discard),
+        b"watch": _Command("watch", -2, _watch),
+        b"unwatch": _Command("unwatch", 1, _unwatch),
+        **{
+            name.encode(): _Command(name, a, h)
+            for name, (a, h) in (KEY_COMMANDS | STREAM_COMMANDS).items()
+        },
+        b"xgroup": _container("xgroup", -2, None, {**XGROUP, "help": (2, _help(HELP["xgroup"]))}),
+        b"xinfo": _container("xinfo", -2, None, {**XINFO, "help": (2, _help(HELP["xinfo"]))}),
+    }
+)

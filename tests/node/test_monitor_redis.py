@@ -139,9 +139,9 @@ async def test_varz_subsz_connz_and_metrics_follow_redis_clients(nursery: trio.N
         )
         assert subsz["patterns_total"] == 3
         assert subsz["patterns_list"] == [
-            {"account": "$G", "pattern": "h?llo*", "cid": a_cid},
-            {"account": "$G", "pattern": "n*", "cid": a_cid},
-            {"account": "$G", "pattern": "n*", "cid": b_cid},
+            {"account": "$G", "pattern": "h?llo*", "subject": "$R.P.683f6c6c6f2a", "cid": a_cid},
+            {"account": "$G", "pattern": "n*", "subject": "$R.P.6e2a", "cid": a_cid},
+            {"account": "$G", "pattern": "n*", "subject": "$R.P.6e2a", "cid": b_cid},
         ]
         paged = get_json(node, "/subsz?subs=1&offset=1&limit=1")
         assert (paged["patterns_total"], paged["patterns_list"]) == (3, [subsz["patterns_list"][1]])

@@ -1,0 +1,230 @@
+"""Keys, as redis-server keeps them: per account, sixteen numbered databases of named values.
+
+The only values are streams (``node.streams``). A key may carry an expiry time; an expired key is
+gone the moment anyone looks (and a periodic sweep reclaims those nobody looks at). Two kinds of
+client wait on keys: WATCH (a write to a watched key spoils the watcher's transaction) and blocking
+reads (a write to the key wakes them, in the order they blocked). Both are registered here so that
+every write, whoever makes it, reaches them through one call: ``Database.touch``.
+
+Woken readers are not served inside the write that woke them: they queue on the node-wide
+``Keyspaces.ready`` and are served once the writing command has finished, as redis-server serves
+blocked clients after the command that unblocked them.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Iterator
+from typing import Protocol
+
+from node.streams import Stream
+
+__all__ = ["DATABASES", "Database", "Journal", "Keyspace", "Keyspaces", "Waiter", "Watcher"]
+
+DATABASES = 16
+"""Numbered databases per account (redis-server's default ``databases``)."""
+
+
+class Watcher(Protocol):
+    """A client that WATCHes keys: a write to one of them spoils its next EXEC."""
+
+    dirty: bool
+
+
+class Waiter(Protocol):
+    """A client blocked on keys until one of them is written (or its timeout passes)."""
+
+    def wake(self) -> None:
+        """Called once the writing command has finished; the waiter retries its command."""
+        ...
+
+
+class Journal(Protocol):
+    """Where changes to keys are recorded, to be replayed at the next start."""
+
+    def append(self, account: str, db: int, args: list[bytes]) -> None:
+        """Record one change as the command that repeats it."""
+        ...
+
+
+class Database:
+    """One numbered database of one account."""
+
+    __slots__ = ("_blocked", "_expires", "_watchers", "keys", "keyspaces")
+
+    def __init__(self, keyspaces: Keyspaces) -> None:
+        self.keyspaces = keyspaces
+        self.keys: dict[bytes, Stream] = {}
+        self._expires: dict[bytes, int] = {}
+        """Key -> when it expires, in milliseconds since the epoch."""
+        self._watchers: dict[bytes, set[Watcher]] = {}
+        self._blocked: dict[bytes, dict[Waiter, None]] = {}
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def get(self, key: bytes, now: int) -> Stream | None:
+        """The value at ``key``, unless it has expired (it is removed then)."""
+        value = self.keys.get(key)
+        if value is not None and self._expires and key in self._expires and self._expired(key, now):
+            return None
+        return value
+
+    def _expired(self, key: bytes, now: int) -> bool:
+        if self._expires[key] > now:
+            return False
+        self.delete(key)
+        return True
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def live_keys(self, now: int) -> Iterator[bytes]:
+        """Every key that has not expired (expired ones met on the way are removed)."""
+        for key in list(self.keys):
+            if self.get(key, now) is not None:
+                yield key
+
+    def expiring(self) -> int:
+        """How many keys carry an expiry time."""
+        return len(self._expires)
+
+    def expires_at(self, key: bytes) -> int | None:
+        return self._expires.get(key)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: Stream) -> None:
+        """Store a new value (its expiry, if the key had one, is gone with the old value)."""
+        self._expires.pop(key, None)
+        self.keys[key] = value
+        self.touch(key)
+
+    def delete(self, key: bytes) -> bool:
+        """Remove a key; whether there was one."""
+        if self.keys.pop(key, None) is None:
+            return False
+        self._expires.pop(key, None)
+        self.touch(key)
+        return True
+
+    def set_expiry(self, key: bytes, when: int | None) -> None:
+        """Make ``key`` expire at ``when`` (milliseconds since the epoch), or never (None)."""
+        if when is None:
+            self._expires.pop(key, None)
+        else:
+            self._expires[key] = when
+        self.touch(key)
+
+    def flush(self) -> None:
+        """Remove every key (FLUSHDB), spoiling every watcher and waking every blocked reader."""
+        for key in list(self.keys):
+            self.delete(key)
+
+    def touch(self, key: bytes) -> None:
+        """``key`` was written: spoil its watchers' transactions and wake its blocked readers."""
+        watchers = self._watchers.get(key)
+        if watchers:
+            for watcher in watchers:
+                watcher.dirty = True
+        blocked = self._blocked.pop(key, None)
+        if blocked:
+            self.keyspaces.ready.extend(blocked)
+
+    def sweep(self, now: int, budget: int) -> int:
+        """Remove up to ``budget`` expired keys; return how many went."""
+        gone = [key for key, when in itertools.islice(self._expires.items(), budget) if when <= now]
+        for key in gone:
+            self.delete(key)
+        if len(self._expires) > budget:  # (look at other keys next time)
+            for key in list(itertools.islice(self._expires, budget)):
+                self._expires[key] = self._expires.pop(key)
+        return len(gone)
+
+    # -- who waits on keys -----------------------------------------------------------------------
+
+    def watch(self, key: bytes, watcher: Watcher) -> None:
+        self._watchers.setdefault(key, set()).add(watcher)
+
+    def unwatch(self, key: bytes, watcher: Watcher) -> None:
+        watchers = self._watchers.get(key)
+        if watchers is not None:
+            watchers.discard(watcher)
+            if not watchers:
+                del self._watchers[key]
+
+    def block(self, key: bytes, waiter: Waiter) -> None:
+        self._blocked.setdefault(key, {})[waiter] = None
+
+    def unblock(self, key: bytes, waiter: Waiter) -> None:
+        waiters = self._blocked.get(key)
+        if waiters is not None:
+            waiters.pop(waiter, None)
+            if not waiters:
+                del self._blocked[key]
+
+
+class Keyspace:
+    """One account's databases, created as they are first used."""
+
+    __slots__ = ("_databases", "keyspaces")
+
+    def __init__(self, keyspaces: Keyspaces) -> None:
+        self.keyspaces = keyspaces
+        self._databases: dict[int, Database] = {}
+
+    def database(self, index: int) -> Database:
+        db = self._databases.get(index)
+        if db is None:
+            db = self._databases[index] = Database(self.keyspaces)
+        return db
+
+    def databases(self) -> dict[int, Database]:
+        """The databases in use, by number."""
+        return dict(self._databases)
+
+
+class Keyspaces:
+    """Every account's keys on this node, and the queue of blocked readers a write woke."""
+
+    __slots__ = ("_accounts", "_serving", "journal", "ready")
+
+    def __init__(self) -> None:
+        self._accounts: dict[str, Keyspace] = {}
+        self.journal: Journal | None = None
+        """Where changes are recorded (None: keys live in memory only)."""
+        self.ready: collections.deque[Waiter] = collections.deque()
+        self._serving = False
+
+    def keyspace(self, account: str) -> Keyspace:
+        keyspace = self._accounts.get(account)
+        if keyspace is None:
+            keyspace = self._accounts[account] = Keyspace(self)
+        return keyspace
+
+    def database(self, account: str, index: int) -> Database:
+        return self.keyspace(account).database(index)
+
+    def accounts(self) -> dict[str, Keyspace]:
+        return dict(self._accounts)
+
+    def serve_ready(self) -> None:
+        """Wake the readers that writes made ready, in the order they blocked (a reader woken
+        here may write and make others ready: they are served in the same loop)."""
+        if self._serving:
+            return
+        self._serving = True
+        try:
+            ready = self.ready
+            while ready:
+                ready.popleft().wake()
+        finally:
+            self._serving = False
+
+    def sweep(self, now: int, budget: int = 20) -> int:
+        """Remove expired keys nobody asked for, a few per database; return how many went."""
+        return sum(
+            db.sweep(now, budget)
+            for keyspace in list(self._accounts.values())
+            for db in list(keyspace.databases().values())
+        )
