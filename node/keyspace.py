@@ -47,6 +47,12 @@ class Journal(Protocol):
         """Record one change as the command that repeats it."""
         ...
 
+    def commit(self) -> None:
+        """Make what was appended as durable as the fsync policy promises. Called after each batch
+        of a client's requests, before their replies can leave, and before a stream acknowledges
+        a captured message."""
+        ...
+
 
 class Database:
     """One numbered database of one account."""
@@ -207,6 +213,11 @@ class Keyspaces:
 
     def accounts(self) -> dict[str, Keyspace]:
         return dict(self._accounts)
+
+    def commit(self) -> None:
+        """Commit the journal, if there is one (see ``Journal.commit``)."""
+        if self.journal is not None:
+            self.journal.commit()
 
     def serve_ready(self) -> None:
         """Wake the readers that writes made ready, in the order they blocked (a reader woken

@@ -249,11 +249,13 @@ class RespConnection(Outbox):
                 if keyspaces.ready:  # (readers a write woke are served after that write)
                     keyspaces.serve_ready()
                 if self.closing is not None or self._waiting():
-                    return
+                    break
         except RespProtocolError as exc:
             if exc.message is not None:
                 self._send(protocol_error(exc.message))
             self.close(Reason.PROTOCOL_VIOLATION)
+        if keyspaces.journal is not None:  # (before any of these replies can leave)
+            keyspaces.journal.commit()
 
     def _execute(self, args: list[bytes]) -> None:
         """One request, checked as redis-server's ``processCommand`` checks it, in its order."""
