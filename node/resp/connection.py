@@ -670,7 +670,9 @@ class RespConnection(Outbox):
         """This connection as a line of CLIENT LIST (the fields clients and tools read)."""
         now = time.time_ns()
         user = (self.user.user if self.user is not None else None) or "default"
-        flags = "P" if self.subscribed else "N"
+        flags = ("P" if self.subscribed else "") + ("b" if self._waiting() else "")
+        flags += "x" if self.queued is not None else ""
+        flags = flags or "N"
         line = (
             f"id={self.cid} addr={self.host}:{self.port} laddr= fd=-1 name={self.name} "
             f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "
