@@ -20,6 +20,11 @@ from tests.node.test_resp_clients import W, start_redis_node, sync_client
 pytestmark = pytest.mark.timeout(60)
 
 
+def client_of(node: NodeHandle, **options: Any) -> Any:
+    """A redis-py client, typed loosely (its replies' declared types are wider than what comes)."""
+    return sync_client(node, **options)
+
+
 @pytest.fixture
 async def node(nursery: trio.Nursery) -> NodeHandle:
     return await start_redis_node(nursery)
@@ -27,10 +32,10 @@ async def node(nursery: trio.Nursery) -> NodeHandle:
 
 async def test_consumers_share_a_group_and_claim_what_a_dead_one_left(node: NodeHandle) -> None:
     def scenario() -> None:
-        producer = sync_client(node)
+        producer = client_of(node)
         producer.xgroup_create("jobs", "workers", id="$", mkstream=True)
         ids = [producer.xadd("jobs", {"n": str(i)}) for i in range(30)]
-        consumers = {name: sync_client(node) for name in ("a", "b", "c")}
+        consumers = {name: client_of(node) for name in ("a", "b", "c")}
         seen: dict[str, list[bytes]] = {name: [] for name in consumers}
         while sum(len(v) for v in seen.values()) < len(ids):
             for name, client in consumers.items():
@@ -66,11 +71,11 @@ async def test_blocked_readers_wake_in_arrival_order(node: NodeHandle) -> None:
     results: dict[str, Any] = {}
 
     def reader(name: str) -> None:
-        client = sync_client(node)
+        client = client_of(node)
         results[name] = client.xreadgroup("g", name, {"s": ">"}, count=1, block=int(W * 1000))
 
     def scenario() -> None:
-        admin = sync_client(node)
+        admin = client_of(node)
         admin.xgroup_create("s", "g", id="$", mkstream=True)
         threads = []
         for name in ("first", "second"):
@@ -99,7 +104,7 @@ def wait_blocked(client: redis.Redis, count: int) -> None:
 
 async def test_blocking_reads_time_out_unblock_and_survive_disconnects(node: NodeHandle) -> None:
     def scenario() -> None:
-        admin = sync_client(node)
+        admin = client_of(node)
         started = time.monotonic()
         assert admin.xread({"s": "$"}, block=150) in (None, [], {})
         assert 0.1 <= time.monotonic() - started < W
@@ -114,7 +119,7 @@ async def test_blocking_reads_time_out_unblock_and_survive_disconnects(node: Nod
             time.sleep(0.01)
         assert admin.xadd("s", {"after": "disconnects"})
 
-        waiting = sync_client(node)
+        waiting = client_of(node)
         waiting_id = waiting.client_id()
         outcome: dict[str, Any] = {}
 
@@ -141,14 +146,14 @@ async def test_blocking_reads_time_out_unblock_and_survive_disconnects(node: Nod
 
 async def test_a_blocked_group_read_hears_its_group_vanish(node: NodeHandle) -> None:
     def scenario() -> None:
-        admin = sync_client(node)
+        admin = client_of(node)
         for vanish in ("destroy", "delete"):
             admin.xgroup_create("s", "g", id="$", mkstream=True)
             box: dict[str, Any] = {}
 
             def read(box: dict[str, Any] = box) -> None:
                 try:
-                    box["reply"] = sync_client(node).xreadgroup("g", "c", {"s": ">"}, block=0)
+                    box["reply"] = client_of(node).xreadgroup("g", "c", {"s": ">"}, block=0)
                 except redis.ResponseError as exc:
                     box["error"] = str(exc)
 
@@ -170,7 +175,7 @@ async def test_a_blocked_group_read_hears_its_group_vanish(node: NodeHandle) -> 
 
 async def test_transactions_with_watch(node: NodeHandle) -> None:
     def scenario() -> None:
-        client, other = sync_client(node), sync_client(node)
+        client, other = client_of(node), client_of(node)
         with client.pipeline(transaction=True) as pipe:
             pipe.xadd("t", {"a": "1"}, id="1-1").xlen("t").xrange("t")
             assert pipe.execute() == [b"1-1", 1, [(b"1-1", {b"a": b"1"})]]
@@ -193,7 +198,7 @@ async def test_transactions_with_watch(node: NodeHandle) -> None:
 
 async def test_scan_returns_every_key_that_stays(node: NodeHandle) -> None:
     def scenario() -> None:
-        client, churn = sync_client(node), sync_client(node)
+        client, churn = client_of(node), client_of(node)
         stay = {f"stay:{i}".encode() for i in range(300)}
         for key in stay:
             client.xadd(key, {"f": "v"})
@@ -221,7 +226,7 @@ async def test_scan_returns_every_key_that_stays(node: NodeHandle) -> None:
 
 async def test_keys_expire_even_unread(node: NodeHandle) -> None:
     def scenario() -> None:
-        client = sync_client(node)
+        client = client_of(node)
         client.xadd("short", {"f": "v"})
         client.xadd("long", {"f": "v"})
         assert client.pexpire("short", 50)
@@ -248,14 +253,14 @@ async def test_accounts_and_databases_keep_their_keys_apart(nursery: trio.Nurser
     node = await start_redis_node(nursery, Config(accounts=accounts, users=users))
 
     def scenario() -> None:
-        a = sync_client(node, username="a", password="pw")
-        b = sync_client(node, username="b", password="pw")
+        a = client_of(node, username="a", password="pw")
+        b = client_of(node, username="b", password="pw")
         a.xadd("orders", {"from": "a"})
         assert b.exists("orders") == 0
         assert b.keys() == []
         b.xadd("orders", {"from": "b"})
         assert [fields for _, fields in a.xrange("orders")] == [{b"from": b"a"}]
-        a1 = sync_client(node, username="a", password="pw", db=1)
+        a1 = client_of(node, username="a", password="pw", db=1)
         assert a1.exists("orders") == 0
         a1.flushdb()
         assert a.xlen("orders") == 1
