@@ -56,15 +56,14 @@ from node.resp.writer import (
     writer_for,
 )
 from routing import Message, Subscription, channel_subject, glob_match
+from routing.glob import MAX_PATTERN
 from transport.outbox import Outbox
 from transport.sessions import Hangup
 
-__all__ = ["MAX_PATTERN", "REDIS_VERSION", "RespConnection"]
+__all__ = ["REDIS_VERSION", "RespConnection"]
 
 REDIS_VERSION: Final = "7.2.0"
 """The redis-server version whose behaviour this front door follows (HELLO and INFO report it)."""
-MAX_PATTERN: Final = 1024
-"""The longest PSUBSCRIBE pattern, in bytes: matching costs pattern length times channel length."""
 
 _NO_AUTH = frozenset([b"auth", b"hello", b"quit", b"reset"])
 _NOT_QUEUED = frozenset([b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"])

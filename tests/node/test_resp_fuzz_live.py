@@ -1,8 +1,8 @@
 """Fuzzing the Redis port of a live node process: hostile requests over real sockets.
 
 Each example opens a connection, sends generated requests (known commands with arbitrary
-arguments, the words of the stream commands among them, mutated requests, random bytes) cut at random points, half-closes and reads to the end.
-What must hold after every example:
+arguments, the words of the stream commands among them, mutated requests, random bytes) cut at
+random points, half-closes and reads to the end. What must hold after every example:
 
 - the connection got no ``internal error``: the containment boundary never had to step in;
 - canaries, a NATS client and a Redis subscriber on fresh connections, are still served;
