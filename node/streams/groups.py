@@ -261,6 +261,23 @@ class ConsumerGroup:
         lastid: int | None = ...,
     ) -> list[Entry]: ...
 
+    @overload
+    def claim(
+        self,
+        stream: Stream,
+        consumer: Consumer | bytes,
+        min_idle: int,
+        ids: Iterable[int],
+        now: int,
+        *,
+        idle: int | None = ...,
+        time: int | None = ...,
+        retrycount: int | None = ...,
+        force: bool = ...,
+        justid: bool,
+        lastid: int | None = ...,
+    ) -> list[int] | list[Entry]: ...
+
     def claim(
         self,
         stream: Stream,
