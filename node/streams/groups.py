@@ -114,8 +114,8 @@ class ConsumerGroup:
         """XREADGROUP ``>``: entries after the group's last ID; advances it and entries_read.
 
         Each delivered entry gets a fresh NACK (count 1) unless ``noack``; an existing NACK (possible
-        after SETID) moves to this consumer with its count reset to 1. ``count`` None or 0 means no
-        limit. An empty result is where the command would block.
+        after SETID) moves to this consumer with its count reset to 1. ``count`` None or not positive:
+        no limit. An empty result is where the command would block.
         """
         consumer = self._resolve(consumer, now)
         entries = stream.after(self.last_id, count)
@@ -153,7 +153,8 @@ class ConsumerGroup:
             return []
         out: list[HistoryEntry] = []
         pending = consumer.pending
-        for entry_id in islice(pending.irange(minimum=after + 1), count or None):
+        limit = count if count is not None and count > 0 else None
+        for entry_id in islice(pending.irange(minimum=after + 1), limit):
             pairs = stream.get(entry_id)
             if pairs is not None:
                 nack = pending[entry_id]

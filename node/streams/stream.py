@@ -369,8 +369,8 @@ class Stream:
     ) -> list[Entry]:
         """Live entries with ``start <= id <= end``, ascending or (``reverse``) descending.
 
-        ``count`` None or 0 means no limit (Redis's internal convention; XRANGE's ``COUNT 0`` null reply
-        is the command's).
+        ``count`` None or not positive means no limit (Redis's internal convention; XRANGE's ``COUNT 0``
+        null reply is the command's).
         """
         out: list[Entry] = []
         if start > end:

@@ -209,3 +209,9 @@ def test_memory_is_compact() -> None:
         stream.add(make_id(1_700_000_000_000 + i // 7, i % 7), [b"f1", b"v%04d" % i, b"f2", b"%05d" % i])
     assert stream.node_count == 200
     assert stream.memory_usage() < 20_000 * 60
+
+
+def test_counts_that_are_not_positive_mean_no_limit() -> None:
+    stream = filled(5)
+    assert len(stream.range(0, MAX_ID, 0)) == len(stream.range(0, MAX_ID, -3)) == 5
+    assert len(stream.after(0, 0)) == 5

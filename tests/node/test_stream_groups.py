@@ -629,3 +629,14 @@ def test_consumers_seen_active_and_deletion() -> None:
     assert (info.consumers, info.pending, info.last_id, info.entries_read) == (1, 0, make_id(2, 0), 2)
     assert stream.destroy_group(b"g")
     assert not stream.destroy_group(b"g")
+
+
+@pytest.mark.timeout(10)
+def test_history_count_not_positive_is_unlimited() -> None:
+    stream = stream_of(1, 2, 3)
+    stream.create_group(b"g", 0, None)
+    group = stream.groups[b"g"]
+    group.read_new(stream, b"a", -1, False, 0)
+    assert len(group.read_history(stream, b"a", 0, -1, 0)) == 3
+    assert len(group.read_history(stream, b"a", 0, 0, 0)) == 3
+    assert group.read_history(stream, b"a", MAX_ID, None, 0) == []
