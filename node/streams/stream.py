@@ -31,6 +31,7 @@ from node.streams.ids import (
     XSETID_ENTRIES_ADDED,
     XSETID_TOO_SMALL,
     StreamError,
+    string2ll,
 )
 
 if TYPE_CHECKING:
@@ -43,9 +44,9 @@ _SAMEFIELDS: Final = 2
 _WIDE: Final = 0xFFFFFFFF
 # Redis caps a node at 1 GB whatever stream-node-max-bytes says.
 _MAX_NODE_BYTES: Final = 1 << 30
-# Per-entry bytes of our encoding beside the packed elements (delta, seq, offset, flags), counted
-# towards node_max_bytes the way a listpack's per-entry headers are.
-_ENTRY_OVERHEAD: Final = 13
+# A listpack's own header and end byte, and its master entry's terminator.
+_LP_HEADER: Final = 7 + 2
+_INT_START: Final = frozenset(b"-0123456789")  # first bytes of a candidate integer
 
 
 @attrs.frozen
@@ -75,7 +76,8 @@ class _Block:
         self.flags = bytearray()
         self.data: bytearray | bytes = bytearray()
         self.live = 0
-        self.size = sum(len(f) + 1 for f in fields) + 3
+        # bytes as Redis's listpack would count them, but for the live/deleted counters (see _full)
+        self.size = _LP_HEADER + _lp_int(len(fields)) + sum(map(_lp_string, fields))
 
     def ids(self) -> list[int]:
         base = self.first >> 64
@@ -124,6 +126,32 @@ class _Block:
             + sys.getsizeof(self.flags)
             + sys.getsizeof(self.data)
         )
+
+
+def _lp_int(value: int) -> int:
+    """Bytes of an integer element in a listpack (encoding and back-length)."""
+    if 0 <= value < 128:
+        return 2
+    if -4096 <= value < 4096:
+        return 3
+    if -(1 << 15) <= value < 1 << 15:
+        return 4
+    if -(1 << 23) <= value < 1 << 23:
+        return 5
+    if -(1 << 31) <= value < 1 << 31:
+        return 6
+    return 10
+
+
+def _lp_string(item: bytes) -> int:
+    """Bytes of a string element in a listpack, which stores canonical integers as integers."""
+    n = len(item)
+    if 0 < n <= 20 and item[0] in _INT_START:
+        value = string2ll(item)
+        if value is not None:
+            return _lp_int(value)
+    header = n + (1 if n < 64 else 2 if n < 4096 else 5)
+    return header + (1 if header < 128 else 2 if header < 16384 else 3 if header < 2097152 else 5)
 
 
 def _push(arr: array[int], value: int) -> array[int]:
@@ -223,17 +251,24 @@ class Stream:
         assert isinstance(data, bytearray)
         flags = 0
         start = len(data)
+        ms_delta = (entry_id >> 64) - (block.first >> 64)
+        # flags, the two ID deltas, the element count and the field count if any, as in a listpack
+        seq_delta = ((entry_id & U64) - (block.first & U64)) & U64  # as int64 in the listpack
+        size = 2 + _lp_int(ms_delta) + _lp_int(seq_delta - (seq_delta >> 63 << 64))
         if fields == block.fields:
             flags = _SAMEFIELDS
-            _encode(data, pairs[1::2])
+            stored = pairs[1::2]
+            size += _lp_int(len(stored) + 3)
         else:
-            _encode(data, pairs)
-        block.ms = _push(block.ms, (entry_id >> 64) - (block.first >> 64))
+            stored = pairs
+            size += _lp_int(len(pairs) // 2) + _lp_int(len(pairs) + 4)
+        _encode(data, stored)
+        block.ms = _push(block.ms, ms_delta)
         block.seq = _push(block.seq, entry_id & U64)
         block.offsets = _push(block.offsets, start)
         block.flags.append(flags)
         block.live += 1
-        block.size += len(data) - start + _ENTRY_OVERHEAD
+        block.size += size + sum(map(_lp_string, stored))
         self.length += 1
         self.entries_added += 1
         self.last_id = entry_id
@@ -244,7 +279,8 @@ class Stream:
         max_bytes = self.node_max_bytes
         if max_bytes <= 0 or max_bytes > _MAX_NODE_BYTES:
             max_bytes = _MAX_NODE_BYTES
-        if block.size + sum(len(p) for p in pairs) >= max_bytes:
+        deleted = len(block.flags) - block.live
+        if block.size + _lp_int(block.live) + _lp_int(deleted) + sum(map(len, pairs)) >= max_bytes:
             return True
         return bool(self.node_max_entries) and len(block.flags) >= self.node_max_entries
 

@@ -417,7 +417,7 @@ class StreamMachine(RuleBasedStateMachine):
 
 
 TestStreamMachine = StreamMachine.TestCase
-TestStreamMachine.settings = settings(max_examples=300, stateful_step_count=50, deadline=None)
+TestStreamMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 TestStreamMachine = pytest.mark.timeout(300)(TestStreamMachine)
 
 

@@ -358,3 +358,47 @@ def test_random_script_matches_redis(server: redis.Redis, seed: int) -> None:
     for _ in range(400):
         _step(pair, rng)
         pair.check_state()
+
+
+def _value(rng: random.Random) -> bytes:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return b"%d" % rng.randrange(-(10**12), 10**12)  # stored as an integer by the listpack
+    if kind == 1:
+        return b"x" * rng.randrange(0, 300)
+    if kind == 2:
+        return b"0%d" % rng.randrange(100)  # not canonical: a string
+    return b"%d" % rng.randrange(0, 200)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("max_entries", "max_bytes"), [(100, 4096), (100, 300), (500, 8192)])
+def test_node_boundaries_match_redis(server: redis.Redis, max_entries: int, max_bytes: int) -> None:
+    """Nodes split where Redis's listpacks do: integers, field runs, big ID deltas, XDELs."""
+    rng = random.Random(max_bytes)
+    server.config_set("stream-node-max-entries", max_entries)
+    server.config_set("stream-node-max-bytes", max_bytes)
+    try:
+        server.delete("nodes")
+        stream = Stream(node_max_entries=max_entries, node_max_bytes=max_bytes)
+        ms, seq = 1_700_000_000_000, 0
+        for _ in range(1500):
+            if rng.random() < 0.5:
+                ms += rng.choice([1, 1000, 10**6])
+                seq = rng.choice([0, 0, 5, 2**63 + 5])
+            else:
+                seq += rng.choice([1, 1000])
+            pairs: list[bytes] = []
+            for f in range(rng.choice([1, 2, 3, 150 if max_entries > 100 else 2])):
+                pairs += [rng.choice([b"a", b"b", b"f%d" % f]), _value(rng)]
+            server.execute_command("XADD", "nodes", b"%d-%d" % (ms, seq), *pairs)
+            stream.add(make_id(ms, seq), pairs)
+            if rng.random() < 0.2:
+                victim = rng.choice(stream.range(0, MAX_ID))[0]
+                server.execute_command("XDEL", "nodes", format_id(victim))
+                stream.delete([victim])
+        info = server.execute_command("XINFO", "STREAM", "nodes")
+        assert (info[1], info[3]) == (stream.length, stream.node_count)
+    finally:
+        server.config_set("stream-node-max-entries", NODE)
+        server.config_set("stream-node-max-bytes", 4096)
