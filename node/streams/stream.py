@@ -150,8 +150,8 @@ def _lp_string(item: bytes) -> int:
         value = string2ll(item)
         if value is not None:
             return _lp_int(value)
-    header = n + (1 if n < 64 else 2 if n < 4096 else 5)
-    return header + (1 if header < 128 else 2 if header < 16384 else 3 if header < 2097152 else 5)
+    size = n + (1 if n < 64 else 2 if n < 4096 else 5)
+    return size + (1 if size < 128 else 2 if size < 16383 else 3 if size < 2097151 else 4)
 
 
 def _push(arr: array[int], value: int) -> array[int]:
