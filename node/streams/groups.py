@@ -13,13 +13,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from itertools import islice
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 import attrs
 from sortedcontainers import SortedDict
 
 from node.streams.ids import MAX_ID
-from node.streams.stream import Entry, Stream
+
+if TYPE_CHECKING:
+    from node.streams.stream import Entry, Stream
 
 HistoryEntry = tuple[int, list[bytes] | None]
 

@@ -19,10 +19,11 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import attrs
 
+from node.streams.groups import ConsumerGroup
 from node.streams.ids import (
     MAX_ID,
     U64,
@@ -33,9 +34,6 @@ from node.streams.ids import (
     StreamError,
     string2ll,
 )
-
-if TYPE_CHECKING:
-    from node.streams.groups import ConsumerGroup
 
 Entry = tuple[int, list[bytes]]
 
@@ -496,8 +494,6 @@ class Stream:
 
     def create_group(self, name: bytes, last_id: int, entries_read: int | None) -> bool:
         """XGROUP CREATE; False when the name is taken (BUSYGROUP)."""
-        from node.streams.groups import ConsumerGroup
-
         if name in self.groups:
             return False
         self.groups[name] = ConsumerGroup(name, last_id, entries_read)
