@@ -39,6 +39,7 @@ SERVER = os.environ.get("STREAMS_REDIS_SERVER", "redis-server")  # another build
 pytestmark = pytest.mark.skipif(shutil.which(SERVER) is None, reason="redis-server not installed")
 
 NODE = 3
+PAST = 5000  # an XCLAIM TIME both clocks accept as is (it is before either's now)
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +197,13 @@ class Pair:
                     0, MAX_ID, 1000, consumer=None, min_idle=None, now=self.now
                 )
             ]
+            full = c.execute_command("XINFO", "STREAM", self.key, "FULL", "COUNT", 0)
+            detail = dict(zip(full[0::2], full[1::2], strict=True))[b"groups"]
+            row = next(r for r in detail if r[1] == g.name)
+            pel_detail = dict(zip(row[0::2], row[1::2], strict=True))[b"pending"]
+            assert {r[0] for r in pel_detail if r[2] == PAST} == {
+                format_id(i) for i, n in group.pel.items() if n.delivery_time == PAST
+            }
             if self.v72:  # 7.0 creates claimers lazily and has no active-time
                 consumers = c.execute_command("XINFO", "CONSUMERS", self.key, g.name)
                 assert [(r[1], r[3], r[7] == -1) for r in consumers] == [
@@ -310,8 +318,12 @@ def _step(pair: Pair, rng: random.Random) -> None:
         args += ["FORCE"] if force else []
         args += ["JUSTID"] if justid else []
         args += ["RETRYCOUNT", retry] if retry is not None else []
+        at = rng.choice([None, None, PAST])
+        args += ["TIME", at] if at is not None else []
         theirs = _redis(c, *args)
-        taken = group.claim(s, who, 0, wanted, pair.now, force=force, justid=justid, retrycount=retry)
+        taken = group.claim(
+            s, who, 0, wanted, pair.now, force=force, justid=justid, retrycount=retry, time=at
+        )
         pair.both(("ok", _claimed(theirs[1])), ("ok", _ours_claimed(taken)))
     elif op < 0.97 and s.groups:
         group = s.groups[rng.choice(list(s.groups))]
