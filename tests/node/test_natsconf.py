@@ -281,7 +281,7 @@ def render(value: Any, draw: Draw) -> str:
         return f"{value:.3f}"
     if isinstance(value, str):
         bare = all(c in string.ascii_letters + "_" for c in value) and value.lower() not in BOOLEANS
-        if value and bare and draw(st.booleans()):
+        if value and bare and draw(st.sampled_from(["bare", "quoted"])) == "bare":
             return value
         return render_string(value)
     if isinstance(value, list):
