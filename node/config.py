@@ -575,13 +575,16 @@ def _user(body: dict[str, Any], where: str, account: str) -> UserConfig:
 
 
 def _permissions(body: dict[str, Any], where: str) -> Permissions:
+    def subjects(value: Any) -> tuple[str, ...]:
+        """A subject, or a list of them (nats-server takes either)."""
+        return (value,) if isinstance(value, str) else tuple(map(str, value))
+
     def rule(value: Any) -> SubjectRule:
-        if isinstance(value, str | list):  # a bare subject or list means "allow"
-            return SubjectRule(allow=(value,) if isinstance(value, str) else tuple(map(str, value)))
+        if isinstance(value, str | list):  # bare subjects mean "allow"
+            return SubjectRule(allow=subjects(value))
         table = _table(value, f"{where}: permissions")
-        return SubjectRule(
-            allow=tuple(map(str, table.get("allow", ()))), deny=tuple(map(str, table.get("deny", ())))
-        )
+        _only(table, {"allow", "deny"}, f"{where}: permissions")
+        return SubjectRule(allow=subjects(table.get("allow", ())), deny=subjects(table.get("deny", ())))
 
     _only(body, {"publish", "subscribe"}, f"{where}: permissions")
     return Permissions(publish=rule(body.get("publish", {})), subscribe=rule(body.get("subscribe", {})))
