@@ -232,8 +232,18 @@ def load(path: str | Path) -> Config:
     try:
         table = natsconf.parse(text, file=where, read=_read, env=os.environ)
     except natsconf.ConfError as exc:
+        if not as_toml and _is_toml(text):
+            as_toml = " (it is TOML: name it *.toml)"
         raise ConfigError(f"{exc}{as_toml}") from exc
     return _from_nats(table, where)
+
+
+def _is_toml(text: str) -> bool:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
 
 
 def _read(path: str) -> str:
@@ -363,6 +373,8 @@ def check_tls(config: Config, where: str = "config") -> None:
 
 _CLUSTER_OPTIONS: dict[str, tuple[str, type | str]] = {
     "name": ("name", str),
+    "host": ("host", str),
+    "port": ("port", int),
     "secret": ("secret", str),
     "advertise": ("advertise", str),
     "pool_size": ("pool_size", int),
@@ -407,6 +419,8 @@ def _cluster(body: dict[str, Any], where: str) -> ClusterConfig:
 
 _GATEWAY_OPTIONS: dict[str, tuple[str, type | str]] = {
     "name": ("name", str),
+    "host": ("host", str),
+    "port": ("port", int),
     "secret": ("secret", str),
     "advertise": ("advertise", str),
     "ping_interval": ("ping_interval", _DURATION),
@@ -426,8 +440,6 @@ def _gateway(body: dict[str, Any], where: str) -> GatewayConfig:
         if key == "listen":
             hostport = _host_port(value, f"{where}: listen")
             fields["host"], fields["port"] = hostport["host"], hostport["port"]
-        elif key == "port":
-            fields["port"] = _scalar(value, int, f"{where}: port")
         elif key == "gateways":
             if not isinstance(value, list):
                 raise ConfigError(f"{where}: gateways must be a list of tables")
@@ -438,9 +450,7 @@ def _gateway(body: dict[str, Any], where: str) -> GatewayConfig:
             name, kind = _GATEWAY_OPTIONS[key]
             fields[name] = _scalar(value, kind, f"{where}: {key}")
         else:
-            raise UnknownOption(
-                body, key, {*_GATEWAY_OPTIONS, "listen", "port", "gateways", "tls"}, where
-            )
+            raise UnknownOption(body, key, {*_GATEWAY_OPTIONS, "listen", "gateways", "tls"}, where)
     if not fields.get("name"):
         raise ConfigError(f"{where}: a gateway needs a name (this cluster's)")
     return GatewayConfig(**fields)

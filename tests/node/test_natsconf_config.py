@@ -195,6 +195,10 @@ def test_the_format_is_chosen_by_name_then_by_content(tmp_path: Path) -> None:
         load(write(tmp_path / "b.toml", nats_text))
     with pytest.raises(ConfigError, match=r"c\.cfg:2: .*\(nor is it TOML: "):
         load(write(tmp_path / "c.cfg", "port: [\n"))
+    with pytest.raises(
+        ConfigError, match=r"d\.conf:1: expected a key, got '\[' \(it is TOML: name it \*\.toml\)"
+    ):
+        load(write(tmp_path / "d.conf", "[cluster]\nname = 'a'\n"))
 
 
 def test_includes_and_environment_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -317,6 +321,15 @@ def test_an_error_in_an_included_file_names_that_file(tmp_path: Path) -> None:
     write(tmp_path / "cluster.conf", "# the cluster\ncluster {\n  name: a\n  colour: red\n}\n")
     error = error_of(tmp_path, "port: 1\ninclude ./cluster.conf\n", "main.conf")
     assert re.fullmatch(r".*/cluster\.conf:4: unknown option 'colour'.*", error), error
+
+
+def test_cluster_and_gateway_ports_alone(tmp_path: Path) -> None:
+    text = "cluster { host: 127.0.0.2, port: 6333 }\ngateway { name: g, port: 7333 }\n"
+    config = load(write(tmp_path / "ports.conf", text))
+    assert config.cluster is not None
+    assert (config.cluster.host, config.cluster.port) == ("127.0.0.2", 6333)
+    assert config.gateway is not None
+    assert config.gateway.port == 7333
 
 
 def test_variables_are_not_options_but_known_options_still_count(tmp_path: Path) -> None:
