@@ -223,6 +223,9 @@ def test_durations_as_go_reads_them(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
+UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
 @pytest.mark.parametrize("text", ["", "2", "1x", "s", ".s", "1.5", "2 m", "1h 30m", "-", "1d"])
 def test_not_durations(text: str) -> None:
     assert parse_duration(text) is None
@@ -375,3 +378,18 @@ def test_every_prefix_of_a_document_parses_or_is_refused() -> None:
     )
     for end in range(len(text) + 1):
         parses_or_refuses(text[:end])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 10**6), st.integers(0, 999), st.sampled_from(sorted(UNITS))),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_generated_durations_add_up(parts: list[tuple[int, int, str]]) -> None:
+    text = "".join(f"{whole}.{fraction:03d}{unit}" for whole, fraction, unit in parts)
+    expected = sum((whole + fraction / 1000) * UNITS[unit] for whole, fraction, unit in parts)
+    assert parse_duration(text) == pytest.approx(expected)
+    assert parse_duration("-" + text) == pytest.approx(-expected)
