@@ -1,4 +1,5 @@
-"""A node's configuration: defaults as nats-server's, a TOML file, and command-line overrides.
+"""A node's configuration: defaults as nats-server's, a file (TOML, or nats-server's own format read
+by ``node.natsconf``), and command-line overrides.
 
 Names follow nats-server's options so that its users recognise them (``max_payload``, ``ping_interval``,
 ``authorization``, ``accounts``), and the limits default to the values nats-server's code uses
@@ -530,7 +531,8 @@ def _only(body: dict[str, Any], known: set[str], where: str) -> None:
 def _measure(value: Any, kind: str, where: str) -> float | int:
     """A duration or a size: seconds or bytes, or a string in nats-server's syntax."""
     if not isinstance(value, str):
-        return _scalar(value, float if kind == _DURATION else int, where)  # type: ignore[no-any-return]
+        number: float | int = _scalar(value, float if kind == _DURATION else int, where)
+        return number
     parsed = natsconf.parse_duration(value) if kind == _DURATION else natsconf.parse_size(value)
     if parsed is None:
         example = "'1.5s' or '2m'" if kind == _DURATION else "'64KB' or '2MB'"
