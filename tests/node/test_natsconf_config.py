@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from node.cli import main
 from node.config import Config, ConfigError, from_mapping, load
 from tests.certs import Certs, make_certs
 from tests.live import live_node
@@ -371,3 +372,13 @@ def test_serve_starts_a_node_from_a_conf_file(tmp_path: Path) -> None:
         assert status == 200
         assert b'"server_name": "from-conf"' in body
         assert b'"max_payload": 2048' in body
+
+
+def test_serve_refuses_a_bad_file_saying_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write(tmp_path / "node.conf", "port: 4222\ncluster {\n  nmae: east\n}\n")
+    assert main(["serve", "-c", str(conf)]) == 2
+    assert capsys.readouterr().err == (
+        f"pubmesh: {conf}:3: unknown option 'nmae' (did you mean 'name'?)\n"
+    )
