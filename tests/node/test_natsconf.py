@@ -147,6 +147,15 @@ def test_includes_are_relative_to_the_including_file() -> None:
     assert table["authorization"].positions["timeout"] == Position("/etc/pm/users/more.conf", 1)
 
 
+def test_what_an_included_file_sets_serves_as_variables_after_it() -> None:
+    files = {"/x/secrets.conf": "PASS: 'from-include'\n"}
+    table = parse(
+        "include secrets.conf\nuser: {password: $PASS}\n", file="/x/m.conf", read=reader(files)
+    )
+    assert table["user"] == {"password": "from-include"}
+    assert table.variables == {"PASS"}
+
+
 def test_an_included_file_does_not_see_the_includers_variables() -> None:
     files = {"/x/inc.conf": "b: $A\n"}
     with pytest.raises(ConfError, match=r"^/x/inc\.conf:1: variable 'A'"):
