@@ -52,7 +52,11 @@ class _ServerLogFormat(logging.Formatter):
 
 def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Run a pubmesh node.")
-    p.add_argument("-c", "--config", help="configuration file (TOML)")
+    p.add_argument(
+        "-c", "--config", metavar="FILE",
+        help="configuration file: nats-server's format if named *.conf, TOML if named *.toml, "
+        "otherwise TOML when it parses as TOML and nats-server's format when not",
+    )  # fmt: skip
     p.add_argument("-a", "--addr", "--net", dest="host", help="client listen address")
     p.add_argument("-p", "--port", type=int, help="client port (0 picks a free one)")
     p.add_argument("-n", "--name", "--server_name", dest="server_name", help="server name")

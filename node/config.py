@@ -1,4 +1,5 @@
-"""A node's configuration: defaults as nats-server's, a TOML file, and command-line overrides.
+"""A node's configuration: defaults as nats-server's, a file (TOML, or nats-server's own format read
+by ``node.natsconf``), and command-line overrides.
 
 Names follow nats-server's options so that its users recognise them (``max_payload``, ``ping_interval``,
 ``authorization``, ``accounts``), and the limits default to the values nats-server's code uses
@@ -8,14 +9,18 @@ Names follow nats-server's options so that its users recognise them (``max_paylo
 
 from __future__ import annotations
 
+import difflib
+import os
 import ssl
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
+from node import natsconf
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
 from transport.tls import TlsConfig, client_context, server_context
 
@@ -25,6 +30,7 @@ __all__ = [
     "ConfigError",
     "Permissions",
     "RedisConfig",
+    "UnknownOption",
     "UserConfig",
     "check_tls",
     "check_urls",
@@ -38,6 +44,39 @@ DEFAULT_HTTP_PORT = 8222
 
 class ConfigError(ValueError):
     """A configuration file or flag that does not make sense; the message says where."""
+
+
+class UnknownOption(ConfigError):
+    """A key no table of that name has, with a hint: the known name it is closest to, or that
+    pubmesh lacks that nats-server option. ``table`` is the mapping it was found in, so that a
+    reader that knows where each key came from can say so."""
+
+    def __init__(self, table: dict[str, Any], key: str, known: Iterable[str], where: str) -> None:
+        if key in _UNSUPPORTED:
+            hint = f" ({_UNSUPPORTED[key]})"
+        else:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+        self.table, self.key = table, key
+        self.what = f"unknown option {key!r}{hint}"
+        super().__init__(f"{where}: {self.what}")
+
+
+_LACKING = "a nats-server option pubmesh does not support"
+_UNSUPPORTED = {
+    name: _LACKING
+    for name in (
+        "jetstream", "leafnodes", "leaf", "mqtt", "websocket", "ws", "operator", "operators",
+        "resolver", "system_account", "system", "trusted", "trusted_keys", "mappings", "maps",
+        "logfile", "log_file", "pidfile", "pid_file", "syslog", "remote_syslog", "logtime",
+        "logtime_utc", "lame_duck_duration", "lame_duck_grace_period", "trace_verbose",
+        "max_traced_msg_len", "prof_port", "ports_file_dir", "client_advertise", "http_base_path",
+        "connect_error_reports", "reconnect_error_reports", "server_tags", "no_header_support",
+        "disable_sublist_cache", "max_sub_tokens", "ocsp", "proxy_protocol", "nkey", "nkeys",
+        "imports", "exports", "allow_responses", "allowed_connection_types", "default_permissions",
+        "cipher_suites", "curve_preferences", "insecure", "pinned_certs", "write_timeout",
+    )
+} | {"authorization": "pubmesh authenticates routes and gateways with 'secret'"}  # fmt: skip
 
 
 @attrs.frozen
@@ -135,22 +174,26 @@ class Config:
         return attrs.evolve(self, **changes)
 
 
-_SCALARS = {
+_DURATION = "duration"
+"""Seconds, or Go's duration syntax as nats-server reads it (``"2m"``, ``"1.5s"``, ``"1h30m"``)."""
+_SIZE = "size"
+"""Bytes, or a size with nats-server's units (``"64KB"``, ``"2MiB"``; ``"1K"`` is 1000)."""
+_SCALARS: dict[str, type | str] = {
     "server_name": str,
     "host": str,
     "port": int,
     "http_host": str,
     "http_port": int,
     "https_port": int,
-    "max_payload": int,
-    "max_control_line": int,
-    "max_pending": int,
+    "max_payload": _SIZE,
+    "max_control_line": _SIZE,
+    "max_pending": _SIZE,
     "max_connections": int,
     "max_subscriptions": int,
-    "ping_interval": float,
+    "ping_interval": _DURATION,
     "ping_max": int,
-    "auth_timeout": float,
-    "write_deadline": float,
+    "auth_timeout": _DURATION,
+    "write_deadline": _DURATION,
     "no_auth_user": str,
     "debug": bool,
 }
@@ -161,20 +204,70 @@ _ALIASES = {
     "http": None,
     "https": None,
     "trace": "debug",
+    "monitor_port": "http_port",
+    "max_conn": "max_connections",
+    "max_subs": "max_subscriptions",
 }
 
 
 def load(path: str | Path) -> Config:
-    """Read a TOML configuration file.
+    """Read a configuration file: nats-server's format if it is named ``*.conf``, TOML if it is
+    named ``*.toml``, and otherwise TOML if it parses as TOML, else nats-server's format.
 
     Raises:
-        ConfigError: unreadable, not TOML, or with a key or value that does not fit.
+        ConfigError: unreadable, in neither format, or with a key or value that does not fit.
     """
+    where = str(path)
     try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    return from_mapping(data, where=str(path))
+        text = _read(where)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    as_toml = ""
+    if not where.endswith(".conf"):
+        try:
+            return from_mapping(tomllib.loads(text), where=where)
+        except tomllib.TOMLDecodeError as exc:
+            if where.endswith(".toml"):
+                raise ConfigError(f"{where}: {exc}") from exc
+            as_toml = f" (nor is it TOML: {exc})"
+    try:
+        table = natsconf.parse(text, file=where, read=_read, env=os.environ)
+    except natsconf.ConfError as exc:
+        if not as_toml and _is_toml(text):
+            as_toml = " (it is TOML: name it *.toml)"
+        raise ConfigError(f"{exc}{as_toml}") from exc
+    return _from_nats(table, where)
+
+
+def _is_toml(text: str) -> bool:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _from_nats(table: natsconf.Table, where: str) -> Config:
+    """The Config a nats-server file describes, read by ``from_mapping`` like TOML; an unknown key
+    is reported at its file and line, and one that served as a ``$variable`` is no option at all,
+    as in nats-server."""
+    while True:
+        try:
+            return from_mapping(table, where=where)
+        except UnknownOption as exc:
+            if not isinstance(exc.table, natsconf.Table) or exc.key not in exc.table.positions:
+                raise
+            if exc.key in exc.table.variables:
+                del exc.table[exc.key]
+                continue
+            raise ConfigError(f"{exc.table.positions[exc.key]}: {exc.what}") from None
+
+
+_SECTIONS = ("tls", "authorization", "cluster", "gateway", "redis", "accounts")
 
 
 def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
@@ -195,7 +288,12 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
         elif key == "tls":
             fields["tls"] = _tls(_table(value, f"{where}: tls"), f"{where}: tls", clients=True)
         elif key == "authorization":
-            users += _authorization(_table(value, f"{where}: authorization"), f"{where}: authorization")
+            body = _table(value, f"{where}: authorization")
+            users += _authorization(body, f"{where}: authorization")
+            if "timeout" in body:
+                fields["auth_timeout"] = _scalar(
+                    body["timeout"], _DURATION, f"{where}: authorization.timeout"
+                )
         elif key == "cluster":
             fields["cluster"] = _cluster(_table(value, f"{where}: cluster"), f"{where}: cluster")
         elif key == "gateway":
@@ -206,24 +304,30 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             for account, body in _table(value, f"{where}: accounts").items():
                 accounts.append(AccountConfig(account))
                 spot = f"{where}: accounts.{account}"
-                for user in _table(body, spot).get("users", []):
+                _only(_table(body, spot), {"users"}, spot)
+                for user in body.get("users", []):
                     users.append(_user(_table(user, spot), spot, account))
         elif name in _SCALARS:
             fields[name] = _scalar(value, _SCALARS[name], f"{where}: {key}")
         else:
-            raise ConfigError(f"{where}: unknown option {key!r}")
+            raise UnknownOption(data, key, {*_SCALARS, *_ALIASES, *_SECTIONS}, where)
     _check_users(users, where)
+    no_auth_user = fields.get("no_auth_user")
+    if no_auth_user is not None and no_auth_user not in {u.user for u in users}:
+        raise ConfigError(
+            f"{where}: no_auth_user: {no_auth_user!r} is not a user of authorization or of an account"
+        )
     config = Config(**fields, users=tuple(users), accounts=tuple(accounts))
     check_tls(config, where)
     return config
 
 
-_TLS_OPTIONS = {
+_TLS_OPTIONS: dict[str, type | str] = {
     "cert_file": str,
     "key_file": str,
     "ca_file": str,
     "verify": bool,
-    "timeout": float,
+    "timeout": _DURATION,
     "verify_and_map": bool,
     "handshake_first": bool,
 }
@@ -236,7 +340,9 @@ def _tls(body: dict[str, Any], where: str, *, clients: bool = False) -> TlsConfi
     fields: dict[str, Any] = {}
     for key, value in body.items():
         if key not in _TLS_OPTIONS or (key in _CLIENT_ONLY and not clients):
-            raise ConfigError(f"{where}: unknown option {key!r}")
+            raise UnknownOption(
+                body, key, _TLS_OPTIONS.keys() - (() if clients else _CLIENT_ONLY), where
+            )
         fields[key] = _scalar(value, _TLS_OPTIONS[key], f"{where}: {key}")
     if fields.get("timeout", 1.0) <= 0:
         raise ConfigError(f"{where}: timeout must be positive")
@@ -266,15 +372,17 @@ def check_tls(config: Config, where: str = "config") -> None:
             raise ConfigError(f"{where}: {name}: {exc}") from exc
 
 
-_CLUSTER_OPTIONS = {
+_CLUSTER_OPTIONS: dict[str, tuple[str, type | str]] = {
     "name": ("name", str),
+    "host": ("host", str),
+    "port": ("port", int),
     "secret": ("secret", str),
     "advertise": ("advertise", str),
     "pool_size": ("pool_size", int),
-    "ping_interval": ("ping_interval", float),
+    "ping_interval": ("ping_interval", _DURATION),
     "ping_max": ("ping_max", int),
-    "max_pending": ("max_pending", int),
-    "write_deadline": ("write_deadline", float),
+    "max_pending": ("max_pending", _SIZE),
+    "write_deadline": ("write_deadline", _DURATION),
     "max_accounts": ("max_accounts", int),
 }
 
@@ -302,21 +410,25 @@ def _cluster(body: dict[str, Any], where: str) -> ClusterConfig:
             name, kind = _CLUSTER_OPTIONS[key]
             fields[name] = _scalar(value, kind, f"{where}: {key}")
         else:
-            raise ConfigError(f"{where}: unknown option {key!r}")
+            raise UnknownOption(
+                body, key, {*_CLUSTER_OPTIONS, "listen", "routes", "accounts", "tls"}, where
+            )
     if fields.get("pool_size", 1) < 1:
         raise ConfigError(f"{where}: pool_size must be at least 1")
     return ClusterConfig(**fields)
 
 
-_GATEWAY_OPTIONS = {
+_GATEWAY_OPTIONS: dict[str, tuple[str, type | str]] = {
     "name": ("name", str),
+    "host": ("host", str),
+    "port": ("port", int),
     "secret": ("secret", str),
     "advertise": ("advertise", str),
-    "ping_interval": ("ping_interval", float),
+    "ping_interval": ("ping_interval", _DURATION),
     "ping_max": ("ping_max", int),
-    "reply_ttl": ("reply_ttl", float),
-    "max_pending": ("max_pending", int),
-    "write_deadline": ("write_deadline", float),
+    "reply_ttl": ("reply_ttl", _DURATION),
+    "max_pending": ("max_pending", _SIZE),
+    "write_deadline": ("write_deadline", _DURATION),
     "max_accounts": ("max_accounts", int),
 }
 
@@ -329,8 +441,6 @@ def _gateway(body: dict[str, Any], where: str) -> GatewayConfig:
         if key == "listen":
             hostport = _host_port(value, f"{where}: listen")
             fields["host"], fields["port"] = hostport["host"], hostport["port"]
-        elif key == "port":
-            fields["port"] = _scalar(value, int, f"{where}: port")
         elif key == "gateways":
             if not isinstance(value, list):
                 raise ConfigError(f"{where}: gateways must be a list of tables")
@@ -341,18 +451,18 @@ def _gateway(body: dict[str, Any], where: str) -> GatewayConfig:
             name, kind = _GATEWAY_OPTIONS[key]
             fields[name] = _scalar(value, kind, f"{where}: {key}")
         else:
-            raise ConfigError(f"{where}: unknown option {key!r}")
+            raise UnknownOption(body, key, {*_GATEWAY_OPTIONS, "listen", "gateways", "tls"}, where)
     if not fields.get("name"):
         raise ConfigError(f"{where}: a gateway needs a name (this cluster's)")
     return GatewayConfig(**fields)
 
 
-_REDIS_OPTIONS = {
+_REDIS_OPTIONS: dict[str, type | str] = {
     "host": str,
     "port": int,
-    "hard_limit": int,
-    "soft_limit": int,
-    "soft_seconds": float,
+    "hard_limit": _SIZE,
+    "soft_limit": _SIZE,
+    "soft_seconds": _DURATION,
 }
 
 
@@ -361,15 +471,16 @@ def _redis(body: dict[str, Any], where: str) -> RedisConfig:
     fields: dict[str, Any] = {}
     for key, value in body.items():
         if key not in _REDIS_OPTIONS:
-            raise ConfigError(f"{where}: unknown option {key!r}")
+            raise UnknownOption(body, key, _REDIS_OPTIONS, where)
         fields[key] = _scalar(value, _REDIS_OPTIONS[key], f"{where}: {key}")
     return RedisConfig(**fields)
 
 
+_REMOTE_GATEWAY = {"name", "url", "urls"}
+
+
 def _remote_gateway(body: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]]:
-    unknown = set(body) - {"name", "url", "urls"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown gateway option {sorted(unknown)[0]!r}")
+    _only(body, _REMOTE_GATEWAY, f"{where}: gateways")
     name = body.get("name")
     urls = body.get("urls", [])
     if "url" in body:
@@ -410,7 +521,28 @@ def _table(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _scalar(value: Any, kind: type, where: str) -> Any:
+def _only(body: dict[str, Any], known: set[str], where: str) -> None:
+    """Refuse the first key of ``body`` that is not ``known``."""
+    unknown = sorted(body.keys() - known)
+    if unknown:
+        raise UnknownOption(body, unknown[0], known, where)
+
+
+def _measure(value: Any, kind: str, where: str) -> float | int:
+    """A duration or a size: seconds or bytes, or a string in nats-server's syntax."""
+    if not isinstance(value, str):
+        number: float | int = _scalar(value, float if kind == _DURATION else int, where)
+        return number
+    parsed = natsconf.parse_duration(value) if kind == _DURATION else natsconf.parse_size(value)
+    if parsed is None:
+        example = "'1.5s' or '2m'" if kind == _DURATION else "'64KB' or '2MB'"
+        raise ConfigError(f"{where}: expected a {kind} such as {example}, got {value!r}")
+    return parsed
+
+
+def _scalar(value: Any, kind: type | str, where: str) -> Any:
+    if isinstance(kind, str):
+        return _measure(value, kind, where)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -429,21 +561,21 @@ def _host_port(value: Any, where: str) -> dict[str, Any]:
     raise ConfigError(f"{where}: expected host:port, got {value!r}")
 
 
+_AUTHORIZATION = {"users", "user", "password", "token", "timeout"}
+_USER = {"user", "password", "pass", "token", "permissions"}
+
+
 def _authorization(body: dict[str, Any], where: str) -> list[UserConfig]:
     users = [_user(_table(u, where), where, "$G") for u in body.get("users", [])]
     single: dict[str, Any] = {k: body[k] for k in ("user", "password", "token") if k in body}
     if single:
         users.append(_user(single, where, "$G"))
-    unknown = set(body) - {"users", "user", "password", "token", "timeout"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown option {sorted(unknown)[0]!r}")
+    _only(body, _AUTHORIZATION, where)
     return users
 
 
 def _user(body: dict[str, Any], where: str, account: str) -> UserConfig:
-    unknown = set(body) - {"user", "password", "pass", "token", "permissions"}
-    if unknown:
-        raise ConfigError(f"{where}: unknown user option {sorted(unknown)[0]!r}")
+    _only(body, _USER, where)
     perms = body.get("permissions")
     return UserConfig(
         user=body.get("user"),
@@ -455,14 +587,18 @@ def _user(body: dict[str, Any], where: str, account: str) -> UserConfig:
 
 
 def _permissions(body: dict[str, Any], where: str) -> Permissions:
-    def rule(value: Any) -> SubjectRule:
-        if isinstance(value, list):  # a bare list means "allow"
-            return SubjectRule(allow=tuple(map(str, value)))
-        table = _table(value, f"{where}: permissions")
-        return SubjectRule(
-            allow=tuple(map(str, table.get("allow", ()))), deny=tuple(map(str, table.get("deny", ())))
-        )
+    def subjects(value: Any) -> tuple[str, ...]:
+        """A subject, or a list of them (nats-server takes either)."""
+        return (value,) if isinstance(value, str) else tuple(map(str, value))
 
+    def rule(value: Any) -> SubjectRule:
+        if isinstance(value, str | list):  # bare subjects mean "allow"
+            return SubjectRule(allow=subjects(value))
+        table = _table(value, f"{where}: permissions")
+        _only(table, {"allow", "deny"}, f"{where}: permissions")
+        return SubjectRule(allow=subjects(table.get("allow", ())), deny=subjects(table.get("deny", ())))
+
+    _only(body, {"publish", "subscribe"}, f"{where}: permissions")
     return Permissions(publish=rule(body.get("publish", {})), subscribe=rule(body.get("subscribe", {})))
 
 

@@ -65,7 +65,7 @@ def test_a_supercluster_node_from_toml() -> None:
         ("[gateway]\nname = 'a'\ngateways = [{ url = 'nats://h:1' }]", "needs a name"),
         ("[gateway]\nname = 'a'\ngateways = [{ name = 'b' }]", "needs url or urls"),
         ("[gateway]\nname = 'a'\ngateways = [{ name = 'b', url = 'nats://nohost' }]", "nohost"),
-        ("[gateway]\nname = 'a'\ngateways = [{ name = 'b', uri = 'x' }]", "unknown gateway option"),
+        ("[gateway]\nname = 'a'\ngateways = [{ name = 'b', uri = 'x' }]", "did you mean 'url'"),
         ("[gateway]\nname = 'a'\nping_max = 'often'", "ping_max"),
         ("[cluster]\npool_size = 0", "pool_size must be at least 1"),
         ("[cluster]\nroutes = 'nats://h:1'", "routes must be a list"),
