@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from node.config import from_mapping
+from node.config import from_mapping, load
 from tests.certs import make_certs
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 CONFIGS = re.findall(r"```toml\n(.*?)```", README.read_text(), re.S)
+NATS_CONFIGS = re.findall(r"```conf\n(.*?)```", README.read_text(), re.S)
 
 
 @pytest.mark.parametrize("code", BLOCKS)
@@ -33,3 +34,13 @@ def test_readme_configuration_loads(
     monkeypatch.chdir(certificates)
     config = from_mapping(tomllib.loads(text))
     assert config.server_name or config.tls is not None
+
+
+@pytest.mark.parametrize("text", NATS_CONFIGS)
+def test_readme_nats_configuration_loads_as_its_toml_twin(text: str, tmp_path: Path) -> None:
+    """Each nats-server-format example means what the TOML example before it means."""
+    conf = tmp_path / "node.conf"
+    conf.write_text(text)
+    readme = README.read_text()
+    twin = CONFIGS[max(i for i, c in enumerate(CONFIGS) if readme.index(c) < readme.index(text))]
+    assert load(conf) == from_mapping(tomllib.loads(twin))
