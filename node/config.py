@@ -34,6 +34,7 @@ __all__ = [
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
+FSYNC_POLICIES = ("always", "everysec", "no")
 
 
 class ConfigError(ValueError):
@@ -126,6 +127,13 @@ class Config:
     """The Redis front door; None runs none."""
     no_auth_user: str | None = None
     debug: bool = False
+    store_dir: str | None = None
+    """Where Redis keys are kept across restarts (an append-only file); None keeps them in memory."""
+    appendfsync: str = "everysec"
+    """When the append-only file is fsynced: ``always`` (before replies), ``everysec``, ``no``."""
+    rewrite_percentage: int = 100
+    """Rewrite the append-only file when it has grown by this many percent (0: only on BGREWRITEAOF)."""
+    rewrite_min_size: int = 64 * 1024 * 1024
 
     @property
     def auth_required(self) -> bool:
@@ -153,6 +161,10 @@ _SCALARS = {
     "write_deadline": float,
     "no_auth_user": str,
     "debug": bool,
+    "store_dir": str,
+    "appendfsync": str,
+    "rewrite_percentage": int,
+    "rewrite_min_size": int,
 }
 _ALIASES = {
     "listen": None,
@@ -213,6 +225,8 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
         else:
             raise ConfigError(f"{where}: unknown option {key!r}")
     _check_users(users, where)
+    if fields.get("appendfsync", "everysec") not in FSYNC_POLICIES:
+        raise ConfigError(f"{where}: appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
     config = Config(**fields, users=tuple(users), accounts=tuple(accounts))
     check_tls(config, where)
     return config

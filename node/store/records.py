@@ -1,0 +1,131 @@
+"""The append-only file's record format, without I/O: encoding, and a reader fed bytes in any pieces.
+
+A record is one change to keys, as the command that repeats it, with the account and database it
+ran in::
+
+    header  u32 body length | u32 crc32(body) | u32 crc32(the first 8 header bytes)
+    body    u16 account length, account (UTF-8) | u8 database | u32 argument count |
+            per argument: u32 length, bytes
+
+(integers little-endian). The header has its own checksum so that a damaged length is recognised
+as damage rather than believed: a record is either cut short -- its header or body runs past the
+end of what was written, which is what a crash in the middle of a write leaves -- or complete and
+checked. Only the first kind is a *torn tail*, and only at the end of the file; a complete record
+that fails either checksum is corruption wherever it is, reported with its offset. (A zero-filled
+tail, as some file systems leave after a crash, fails the header checksum: corruption, the safe
+side.)
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+
+import attrs
+
+__all__ = ["HEADER_SIZE", "CorruptRecord", "Record", "RecordReader", "encode"]
+
+_HEADER = struct.Struct("<III")
+_PREFIX = struct.Struct("<II")
+_ACCOUNT = struct.Struct("<H")
+_COUNTS = struct.Struct("<BI")
+_LENGTH = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size
+MAX_BODY = 1 << 31
+"""The largest body a reader accepts (a larger length can only be damage)."""
+
+
+@attrs.frozen
+class Record:
+    """One change: ``args`` run as a command in database ``db`` of ``account``."""
+
+    account: str
+    db: int
+    args: list[bytes]
+
+
+class CorruptRecord(ValueError):
+    """A complete record that fails its checks, at ``offset`` bytes from the start of the file."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"{reason} at offset {offset}")
+        self.offset = offset
+        self.reason = reason
+
+
+def encode(account: str, db: int, args: Sequence[bytes]) -> bytes:
+    """One record, header included."""
+    name = account.encode()
+    parts = [_ACCOUNT.pack(len(name)), name, _COUNTS.pack(db, len(args))]
+    for arg in args:
+        parts.append(_LENGTH.pack(len(arg)))
+        parts.append(arg)
+    body = b"".join(parts)
+    prefix = _PREFIX.pack(len(body), zlib.crc32(body))
+    return prefix + _LENGTH.pack(zlib.crc32(prefix)) + body
+
+
+def _decode(body: bytes, offset: int) -> Record:
+    try:
+        (size,) = _ACCOUNT.unpack_from(body, 0)
+        pos = _ACCOUNT.size + size
+        account = body[_ACCOUNT.size : pos].decode()
+        db, count = _COUNTS.unpack_from(body, pos)
+        pos += _COUNTS.size
+        args: list[bytes] = []
+        for _ in range(count):
+            (size,) = _LENGTH.unpack_from(body, pos)
+            pos += _LENGTH.size
+            if pos + size > len(body):
+                raise ValueError
+            args.append(body[pos : pos + size])
+            pos += size
+    except (struct.error, ValueError):
+        raise CorruptRecord(offset, "malformed record") from None
+    if pos != len(body) or not args:
+        raise CorruptRecord(offset, "malformed record")
+    return Record(account, db, args)
+
+
+class RecordReader:
+    """Records from a file's bytes, fed in pieces of any size.
+
+    ``offset`` is where the next record starts (every byte before it belonged to a complete,
+    checked record); ``pending`` counts the bytes after it, an incomplete record if the input has
+    ended.
+    """
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset
+        self._buffer = b""
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> Iterator[Record]:
+        """The records ``data`` completes.
+
+        Raises:
+            CorruptRecord: a complete record (or header) failed its checks.
+        """
+        buffer = self._buffer + data if self._buffer else bytes(data)
+        pos = 0
+        try:
+            while len(buffer) - pos >= HEADER_SIZE:
+                length, body_crc, header_crc = _HEADER.unpack_from(buffer, pos)
+                if zlib.crc32(buffer[pos : pos + 8]) != header_crc or length > MAX_BODY:
+                    raise CorruptRecord(self.offset, "damaged record header")
+                end = pos + HEADER_SIZE + length
+                if end > len(buffer):
+                    break
+                body = buffer[pos + HEADER_SIZE : end]
+                if zlib.crc32(body) != body_crc:
+                    raise CorruptRecord(self.offset, "record checksum mismatch")
+                record = _decode(body, self.offset)
+                pos = end
+                self.offset += HEADER_SIZE + length
+                yield record
+        finally:
+            self._buffer = buffer[pos:]
