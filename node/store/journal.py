@@ -126,6 +126,8 @@ class Store:
         self.last_fork_usec = 0
         self.last_write_status = "ok"
         self.load_seconds = 0.0
+        self.refused = 0
+        """Records replayed at start that the command handlers refused (none, unless damaged)."""
 
     @property
     def appendfsync(self) -> str:
@@ -191,6 +193,7 @@ class Store:
                 reader.pending,
             )
             os.truncate(self.path, reader.offset)
+        self.refused = replayer.refused
         if replayer.refused:
             log.warning("%s: %d replayed records were refused", self.path, replayer.refused)
         return replayer.records
