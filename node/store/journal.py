@@ -307,8 +307,10 @@ class Store:
         self._kept = bytearray()
         os.close(done)
         try:
-            await trio.lowlevel.wait_readable(ready)
-            finished = os.read(ready, 1) == b"\x01"
+            said = b""
+            while chunk := await _read(ready):  # (to the end: the child has exited by then, and
+                said += chunk  # collecting it does not wait while its memory is torn down)
+            finished = said == b"\x01"
         except BaseException:
             os.kill(pid, signal.SIGKILL)
             raise
@@ -365,6 +367,11 @@ class Store:
             ("aof_load_time_sec", f"{self.load_seconds:.3f}"),
             ("latest_fork_usec", self.last_fork_usec),
         ]
+
+
+async def _read(fd: int) -> bytes:
+    await trio.lowlevel.wait_readable(fd)
+    return os.read(fd, 16)
 
 
 def _reap(pid: int) -> None:

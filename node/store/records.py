@@ -4,11 +4,14 @@ A record is one change to keys, as the command that repeats it, with the account
 ran in::
 
     header  u32 body length | u32 crc32(body) | u32 crc32(the first 8 header bytes)
-    body    u16 account length, account (UTF-8) | u8 database | u32 argument count |
-            per argument: u32 length, bytes
+    body    u16 account length | u8 database | u32 argument count | u32 length per argument |
+            account (UTF-8) | the arguments, one after the other
 
-(integers little-endian). The header has its own checksum so that a damaged length is recognised
-as damage rather than believed: a record is either cut short -- its header or body runs past the
+(integers little-endian; the lengths come first so that a record is read with two ``unpack``
+calls and slicing: reading is a fair part of what a restart costs, beside running the commands).
+
+The header has its own checksum so that a damaged length is recognised as damage rather than
+believed: a record is either cut short -- its header or body runs past the
 end of what was written, which is what a crash in the middle of a write leaves -- or complete and
 checked. Only the first kind is a *torn tail*, and only at the end of the file; a complete record
 that fails either checksum is corruption wherever it is, reported with its offset. (A zero-filled
@@ -28,9 +31,8 @@ __all__ = ["HEADER_SIZE", "CorruptRecord", "Record", "RecordReader", "encode"]
 
 _HEADER = struct.Struct("<III")
 _PREFIX = struct.Struct("<II")
-_ACCOUNT = struct.Struct("<H")
-_COUNTS = struct.Struct("<BI")
-_LENGTH = struct.Struct("<I")
+_CRC = struct.Struct("<I")
+_FIXED = struct.Struct("<HBI")
 HEADER_SIZE = _HEADER.size
 MAX_BODY = 1 << 31
 """The largest body a reader accepts (a larger length can only be damage)."""
@@ -57,32 +59,31 @@ class CorruptRecord(ValueError):
 def encode(account: str, db: int, args: Sequence[bytes]) -> bytes:
     """One record, header included."""
     name = account.encode()
-    parts = [_ACCOUNT.pack(len(name)), name, _COUNTS.pack(db, len(args))]
-    for arg in args:
-        parts.append(_LENGTH.pack(len(arg)))
-        parts.append(arg)
-    body = b"".join(parts)
+    body = b"".join(
+        [
+            _FIXED.pack(len(name), db, len(args)),
+            struct.pack(f"<{len(args)}I", *map(len, args)),
+            name,
+            *args,
+        ]
+    )
     prefix = _PREFIX.pack(len(body), zlib.crc32(body))
-    return prefix + _LENGTH.pack(zlib.crc32(prefix)) + body
+    return prefix + _CRC.pack(zlib.crc32(prefix)) + body
 
 
 def _decode(body: bytes, offset: int) -> Record:
     try:
-        (size,) = _ACCOUNT.unpack_from(body, 0)
-        pos = _ACCOUNT.size + size
-        account = body[_ACCOUNT.size : pos].decode()
-        db, count = _COUNTS.unpack_from(body, pos)
-        pos += _COUNTS.size
-        args: list[bytes] = []
-        for _ in range(count):
-            (size,) = _LENGTH.unpack_from(body, pos)
-            pos += _LENGTH.size
-            if pos + size > len(body):
-                raise ValueError
-            args.append(body[pos : pos + size])
-            pos += size
+        size, db, count = _FIXED.unpack_from(body, 0)
+        pos = _FIXED.size + 4 * count
+        lengths = struct.unpack_from(f"<{count}I", body, _FIXED.size)
+        account = body[pos : pos + size].decode()
     except (struct.error, ValueError):
         raise CorruptRecord(offset, "malformed record") from None
+    pos += size
+    args: list[bytes] = []
+    for length in lengths:
+        args.append(body[pos : pos + length])
+        pos += length
     if pos != len(body) or not args:
         raise CorruptRecord(offset, "malformed record")
     return Record(account, db, args)
