@@ -248,10 +248,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         trio.run(_serve, config)
     except* StoreError as group:
-        damaged += group.exceptions
+        damaged += _leaves(group)
     for error in damaged:
         log.error("%s", error)
     return 1 if damaged else 0
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 if __name__ == "__main__":
