@@ -34,6 +34,7 @@ was kept aside.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
@@ -107,6 +108,8 @@ class Store:
         self.rewrite_percentage = rewrite_percentage
         self.rewrite_min_size = rewrite_min_size
         self._fd = -1
+        self._lock = -1
+        """The directory's lock file, held while the store is open: one process per store."""
         self._buffer = bytearray()
         self._kept: bytearray | None = None
         """Records appended since a rewrite forked (None when no rewrite runs)."""
@@ -124,6 +127,7 @@ class Store:
         self.last_rewrite_seconds = -1
         self._rewrite_started = 0.0
         self.last_fork_usec = 0
+        self.last_switch_usec = 0
         self.last_write_status = "ok"
         self.load_seconds = 0.0
         self.refused = 0
@@ -146,11 +150,20 @@ class Store:
         keyspaces = broker.keyspaces
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreError(f"{self.directory}: in use by another process") from None
             self._temporary.unlink(missing_ok=True)  # (a rewrite the last run did not finish)
             replayed = self._replay(broker) if self.path.exists() else 0
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
+            self._unlock()
             raise StoreError(f"{self.path}: {exc.strerror or exc}") from exc
+        except StoreError:
+            self._unlock()
+            raise
         self.size = self.base_size = os.fstat(self._fd).st_size
         self._keyspaces = keyspaces
         keyspaces.journal = self
@@ -239,8 +252,14 @@ class Store:
         finally:
             os.close(self._fd)
             self._fd = -1
+            self._unlock()
             if self._keyspaces is not None:
                 self._keyspaces.journal = None
+
+    def _unlock(self) -> None:
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
 
     # -- background work -------------------------------------------------------------------------
 
@@ -267,6 +286,8 @@ class Store:
     def _due(self) -> bool:
         if self.rewriting or not self.rewrite_percentage or self.size < self.rewrite_min_size:
             return False
+        if self.last_rewrite_status == "err" and time.monotonic() < self._rewrite_started + 60:
+            return False  # (as redis-server, not again at once after a failure)
         return self.size * 100 >= self.base_size * (100 + self.rewrite_percentage)
 
     def rewrite(self) -> bool:
@@ -282,8 +303,10 @@ class Store:
             self._rewrite_started = time.monotonic()
             try:
                 await self._rewrite()
-            except (OSError, RewriteFailed) as exc:
-                log.error("Rewriting %s failed: %s", self.path, exc)
+            except Exception as exc:  # (a failed rewrite leaves the old file: the node goes on)
+                log.error(
+                    "Rewriting %s failed: %s", self.path, exc, exc_info=not isinstance(exc, OSError)
+                )
                 self.last_rewrite_status = "err"
             else:
                 self.last_rewrite_status = "ok"
@@ -302,7 +325,7 @@ class Store:
         forked = time.perf_counter()
         pid = os.fork()
         if pid == 0:  # pragma: no cover (the child: coverage does not follow it)
-            _child(self._keyspaces, self._temporary, done)
+            _child(self._keyspaces, self._temporary, done, self._lock)
         self.last_fork_usec = int((time.perf_counter() - forked) * 1e6)
         self._kept = bytearray()
         os.close(done)
@@ -326,27 +349,39 @@ class Store:
                 _write_all(fd, kept)
                 await trio.to_thread.run_sync(os.fsync, fd)
             async with self._fd_lock:  # (not while the everysec fsync uses the old file)
-                self._switch(fd)
+                switching = time.perf_counter()
+                old = self._switch(fd)
+                self.last_switch_usec = int((time.perf_counter() - switching) * 1e6)
         except BaseException:
             os.close(fd)
             raise
+        # Closing the replaced file frees its blocks, which can take a while for a large one.
+        await trio.to_thread.run_sync(os.close, old)
+        log.info(
+            "Rewrote %s: %d bytes in %.1f s (fork %d us, switch %d us)",
+            self.path,
+            self.size,
+            time.monotonic() - self._rewrite_started,
+            self.last_fork_usec,
+            self.last_switch_usec,
+        )
 
-    def _switch(self, fd: int) -> None:
+    def _switch(self, fd: int) -> int:
         """The last step of a rewrite, in one go: the records kept aside since the last round go
         to the new file, which replaces the old one. Buffered records are among those kept aside
-        (the buffer was empty at the fork), so they are written here and not again."""
+        (the buffer was empty at the fork), so they are written here and not again. Returns the
+        old file's descriptor, to be closed."""
         assert self._kept is not None
         _write_all(fd, self._kept)
         os.fsync(fd)
         os.replace(self._temporary, self.path)
         _fsync_dir(self.directory)
-        os.close(self._fd)
-        self._fd = fd
+        old, self._fd = self._fd, fd
         self._buffer.clear()
         self._kept = None
         self._unsynced = False
         self.size = self.base_size = os.fstat(fd).st_size
-        log.info("Rewrote %s: %d bytes", self.path, self.size)
+        return old
 
     # -- INFO --------------------------------------------------------------------------------------
 
@@ -366,6 +401,7 @@ class Store:
             ("aof_fsync_policy", self._policy),
             ("aof_load_time_sec", f"{self.load_seconds:.3f}"),
             ("latest_fork_usec", self.last_fork_usec),
+            ("aof_last_switch_usec", self.last_switch_usec),
         ]
 
 
@@ -383,7 +419,7 @@ class RewriteFailed(Exception):
     """The rewriting process did not finish its file."""
 
 
-def _child(keyspaces: Keyspaces, path: Path, done: int) -> None:  # pragma: no cover
+def _child(keyspaces: Keyspaces, path: Path, done: int, lock: int) -> None:  # pragma: no cover
     """The forked process: write the snapshot, fsync it, say so, and exit (never returning into
     the parent's event loop)."""
     status = 1
@@ -391,6 +427,7 @@ def _child(keyspaces: Keyspaces, path: Path, done: int) -> None:  # pragma: no c
         signal.set_wakeup_fd(-1)  # (signals must not wake the parent's event loop)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.close(lock)  # (the lock stays the parent's: a restart after it died need not wait)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         buffer = bytearray()
         for record in snapshot.records(keyspaces):

@@ -140,3 +140,12 @@ def test_damage_before_the_end_stops_the_start_naming_file_and_offset(tmp_path: 
 def test_an_unknown_fsync_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="appendfsync"):
         Store(tmp_path, appendfsync="sometimes")
+
+
+def test_one_process_at_a_time_per_store(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    with pytest.raises(StoreError, match="in use by another process"):
+        _store(tmp_path)
+    store.close()
+    again, _ = _store(tmp_path)
+    again.close()
