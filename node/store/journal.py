@@ -29,7 +29,9 @@ arrive, fsyncing in a worker thread), then, in one step no client can interleave
 last few, fsyncs, renames the new file over the old one and switches to it. The old file stays
 whole and current until that rename, so a crash at any moment leaves one complete file, and every
 change lands in the new file exactly once: before the fork it is in the snapshot, after it in what
-was kept aside.
+was kept aside. (``aof_last_switch_usec`` in INFO is how long that last step held clients up.)
+
+A lock file in the directory keeps the store to one process at a time.
 """
 
 from __future__ import annotations
