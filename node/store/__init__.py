@@ -3,6 +3,15 @@ rewritten in the background (``journal``), its record format (``records``), the 
 rebuild the current state (``snapshot``) and the replay through the command handlers (``replay``)."""
 
 from node.store.journal import FILE_NAME, Store, StoreError
-from node.store.records import CorruptRecord, Record, RecordReader, encode
+from node.store.records import COMMIT, CorruptRecord, Record, RecordReader, encode
 
-__all__ = ["FILE_NAME", "CorruptRecord", "Record", "RecordReader", "Store", "StoreError", "encode"]
+__all__ = [
+    "COMMIT",
+    "FILE_NAME",
+    "CorruptRecord",
+    "Record",
+    "RecordReader",
+    "Store",
+    "StoreError",
+    "encode",
+]

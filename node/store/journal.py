@@ -2,7 +2,9 @@
 
 **Appending.** Every change arrives as a record (``append``) and waits in memory; ``commit``, which
 runs after each batch of a client's requests and before any of their replies can leave, writes the
-batch with one ``write``. The fsync policy decides what "written" promises:
+batch with one ``write``, ended by a commit record (``records.COMMIT``: a batch is replayed whole
+or not at all). A failed write is cut off the file again and retried whole at the next commit. The
+fsync policy decides what "written" promises:
 
 * ``always``: ``commit`` also fsyncs before it returns, so a client is told of nothing that a crash
   of the machine could take back. One fsync covers the whole batch (group commit).
@@ -11,7 +13,7 @@ batch with one ``write``. The fsync policy decides what "written" promises:
 * ``no``: the operating system writes back when it likes.
 
 **Starting.** ``load`` replays the file through the command handlers (``node.store.replay``). A
-record cut short at the very end -- a crash in the middle of a write -- is dropped with a log line
+batch cut short at the very end -- a crash in the middle of a write -- is dropped with a log line
 and cut off the file; damage anywhere else stops the start with ``StoreError`` naming the file and
 the offset, as continuing would silently lose or invent data.
 
@@ -36,6 +38,7 @@ A lock file in the directory keeps the store to one process at a time.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -49,7 +52,7 @@ from node.broker import Broker
 from node.config import FSYNC_POLICIES
 from node.keyspace import Keyspaces
 from node.store import snapshot
-from node.store.records import CorruptRecord, RecordReader, encode
+from node.store.records import COMMIT, CorruptRecord, RecordReader, encode
 from node.store.replay import Replayer
 
 __all__ = ["FILE_NAME", "Store", "StoreError"]
@@ -65,7 +68,7 @@ those are copied in the final step that clients wait for."""
 
 
 class StoreError(Exception):
-    """The store cannot be opened: unreadable, or damaged other than by a torn last record."""
+    """The store cannot be opened: in use, unreadable, or damaged other than by a torn tail."""
 
 
 def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -146,7 +149,7 @@ class Store:
         replayed.
 
         Raises:
-            StoreError: the file is damaged (other than a torn last record) or unreadable.
+            StoreError: the file is damaged (other than a torn tail), unreadable or in use.
         """
         started = time.monotonic()
         keyspaces = broker.keyspaces
@@ -190,7 +193,7 @@ class Store:
             with self.path.open("rb") as file:
                 while chunk := file.read(_READ_CHUNK):
                     for record in reader.feed(chunk):
-                        replayer.run(record, f"{self.path} at offset {reader.offset}")
+                        replayer.run(record, f"{self.path} (batch ending at offset {reader.offset})")
         except CorruptRecord as exc:
             raise StoreError(
                 f"{self.path}: {exc.reason} at offset {exc.offset}: the file is damaged "
@@ -201,8 +204,8 @@ class Store:
             keyspaces.journal = journal
         if reader.pending:
             log.warning(
-                "%s: dropped a torn last record at offset %d (%d bytes): the last write before a "
-                "crash, never acknowledged",
+                "%s: dropped a torn tail at offset %d (%d bytes): the last writes before a crash, "
+                "never acknowledged",
                 self.path,
                 reader.offset,
                 reader.pending,
@@ -230,11 +233,17 @@ class Store:
         """
         if not self._buffer:
             return
+        self._buffer += COMMIT
+        if self._kept is not None:
+            self._kept += COMMIT
         try:
             _write_all(self._fd, self._buffer)
             if self._policy == "always":
                 os.fsync(self._fd)
         except OSError as exc:
+            del self._buffer[-len(COMMIT) :]
+            with contextlib.suppress(OSError):  # (no part of the batch stays to be written twice)
+                os.ftruncate(self._fd, self.size)
             if self.last_write_status == "ok":
                 log.error("Writing %s failed: %s", self.path, exc)
             self.last_write_status = "err"
@@ -371,9 +380,12 @@ class Store:
     def _switch(self, fd: int) -> int:
         """The last step of a rewrite, in one go: the records kept aside since the last round go
         to the new file, which replaces the old one. Buffered records are among those kept aside
-        (the buffer was empty at the fork), so they are written here and not again. Returns the
-        old file's descriptor, to be closed."""
+        (the buffer was empty at the fork), so they are written here and not again; they are
+        whole units (a client's batch is appended and committed without a pause), so they may
+        be committed here. Returns the old file's descriptor, to be closed."""
         assert self._kept is not None
+        if self._buffer:  # (records not committed yet: they are now, as a batch of their own)
+            self._kept += COMMIT
         _write_all(fd, self._kept)
         os.fsync(fd)
         os.replace(self._temporary, self.path)
@@ -431,13 +443,8 @@ def _child(keyspaces: Keyspaces, path: Path, done: int, lock: int) -> None:  # p
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.close(lock)  # (the lock stays the parent's: a restart after it died need not wait)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        buffer = bytearray()
-        for record in snapshot.records(keyspaces):
-            buffer += record
-            if len(buffer) >= _WRITE_CHUNK:
-                _write_all(fd, buffer)
-                buffer.clear()
-        _write_all(fd, buffer)
+        for chunk in snapshot.chunks(keyspaces, _WRITE_CHUNK):
+            _write_all(fd, chunk)
         os.fsync(fd)
         os.close(fd)
         os.write(done, b"\x01")

@@ -10,24 +10,29 @@ ran in::
 (integers little-endian; the lengths come first so that a record is read with two ``unpack``
 calls and slicing: reading is a fair part of what a restart costs, beside running the commands).
 
-The header has its own checksum so that a damaged length is recognised as damage rather than
-believed: a record is either cut short -- its header or body runs past the
-end of what was written, which is what a crash in the middle of a write leaves -- or complete and
-checked. Only the first kind is a *torn tail*, and only at the end of the file; a complete record
-that fails either checksum is corruption wherever it is, reported with its offset. (A zero-filled
-tail, as some file systems leave after a crash, fails the header checksum: corruption, the safe
-side.)
+**Batches.** A record with an empty body (``COMMIT``) ends a batch: the records one commit wrote,
+all the changes of the requests whose replies waited for it. A reader hands records on only once
+their batch is complete, so a crash in the middle of a write can leave no half of anything -- not
+part of a MULTI/EXEC, not an XADD without the trim that went with it, not some of the pending
+entries of one XREADGROUP -- and what it drops was never acknowledged.
+
+**Damage.** The header has its own checksum so that a damaged length is recognised as damage
+rather than believed: a record is either cut short -- its header or body runs past the end of what
+was written, which is what a crash in the middle of a write leaves -- or complete and checked. The
+end of a file after its last complete batch is a *torn tail*, dropped; a complete record that fails
+either checksum is corruption wherever it is, reported with its offset. (A zero-filled tail, as
+some file systems leave after a crash, fails the header checksum: corruption, the safe side.)
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["HEADER_SIZE", "CorruptRecord", "Record", "RecordReader", "encode"]
+__all__ = ["COMMIT", "HEADER_SIZE", "CorruptRecord", "Record", "RecordReader", "encode"]
 
 _HEADER = struct.Struct("<III")
 _PREFIX = struct.Struct("<II")
@@ -36,6 +41,8 @@ _FIXED = struct.Struct("<HBI")
 HEADER_SIZE = _HEADER.size
 MAX_BODY = 1 << 31
 """The largest body a reader accepts (a larger length can only be damage)."""
+COMMIT = _PREFIX.pack(0, 0) + _CRC.pack(zlib.crc32(_PREFIX.pack(0, 0)))
+"""The record that ends a batch."""
 
 
 @attrs.frozen
@@ -90,43 +97,50 @@ def _decode(body: bytes, offset: int) -> Record:
 
 
 class RecordReader:
-    """Records from a file's bytes, fed in pieces of any size.
+    """Records from a file's bytes, fed in pieces of any size, handed on a batch at a time.
 
-    ``offset`` is where the next record starts (every byte before it belonged to a complete,
-    checked record); ``pending`` counts the bytes after it, an incomplete record if the input has
-    ended.
+    ``offset`` is where the next batch starts (every byte before it belonged to complete, checked
+    batches); ``pending`` counts the bytes after it: an incomplete batch, if the input has ended.
     """
 
     def __init__(self, offset: int = 0) -> None:
         self.offset = offset
+        self._next = offset  # where the next record starts
+        self._batch: list[Record] = []
         self._buffer = b""
 
     @property
     def pending(self) -> int:
-        return len(self._buffer)
+        return self._next - self.offset + len(self._buffer)
 
-    def feed(self, data: bytes) -> Iterator[Record]:
-        """The records ``data`` completes.
+    def feed(self, data: bytes) -> list[Record]:
+        """The records of the batches ``data`` completes.
 
         Raises:
             CorruptRecord: a complete record (or header) failed its checks.
         """
         buffer = self._buffer + data if self._buffer else bytes(data)
+        done: list[Record] = []
+        batch = self._batch
         pos = 0
-        try:
-            while len(buffer) - pos >= HEADER_SIZE:
-                length, body_crc, header_crc = _HEADER.unpack_from(buffer, pos)
-                if zlib.crc32(buffer[pos : pos + 8]) != header_crc or length > MAX_BODY:
-                    raise CorruptRecord(self.offset, "damaged record header")
-                end = pos + HEADER_SIZE + length
-                if end > len(buffer):
-                    break
+        while len(buffer) - pos >= HEADER_SIZE:
+            length, body_crc, header_crc = _HEADER.unpack_from(buffer, pos)
+            if zlib.crc32(buffer[pos : pos + 8]) != header_crc or length > MAX_BODY:
+                raise CorruptRecord(self._next, "damaged record header")
+            end = pos + HEADER_SIZE + length
+            if end > len(buffer):
+                break
+            if length:
                 body = buffer[pos + HEADER_SIZE : end]
                 if zlib.crc32(body) != body_crc:
-                    raise CorruptRecord(self.offset, "record checksum mismatch")
-                record = _decode(body, self.offset)
-                pos = end
-                self.offset += HEADER_SIZE + length
-                yield record
-        finally:
-            self._buffer = buffer[pos:]
+                    raise CorruptRecord(self._next, "record checksum mismatch")
+                batch.append(_decode(body, self._next))
+                self._next += HEADER_SIZE + length
+            else:
+                self._next += HEADER_SIZE
+                self.offset = self._next
+                done += batch
+                batch.clear()
+            pos = end
+        self._buffer = buffer[pos:]
+        return done

@@ -26,12 +26,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from node.keyspace import Database, Keyspaces
-from node.store.records import encode
+from node.store.records import COMMIT, encode
 from node.streams import MAX_ID, Stream, format_id
 
-__all__ = ["database_records", "records"]
+__all__ = ["chunks", "database_records", "records", "stream_commands"]
 
 _PLACEHOLDER = [b"x", b"y"]
+
+
+def chunks(keyspaces: Keyspaces, size: int) -> Iterator[bytes]:
+    """The whole file a rewrite writes, in pieces of about ``size`` bytes, each a batch (the file
+    is used only once complete, so where batches end does not matter; that they end keeps the
+    replay from holding the whole file's records at once)."""
+    chunk = bytearray()
+    for record in records(keyspaces):
+        chunk += record
+        if len(chunk) >= size:
+            yield bytes(chunk + COMMIT)
+            chunk.clear()
+    yield bytes(chunk + COMMIT)
 
 
 def records(keyspaces: Keyspaces) -> Iterator[bytes]:

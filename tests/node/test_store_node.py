@@ -15,7 +15,7 @@ import trio
 from node.broker import Broker
 from node.cli import command_line_config
 from node.config import Config, ConfigError, RedisConfig, from_mapping
-from node.store import FILE_NAME, encode
+from node.store import COMMIT, FILE_NAME, encode
 from tests.node.conftest import start_node
 from tests.node.test_resp_connection import Peer
 
@@ -120,7 +120,7 @@ async def test_the_file_is_rewritten_when_it_has_doubled(tmp_path: Path) -> None
 
 
 def test_a_damaged_file_stops_the_start_naming_file_and_offset(tmp_path: Path) -> None:
-    first = encode("$G", 0, [b"XADD", b"s", b"1-1", b"f", b"v"])
+    first = encode("$G", 0, [b"XADD", b"s", b"1-1", b"f", b"v"]) + COMMIT
     damaged = bytearray(first)
     damaged[20] ^= 1
     (tmp_path / FILE_NAME).write_bytes(first + damaged + first)

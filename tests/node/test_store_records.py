@@ -8,35 +8,45 @@ import struct
 import zlib
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from node.broker import Broker
 from node.config import Config
-from node.store import CorruptRecord, Record, RecordReader, Store, StoreError, encode
+from node.store import COMMIT, CorruptRecord, Record, RecordReader, Store, StoreError, encode
 from node.store.records import HEADER_SIZE
 
-records = st.lists(
-    st.builds(
-        Record,
-        account=st.sampled_from(["$G", "ACME", "ü"]),
-        db=st.integers(0, 15),
-        args=st.lists(st.binary(max_size=40), min_size=1, max_size=6),
-    ),
-    min_size=1,
-    max_size=8,
+record = st.builds(
+    Record,
+    account=st.sampled_from(["$G", "ACME", "ü"]),
+    db=st.integers(0, 15),
+    args=st.lists(st.binary(max_size=40), min_size=1, max_size=6),
 )
+batches = st.lists(st.lists(record, max_size=4), min_size=1, max_size=5)
 
 
-def _file(items: list[Record]) -> tuple[bytes, list[int]]:
-    """The encoded records and where each one starts."""
+@attrs.frozen
+class File:
+    data: bytes
+    starts: list[int]
+    """Where each record starts, commit records included."""
+    ends: list[int]
+    """Where each batch ends."""
+
+
+def _file(items: list[list[Record]]) -> File:
     data = b""
-    starts = []
-    for record in items:
+    starts, ends = [], []
+    for batch in items:
+        for one in batch:
+            starts.append(len(data))
+            data += encode(one.account, one.db, one.args)
         starts.append(len(data))
-        data += encode(record.account, record.db, record.args)
-    return data, starts
+        data += COMMIT
+        ends.append(len(data))
+    return File(data, starts, ends)
 
 
 def _read(data: bytes, piece: int) -> tuple[list[Record], RecordReader]:
@@ -47,47 +57,52 @@ def _read(data: bytes, piece: int) -> tuple[list[Record], RecordReader]:
     return got, reader
 
 
-@given(records, st.integers(1, 64))
-def test_records_round_trip_in_pieces_of_any_size(items: list[Record], piece: int) -> None:
-    data, _ = _file(items)
-    got, reader = _read(data, piece)
-    assert got == items
-    assert reader.offset == len(data)
+@given(batches, st.integers(1, 64))
+def test_records_round_trip_in_pieces_of_any_size(items: list[list[Record]], piece: int) -> None:
+    file = _file(items)
+    got, reader = _read(file.data, piece)
+    assert got == [one for batch in items for one in batch]
+    assert reader.offset == len(file.data)
     assert reader.pending == 0
 
 
 def test_records_round_trip_byte_at_a_time() -> None:
     items = [Record("$G", 0, [b"XADD", b"s", b"1-1", b"f", b"v"]), Record("A", 15, [b"FLUSHALL"])]
-    data, _ = _file(items)
-    got, reader = _read(data, 1)
+    data = _file([items, []]).data
+    reader = RecordReader()
+    got: list[Record] = []
+    for i in range(len(data)):
+        got += reader.feed(data[i : i + 1])
+        assert reader.offset + reader.pending == i + 1
     assert got == items
-    assert reader.pending == 0
 
 
-@given(records)
-def test_a_torn_tail_at_any_offset_leaves_the_records_before_it(items: list[Record]) -> None:
-    data, starts = _file(items)
-    for cut in range(len(data) + 1):
-        got, reader = _read(data[:cut], 7)
-        whole = sum(1 for start, end in zip(starts, [*starts[1:], len(data)], strict=True) if end <= cut)
-        assert got == items[:whole]
-        boundary = starts[whole] if whole < len(starts) else len(data)
+@given(batches)
+def test_a_torn_tail_at_any_offset_leaves_the_whole_batches_before_it(
+    items: list[list[Record]],
+) -> None:
+    file = _file(items)
+    for cut in range(len(file.data) + 1):
+        got, reader = _read(file.data[:cut], 7)
+        whole = sum(1 for end in file.ends if end <= cut)
+        assert got == [one for batch in items[:whole] for one in batch]
+        boundary = file.ends[whole - 1] if whole else 0
         assert reader.offset == boundary
         assert reader.pending == cut - boundary
 
 
-@given(records, st.data())
+@given(batches, st.data())
 def test_a_flipped_byte_anywhere_is_damage_at_its_records_offset(
-    items: list[Record], data: st.DataObject
+    items: list[list[Record]], data: st.DataObject
 ) -> None:
-    encoded, starts = _file(items)
-    position = data.draw(st.integers(0, len(encoded) - 1))
+    file = _file(items)
+    position = data.draw(st.integers(0, len(file.data) - 1))
     flip = data.draw(st.integers(1, 255))
-    damaged = bytearray(encoded)
+    damaged = bytearray(file.data)
     damaged[position] ^= flip
     with pytest.raises(CorruptRecord) as raised:
         _read(bytes(damaged), data.draw(st.integers(1, 64)))
-    assert raised.value.offset == max(start for start in starts if start <= position)
+    assert raised.value.offset == max(start for start in file.starts if start <= position)
 
 
 def test_a_body_that_does_not_parse_is_damage() -> None:
@@ -96,7 +111,7 @@ def test_a_body_that_does_not_parse_is_damage() -> None:
     prefix = struct.pack("<II", len(body), zlib.crc32(body))
     bad = prefix + struct.pack("<I", zlib.crc32(prefix)) + body
     with pytest.raises(CorruptRecord, match="malformed record at offset 0"):
-        list(RecordReader().feed(bad))
+        RecordReader().feed(bad + COMMIT)
 
 
 def _store(path: Path) -> tuple[Store, Broker]:
@@ -109,12 +124,12 @@ def _store(path: Path) -> tuple[Store, Broker]:
 def test_the_store_drops_a_torn_last_record_with_a_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    whole = encode("$G", 0, [b"XADD", b"s", b"1-1", b"f", b"v"])
-    torn = encode("$G", 0, [b"XADD", b"s", b"2-1", b"f", b"v"])[:-3]
+    whole = encode("$G", 0, [b"XADD", b"s", b"1-1", b"f", b"v"]) + COMMIT
+    torn = encode("$G", 0, [b"XADD", b"s", b"2-1", b"f", b"v"]) + COMMIT[:-3]
     (tmp_path / "appendonly.log").write_bytes(whole + torn)
     with caplog.at_level(logging.WARNING, logger="pubmesh"):
         store, broker = _store(tmp_path)
-    assert f"dropped a torn last record at offset {len(whole)}" in caplog.text
+    assert f"dropped a torn tail at offset {len(whole)}" in caplog.text
     stream = broker.keyspaces.database("$G", 0).get(b"s", 0)
     assert stream is not None
     assert stream.length == 1
@@ -131,7 +146,7 @@ def test_damage_before_the_end_stops_the_start_naming_file_and_offset(tmp_path: 
     second = bytearray(encode("$G", 0, [b"XADD", b"s", b"2-1", b"f", b"v"]))
     second[-2] ^= 0x40
     path = tmp_path / "appendonly.log"
-    path.write_bytes(first + second + first)
+    path.write_bytes(first + bytes(second) + COMMIT + first + COMMIT)
     with pytest.raises(StoreError) as raised:
         _store(tmp_path)
     assert str(raised.value).startswith(f"{path}: record checksum mismatch at offset {len(first)}")

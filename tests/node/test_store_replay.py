@@ -152,7 +152,8 @@ def _check_restarts(run: list[list[bytes]]) -> None:
         for args in run:
             peer.send(*args)
         before = state(broker)
-        Path(rewritten, "appendonly.log").write_bytes(b"".join(snapshot.records(broker.keyspaces)))
+        rewrite = b"".join(snapshot.chunks(broker.keyspaces, 200))
+        Path(rewritten, "appendonly.log").write_bytes(rewrite)
         store.close()
         for directory in (written, rewritten):
             again, store = _load(Path(directory))
@@ -200,3 +201,26 @@ def test_an_expiry_nobody_read_is_recorded_as_the_delete_it_was() -> None:
         assert state(again) == before
         assert next(iter(before.values()))[0] == [(1 << 64 | 1, [b"new", b"1"])]
         store.close()
+
+
+def test_a_transaction_cut_short_by_a_crash_replays_not_at_all() -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        broker, store = _load(Path(directory))
+        peer = Peer(broker)
+        peer.send("XADD", "s", "1-1", "f", "v")
+        path = Path(directory, "appendonly.log")
+        committed = path.stat().st_size
+        peer.send("MULTI")
+        peer.send("XADD", "s", "2-1", "f", "v")
+        peer.send("XADD", "t", "MAXLEN", "0", "2-1", "f", "v")
+        assert peer.send("EXEC") == b"*2\r\n$3\r\n2-1\r\n$3\r\n2-1\r\n"
+        whole = path.read_bytes()
+        store.close()
+        for cut in range(committed, len(whole)):  # (every place a crash could end the file)
+            path.write_bytes(whole[:cut])
+            again, store = _load(Path(directory))
+            stream = again.keyspaces.database("$G", 0).get(b"s", 0)
+            assert stream is not None
+            assert stream.length == 1
+            assert again.keyspaces.database("$G", 0).get(b"t", 0) is None
+            store.close()
