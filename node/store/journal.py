@@ -280,6 +280,8 @@ class Store:
             nursery.start_soon(self._rewrites)
             while True:
                 await trio.sleep(1.0)
+                with contextlib.suppress(OSError):  # (logged; the buffer waits for the next try)
+                    self.commit()  # (changes no client waits on: expiries found by the sweep)
                 if self._policy == "everysec" and self._unsynced:
                     await self._fsync()
                 if self._due():
@@ -442,6 +444,7 @@ def _child(keyspaces: Keyspaces, path: Path, done: int, lock: int) -> None:  # p
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.close(lock)  # (the lock stays the parent's: a restart after it died need not wait)
+        os.nice(10)  # (the parent, serving clients, comes first for the CPU)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for chunk in snapshot.chunks(keyspaces, _WRITE_CHUNK):
             _write_all(fd, chunk)
