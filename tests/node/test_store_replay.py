@@ -224,3 +224,20 @@ def test_a_transaction_cut_short_by_a_crash_replays_not_at_all() -> None:
             assert stream.length == 1
             assert again.keyspaces.database("$G", 0).get(b"t", 0) is None
             store.close()
+
+
+def test_an_expiry_the_sweep_finds_is_recorded_too() -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        broker, store = _load(Path(directory))
+        peer = Peer(broker)
+        peer.send("XADD", "s", "1-1", "old", "1")
+        peer.send("PEXPIRE", "s", "20")
+        time.sleep(0.05)
+        assert broker.keyspaces.sweep(now_ms()) == 1
+        peer.send("XADD", "s", "1-1", "new", "1")  # (a fresh key: without the DEL, replay refuses it)
+        store.close()
+        again, store = _load(Path(directory))
+        stream = again.keyspaces.database("$G", 0).get(b"s", now_ms())
+        assert stream is not None
+        assert stream.range(0, MAX_ID) == [(1 << 64 | 1, [b"new", b"1"])]
+        store.close()
