@@ -21,6 +21,7 @@ from cluster.routes import RouteManager
 from node.broker import Broker
 from node.config import Config
 from node.server import Server
+from node.store import Store
 
 __all__ = ["Listeners", "Node", "assemble"]
 
@@ -45,6 +46,8 @@ class Node:
     server: Server
     routes: RouteManager | None = None
     gateways: GatewayManager | None = None
+    store: Store | None = None
+    """The append-only file of the Redis keys (``store_dir``)."""
 
     @property
     def broker(self) -> Broker:
@@ -57,7 +60,23 @@ class Node:
     async def run(
         self, listeners: Listeners, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve until the server is shut down: then links stop at once, and clients once flushed."""
+        """Serve until the server is shut down: then links stop at once, and clients once flushed.
+
+        With a store, its file is replayed before any listener accepts a client, and closed (all
+        of it fsynced) once the last client is gone."""
+        if self.store is None:
+            await self._serve(listeners, task_status)
+            return
+        self.store.load(self.broker)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.store.run)
+                await self._serve(listeners, task_status)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.store.close()
+
+    async def _serve(self, listeners: Listeners, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(self.server.serve, listeners.clients, redis=listeners.redis))
             links: trio.Nursery = await nursery.start(_open_links)
@@ -84,6 +103,13 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
 
     server = Server(config, broker=Broker(config, rng=rng()))
     node = Node(server)
+    if config.store_dir is not None:
+        node.store = Store(
+            config.store_dir,
+            appendfsync=config.appendfsync,
+            rewrite_percentage=config.rewrite_percentage,
+            rewrite_min_size=config.rewrite_min_size,
+        )
     if config.cluster is not None:
         node.routes = RouteManager(server.broker, config.cluster, server.flusher, dial=dial, rng=rng())
     if config.gateway is not None:

@@ -21,6 +21,7 @@ import trio
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.broker import VERSION
 from node.config import (
+    FSYNC_POLICIES,
     Config,
     ConfigError,
     RedisConfig,
@@ -31,6 +32,7 @@ from node.config import (
     reconcile_names,
 )
 from node.launch import run_node
+from node.store import StoreError
 from transport.tls import TlsConfig
 
 __all__ = ["command_line_config", "main"]
@@ -93,6 +95,8 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--gateway_advertise", help="the gateway URL to give other clusters")
     p.add_argument("--redis_port", type=int, help="Redis (RESP) port (0 picks a free one)")
     p.add_argument("--redis_host", help="Redis listen address (default: the client address)")
+    p.add_argument("--store_dir", metavar="DIR", help="keep Redis keys in an append-only file here")
+    p.add_argument("--appendfsync", choices=FSYNC_POLICIES, help="fsync policy (default: everysec)")
     p.add_argument("-D", "--debug", action="store_true", help="debug logging")
     p.add_argument(
         "-V", "--trace", action="store_true", help="trace logging (as verbose as debug logging here)"
@@ -115,7 +119,10 @@ def serve_config(args: argparse.Namespace) -> Config:
     config = load(args.config) if args.config else Config()
     changes = {
         key: getattr(args, key)
-        for key in ("host", "port", "server_name", "http_port", "https_port", "max_payload")
+        for key in (
+            *("host", "port", "server_name", "http_port", "https_port", "max_payload"),
+            *("store_dir", "appendfsync"),
+        )
         if getattr(args, key) is not None
     }
     http_host = args.http_host or changes.get("host")
@@ -241,8 +248,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging(config)
     log.info("Starting pubmesh %s", VERSION)
-    trio.run(_serve, config)
-    return 0
+    damaged: list[BaseException] = []
+    try:
+        trio.run(_serve, config)
+    except* StoreError as group:
+        damaged += _leaves(group)
+    for error in damaged:
+        log.error("%s", error)
+    return 1 if damaged else 0
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ __all__ = [
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
+FSYNC_POLICIES = ("always", "everysec", "no")
 
 
 class ConfigError(ValueError):
@@ -165,6 +166,13 @@ class Config:
     """The Redis front door; None runs none."""
     no_auth_user: str | None = None
     debug: bool = False
+    store_dir: str | None = None
+    """Where Redis keys are kept across restarts (an append-only file); None keeps them in memory."""
+    appendfsync: str = "everysec"
+    """When the append-only file is fsynced: ``always`` (before replies), ``everysec``, ``no``."""
+    rewrite_percentage: int = 100
+    """Rewrite the append-only file when it has grown by this many percent (0: only on BGREWRITEAOF)."""
+    rewrite_min_size: int = 64 * 1024 * 1024
 
     @property
     def auth_required(self) -> bool:
@@ -196,6 +204,10 @@ _SCALARS: dict[str, type | str] = {
     "write_deadline": _DURATION,
     "no_auth_user": str,
     "debug": bool,
+    "store_dir": str,
+    "appendfsync": str,
+    "rewrite_percentage": int,
+    "rewrite_min_size": _SIZE,
 }
 _ALIASES = {
     "listen": None,
@@ -317,6 +329,8 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
         raise ConfigError(
             f"{where}: no_auth_user: {no_auth_user!r} is not a user of authorization or of an account"
         )
+    if fields.get("appendfsync", "everysec") not in FSYNC_POLICIES:
+        raise ConfigError(f"{where}: appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
     config = Config(**fields, users=tuple(users), accounts=tuple(accounts))
     check_tls(config, where)
     return config

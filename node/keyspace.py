@@ -6,6 +6,10 @@ client wait on keys: WATCH (a write to a watched key spoils the watcher's transa
 reads (a write to the key wakes them, in the order they blocked). Both are registered here so that
 every write, whoever makes it, reaches them through one call: ``Database.touch``.
 
+An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
+so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
+old value where a new one was written.
+
 Woken readers are not served inside the write that woke them: they queue on the node-wide
 ``Keyspaces.ready`` and are served once the writing command has finished, as redis-server serves
 blocked clients after the command that unblocked them.
@@ -20,7 +24,16 @@ from typing import Protocol
 
 from node.streams import Stream
 
-__all__ = ["DATABASES", "Database", "Journal", "Keyspace", "Keyspaces", "Waiter", "Watcher"]
+__all__ = [
+    "DATABASES",
+    "Database",
+    "Journal",
+    "Keyspace",
+    "Keyspaces",
+    "Persistence",
+    "Waiter",
+    "Watcher",
+]
 
 DATABASES = 16
 """Numbered databases per account (redis-server's default ``databases``)."""
@@ -54,13 +67,32 @@ class Journal(Protocol):
         ...
 
 
+class Persistence(Protocol):
+    """The store behind the journal, as INFO, CONFIG GET and BGREWRITEAOF see it."""
+
+    @property
+    def appendfsync(self) -> str:
+        """The fsync policy: always, everysec or no."""
+        ...
+
+    def info(self) -> list[tuple[str, int | str]]:
+        """INFO's persistence fields."""
+        ...
+
+    def rewrite(self) -> bool:
+        """Start compacting the journal in the background; False if that is under way already."""
+        ...
+
+
 class Database:
     """One numbered database of one account."""
 
-    __slots__ = ("_blocked", "_expires", "_watchers", "keys", "keyspaces")
+    __slots__ = ("_blocked", "_expires", "_watchers", "account", "index", "keys", "keyspaces")
 
-    def __init__(self, keyspaces: Keyspaces) -> None:
+    def __init__(self, keyspaces: Keyspaces, account: str, index: int) -> None:
         self.keyspaces = keyspaces
+        self.account = account
+        self.index = index
         self.keys: dict[bytes, Stream] = {}
         self._expires: dict[bytes, int] = {}
         """Key -> when it expires, in milliseconds since the epoch."""
@@ -77,10 +109,16 @@ class Database:
         return value
 
     def _expired(self, key: bytes, now: int) -> bool:
-        if self._expires[key] > now:
+        if self._expires[key] > now or self.keyspaces.loading:
             return False
-        self.delete(key)
+        self._expire(key)
         return True
+
+    def _expire(self, key: bytes) -> None:
+        self.delete(key)
+        journal = self.keyspaces.journal
+        if journal is not None:
+            journal.append(self.account, self.index, [b"DEL", key])
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -141,7 +179,7 @@ class Database:
         """Remove up to ``budget`` expired keys; return how many went."""
         gone = [key for key, when in itertools.islice(self._expires.items(), budget) if when <= now]
         for key in gone:
-            self.delete(key)
+            self._expire(key)
         if len(self._expires) > budget:  # (look at other keys next time)
             for key in list(itertools.islice(self._expires, budget)):
                 self._expires[key] = self._expires.pop(key)
@@ -173,16 +211,17 @@ class Database:
 class Keyspace:
     """One account's databases, created as they are first used."""
 
-    __slots__ = ("_databases", "keyspaces")
+    __slots__ = ("_databases", "keyspaces", "name")
 
-    def __init__(self, keyspaces: Keyspaces) -> None:
+    def __init__(self, keyspaces: Keyspaces, name: str) -> None:
         self.keyspaces = keyspaces
+        self.name = name
         self._databases: dict[int, Database] = {}
 
     def database(self, index: int) -> Database:
         db = self._databases.get(index)
         if db is None:
-            db = self._databases[index] = Database(self.keyspaces)
+            db = self._databases[index] = Database(self.keyspaces, self.name, index)
         return db
 
     def databases(self) -> dict[int, Database]:
@@ -193,19 +232,23 @@ class Keyspace:
 class Keyspaces:
     """Every account's keys on this node, and the queue of blocked readers a write woke."""
 
-    __slots__ = ("_accounts", "_serving", "journal", "ready")
+    __slots__ = ("_accounts", "_serving", "journal", "loading", "ready", "store")
 
     def __init__(self) -> None:
         self._accounts: dict[str, Keyspace] = {}
         self.journal: Journal | None = None
         """Where changes are recorded (None: keys live in memory only)."""
+        self.store: Persistence | None = None
+        """The store that keeps the journal (None: keys live in memory only)."""
+        self.loading = False
+        """The journal is being replayed: keys do not expire meanwhile."""
         self.ready: collections.deque[Waiter] = collections.deque()
         self._serving = False
 
     def keyspace(self, account: str) -> Keyspace:
         keyspace = self._accounts.get(account)
         if keyspace is None:
-            keyspace = self._accounts[account] = Keyspace(self)
+            keyspace = self._accounts[account] = Keyspace(self, account)
         return keyspace
 
     def database(self, account: str, index: int) -> Database:

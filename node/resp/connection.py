@@ -957,6 +957,11 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
             f"connected_clients:{len(resp)}\r\npubsub_clients:{subscribers}\r\n"
             f"maxclients:{broker.config.max_connections}\r\n"
         )
+    if everything or b"persistence" in wanted:
+        store = broker.keyspaces.store
+        fields: list[tuple[str, int | str]] = [("loading", 0), ("aof_enabled", int(store is not None))]
+        fields += store.info() if store is not None else [("aof_rewrite_in_progress", 0)]
+        sections.append("# Persistence\r\n" + "".join(f"{k}:{v}\r\n" for k, v in fields))
     if everything or b"stats" in wanted:
         patterns = sum(len(a.patterns) for a in broker.accounts.values() if a.patterns is not None)
         channels = {ch for c in _resp_clients(conn) for ch in c.subs}
@@ -982,7 +987,6 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
 _CONFIG = {
     b"databases": b"16",
     b"save": b"",
-    b"appendonly": b"no",
     b"maxmemory": b"0",
     b"notify-keyspace-events": b"",
     b"cluster-enabled": b"no",
@@ -991,9 +995,14 @@ _CONFIG = {
 
 def _config_get(conn: RespConnection, args: list[bytes]) -> None:
     limits = "client-output-buffer-limit"
+    store = conn.broker.keyspaces.store
+    table = _CONFIG | {
+        b"appendonly": b"no" if store is None else b"yes",
+        b"appendfsync": b"everysec" if store is None else store.appendfsync.encode(),
+    }
     found: dict[bytes, bytes] = {}
     for pattern in args[2:]:
-        for key, value in _CONFIG.items():
+        for key, value in table.items():
             if glob_match(pattern, key, nocase=True):
                 found[key] = value
         if glob_match(pattern, limits.encode(), nocase=True):
@@ -1004,6 +1013,16 @@ def _config_get(conn: RespConnection, args: list[bytes]) -> None:
                 int(conn.soft_seconds),
             )
     conn._reply(conn.writer.map((bulk(k), bulk(v)) for k, v in found.items()))
+
+
+def _bgrewriteaof(conn: RespConnection, args: list[bytes]) -> None:
+    store = conn.broker.keyspaces.store
+    if store is None:
+        conn._error("no append only file to rewrite: keys are kept in memory only (see store_dir)")
+    elif store.rewrite():
+        conn._reply(simple(b"Background append only file rewriting started"))
+    else:
+        conn._error("Background append only file rewriting already in progress")
 
 
 def _time(conn: RespConnection, args: list[bytes]) -> None:
@@ -1230,6 +1249,7 @@ COMMANDS: dict[bytes, _Command] = {
         "config", -2, None, {"get": (-3, _config_get), "help": (2, _help(_CONFIG_HELP))}
     ),
     b"time": _Command("time", 1, _time),
+    b"bgrewriteaof": _Command("bgrewriteaof", 1, _bgrewriteaof),
     b"subscribe": _Command("subscribe", -2, _subscribe),
     b"unsubscribe": _Command("unsubscribe", -1, _unsubscribe),
     b"psubscribe": _Command("psubscribe", -2, _psubscribe),

@@ -508,7 +508,7 @@ def _serve(
         created = parsed.consumer not in group.consumers
         consumer = group.consumer(parsed.consumer, now)
         consumer.seen_time = now
-        if created and parsed.noack:
+        if created:  # (whether or not it is given anything)
             conn.log_write([b"XGROUP", b"CREATECONSUMER", key, parsed.group, parsed.consumer])
         if position != _NEW:
             history = group.read_history(stream, consumer, position, parsed.count, now)
@@ -539,6 +539,13 @@ def _log_claims(
                 b"FORCE", b"JUSTID", b"LASTID", format_id(group.last_id),
             ]
         )  # fmt: skip
+
+
+def _log_new_consumer(conn: RespConnection, args: list[bytes], group: ConsumerGroup) -> None:
+    """XCLAIM and XAUTOCLAIM create their consumer even when they claim nothing (``args``: key,
+    group, consumer from the second)."""
+    if args[3] not in group.consumers:
+        conn.log_write([b"XGROUP", b"CREATECONSUMER", args[1], args[2], args[3]])
 
 
 def _log_position(conn: RespConnection, key: bytes, name: bytes, group: ConsumerGroup) -> None:
@@ -796,6 +803,7 @@ def _xclaim(conn: RespConnection, args: list[bytes]) -> None:
             conn._error(f"Unrecognized XCLAIM option '{_text(args[j])}'")
             return
         j += 1
+    _log_new_consumer(conn, args, group)
     moved_group = last_id > group.last_id
     if moved_group:
         group.last_id = last_id
@@ -857,6 +865,7 @@ def _xautoclaim(conn: RespConnection, args: list[bytes]) -> None:
         conn._error(_nogroup(args[1], args[2]))
         return
     stream, group = found
+    _log_new_consumer(conn, args, group)
     cursor, claimed, deleted = group.autoclaim(
         stream, args[3], max(min_idle, 0), start, count, now_ms(), justid=justid
     )

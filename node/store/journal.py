@@ -1,0 +1,456 @@
+"""The append-only file that keeps a node's keys across restarts (``--store_dir``).
+
+**Appending.** Every change arrives as a record (``append``) and waits in memory; ``commit``, which
+runs after each batch of a client's requests and before any of their replies can leave, writes the
+batch with one ``write``, ended by a commit record (``records.COMMIT``: a batch is replayed whole
+or not at all). A failed write is cut off the file again and retried whole at the next commit. The
+fsync policy decides what "written" promises:
+
+* ``always``: ``commit`` also fsyncs before it returns, so a client is told of nothing that a crash
+  of the machine could take back. One fsync covers the whole batch (group commit).
+* ``everysec``: a background task fsyncs once a second (in a worker thread, so the event loop does
+  not wait on the disk); a process crash loses nothing written, a machine crash about a second.
+* ``no``: the operating system writes back when it likes.
+
+**Starting.** ``load`` replays the file through the command handlers (``node.store.replay``). A
+batch cut short at the very end -- a crash in the middle of a write -- is dropped with a log line
+and cut off the file; damage anywhere else stops the start with ``StoreError`` naming the file and
+the offset, as continuing would silently lose or invent data.
+
+**Rewriting.** The file grows with every change, so it is rewritten as the commands that build the
+current state (``node.store.snapshot``) when it has grown by ``rewrite_percentage`` since the last
+rewrite (and is at least ``rewrite_min_size``), or on BGREWRITEAOF. The snapshot must be of one
+instant while clients keep writing; like redis-server, this forks: the child process holds the
+keys as they were at the fork (the kernel copies pages only as the parent changes them), writes
+them to a temporary file, fsyncs it and exits, while the parent serves on. Clients stall only for
+the fork itself (``latest_fork_usec`` in INFO). A copy-on-write of the streams in process would
+have to hook every mutation of every stream, group and pending entry; the fork gets the same
+guarantee from the kernel. Records appended after the fork go to the old file as usual and are also
+kept aside; once the child is done the parent appends them to the new file (in rounds while more
+arrive, fsyncing in a worker thread), then, in one step no client can interleave with, appends the
+last few, fsyncs, renames the new file over the old one and switches to it. The old file stays
+whole and current until that rename, so a crash at any moment leaves one complete file, and every
+change lands in the new file exactly once: before the fork it is in the snapshot, after it in what
+was kept aside. (``aof_last_switch_usec`` in INFO is how long that last step held clients up.)
+
+A lock file in the directory keeps the store to one process at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+import trio
+
+from node.broker import Broker
+from node.config import FSYNC_POLICIES
+from node.keyspace import Keyspaces
+from node.store import snapshot
+from node.store.records import COMMIT, CorruptRecord, RecordReader, encode
+from node.store.replay import Replayer
+
+__all__ = ["FILE_NAME", "Store", "StoreError"]
+
+log = logging.getLogger("pubmesh")
+
+FILE_NAME = "appendonly.log"
+_READ_CHUNK = 1 << 20
+_WRITE_CHUNK = 1 << 20
+_LAST_ROUND = 1 << 16
+"""Records kept aside during a rewrite are copied in rounds until fewer bytes than this are left;
+those are copied in the final step that clients wait for."""
+
+
+class StoreError(Exception):
+    """The store cannot be opened: in use, unreadable, or damaged other than by a torn tail."""
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Store:
+    """One node's append-only file: the keyspaces' journal, and its replay and rewriting.
+
+    Args:
+        directory: where the file lives (created if missing).
+        appendfsync: ``always``, ``everysec`` or ``no``.
+        rewrite_percentage: rewrite when the file has grown by this many percent since the last
+            rewrite (0: never automatically).
+        rewrite_min_size: ... and is at least this many bytes.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        appendfsync: str = "everysec",
+        rewrite_percentage: int = 100,
+        rewrite_min_size: int = 64 << 20,
+    ) -> None:
+        if appendfsync not in FSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, not {appendfsync!r}")
+        self.directory = Path(directory)
+        self.path = self.directory / FILE_NAME
+        self._temporary = self.directory / (FILE_NAME + ".rewrite")
+        self._policy = appendfsync
+        self.rewrite_percentage = rewrite_percentage
+        self.rewrite_min_size = rewrite_min_size
+        self._fd = -1
+        self._lock = -1
+        """The directory's lock file, held while the store is open: one process per store."""
+        self._buffer = bytearray()
+        self._kept: bytearray | None = None
+        """Records appended since a rewrite forked (None when no rewrite runs)."""
+        self._unsynced = False
+        self._fd_lock = trio.Lock()
+        self._wanted = trio.Event()
+        self._keyspaces: Keyspaces | None = None
+        self.size = 0
+        """Bytes in the file."""
+        self.base_size = 0
+        """Bytes in the file after the last rewrite (or at start)."""
+        self.rewriting = False
+        self.rewrites = 0
+        self.last_rewrite_status = "ok"
+        self.last_rewrite_seconds = -1
+        self._rewrite_started = 0.0
+        self.last_fork_usec = 0
+        self.last_switch_usec = 0
+        self.last_write_status = "ok"
+        self.load_seconds = 0.0
+        self.refused = 0
+        """Records replayed at start that the command handlers refused (none, unless damaged)."""
+
+    @property
+    def appendfsync(self) -> str:
+        return self._policy
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def load(self, broker: Broker) -> int:
+        """Replay the file into ``broker``'s keys and become their journal; return the records
+        replayed.
+
+        Raises:
+            StoreError: the file is damaged (other than a torn tail), unreadable or in use.
+        """
+        started = time.monotonic()
+        keyspaces = broker.keyspaces
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreError(f"{self.directory}: in use by another process") from None
+            self._temporary.unlink(missing_ok=True)  # (a rewrite the last run did not finish)
+            replayed = self._replay(broker) if self.path.exists() else 0
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self._unlock()
+            raise StoreError(f"{self.path}: {exc.strerror or exc}") from exc
+        except StoreError:
+            self._unlock()
+            raise
+        self.size = self.base_size = os.fstat(self._fd).st_size
+        self._keyspaces = keyspaces
+        keyspaces.journal = self
+        keyspaces.store = self
+        self.load_seconds = time.monotonic() - started
+        log.info(
+            "Loaded %d records from %s (%d bytes) in %.3f s",
+            replayed,
+            self.path,
+            self.size,
+            self.load_seconds,
+        )
+        return replayed
+
+    def _replay(self, broker: Broker) -> int:
+        keyspaces = broker.keyspaces
+        replayer = Replayer(broker)
+        reader = RecordReader()
+        journal, keyspaces.journal = keyspaces.journal, None
+        keyspaces.loading = True
+        try:
+            with self.path.open("rb") as file:
+                while chunk := file.read(_READ_CHUNK):
+                    for record in reader.feed(chunk):
+                        replayer.run(record, f"{self.path} (batch ending at offset {reader.offset})")
+        except CorruptRecord as exc:
+            raise StoreError(
+                f"{self.path}: {exc.reason} at offset {exc.offset}: the file is damaged "
+                "(repair or remove it to start)"
+            ) from exc
+        finally:
+            keyspaces.loading = False
+            keyspaces.journal = journal
+        if reader.pending:
+            log.warning(
+                "%s: dropped a torn tail at offset %d (%d bytes): the last writes before a crash, "
+                "never acknowledged",
+                self.path,
+                reader.offset,
+                reader.pending,
+            )
+            os.truncate(self.path, reader.offset)
+        self.refused = replayer.refused
+        if replayer.refused:
+            log.warning("%s: %d replayed records were refused", self.path, replayer.refused)
+        return replayer.records
+
+    # -- the journal -----------------------------------------------------------------------------
+
+    def append(self, account: str, db: int, args: list[bytes]) -> None:
+        record = encode(account, db, args)
+        self._buffer += record
+        if self._kept is not None:
+            self._kept += record
+
+    def commit(self) -> None:
+        """Write what was appended; with ``always``, fsync it before returning.
+
+        Raises:
+            OSError: the write or fsync failed (the records stay buffered for the next commit,
+                and the caller's replies do not leave).
+        """
+        if not self._buffer:
+            return
+        self._buffer += COMMIT
+        if self._kept is not None:
+            self._kept += COMMIT
+        try:
+            _write_all(self._fd, self._buffer)
+            if self._policy == "always":
+                os.fsync(self._fd)
+        except OSError as exc:
+            del self._buffer[-len(COMMIT) :]
+            with contextlib.suppress(OSError):  # (no part of the batch stays to be written twice)
+                os.ftruncate(self._fd, self.size)
+            if self.last_write_status == "ok":
+                log.error("Writing %s failed: %s", self.path, exc)
+            self.last_write_status = "err"
+            raise
+        self.last_write_status = "ok"
+        self.size += len(self._buffer)
+        self._buffer.clear()
+        self._unsynced = self._policy != "always"
+
+    def close(self) -> None:
+        """Write and fsync what is left, and close the file (the node is stopping)."""
+        if self._fd < 0:
+            return
+        try:
+            self.commit()
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+            self._unlock()
+            if self._keyspaces is not None:
+                self._keyspaces.journal = None
+
+    def _unlock(self) -> None:
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+    # -- background work -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The fsync clock (``everysec``) and the rewrites; runs until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._rewrites)
+            while True:
+                await trio.sleep(1.0)
+                with contextlib.suppress(OSError):  # (logged; the buffer waits for the next try)
+                    self.commit()  # (changes no client waits on: expiries found by the sweep)
+                if self._policy == "everysec" and self._unsynced:
+                    await self._fsync()
+                if self._due():
+                    self._wanted.set()
+
+    async def _fsync(self) -> None:
+        async with self._fd_lock:
+            self._unsynced = False
+            try:
+                await trio.to_thread.run_sync(os.fsync, self._fd)
+            except OSError as exc:
+                log.error("fsync of %s failed: %s", self.path, exc)
+                self._unsynced = True
+
+    def _due(self) -> bool:
+        if self.rewriting or not self.rewrite_percentage or self.size < self.rewrite_min_size:
+            return False
+        if self.last_rewrite_status == "err" and time.monotonic() < self._rewrite_started + 60:
+            return False  # (as redis-server, not again at once after a failure)
+        return self.size * 100 >= self.base_size * (100 + self.rewrite_percentage)
+
+    def rewrite(self) -> bool:
+        if self.rewriting or self._wanted.is_set():
+            return False
+        self._wanted.set()
+        return True
+
+    async def _rewrites(self) -> None:
+        while True:
+            await self._wanted.wait()
+            self.rewriting = True
+            self._rewrite_started = time.monotonic()
+            try:
+                await self._rewrite()
+            except Exception as exc:  # (a failed rewrite leaves the old file: the node goes on)
+                log.error(
+                    "Rewriting %s failed: %s", self.path, exc, exc_info=not isinstance(exc, OSError)
+                )
+                self.last_rewrite_status = "err"
+            else:
+                self.last_rewrite_status = "ok"
+                self.rewrites += 1
+            finally:
+                self.rewriting = False
+                self._kept = None
+                self._wanted = trio.Event()
+                self.last_rewrite_seconds = int(time.monotonic() - self._rewrite_started)
+                self._temporary.unlink(missing_ok=True)
+
+    async def _rewrite(self) -> None:
+        assert self._keyspaces is not None
+        self.commit()  # (what was appended before the fork is in the snapshot: it goes no further)
+        ready, done = os.pipe()
+        forked = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child: coverage does not follow it)
+            _child(self._keyspaces, self._temporary, done, self._lock)
+        self.last_fork_usec = int((time.perf_counter() - forked) * 1e6)
+        self._kept = bytearray()
+        os.close(done)
+        try:
+            said = b""
+            while chunk := await _read(ready):  # (to the end: the child has exited by then, and
+                said += chunk  # collecting it does not wait while its memory is torn down)
+            finished = said == b"\x01"
+        except BaseException:
+            os.kill(pid, signal.SIGKILL)
+            raise
+        finally:
+            os.close(ready)
+            _reap(pid)
+        if not finished:
+            raise RewriteFailed("the rewriting process failed")
+        fd = os.open(self._temporary, os.O_WRONLY | os.O_APPEND)
+        try:
+            while self._kept is not None and len(self._kept) > _LAST_ROUND:
+                kept, self._kept = self._kept, bytearray()
+                _write_all(fd, kept)
+                await trio.to_thread.run_sync(os.fsync, fd)
+            async with self._fd_lock:  # (not while the everysec fsync uses the old file)
+                switching = time.perf_counter()
+                old = self._switch(fd)
+                self.last_switch_usec = int((time.perf_counter() - switching) * 1e6)
+        except BaseException:
+            os.close(fd)
+            raise
+        # Closing the replaced file frees its blocks, which can take a while for a large one.
+        await trio.to_thread.run_sync(os.close, old)
+        log.info(
+            "Rewrote %s: %d bytes in %.1f s (fork %d us, switch %d us)",
+            self.path,
+            self.size,
+            time.monotonic() - self._rewrite_started,
+            self.last_fork_usec,
+            self.last_switch_usec,
+        )
+
+    def _switch(self, fd: int) -> int:
+        """The last step of a rewrite, in one go: the records kept aside since the last round go
+        to the new file, which replaces the old one. Buffered records are among those kept aside
+        (the buffer was empty at the fork), so they are written here and not again; they are
+        whole units (a client's batch is appended and committed without a pause), so they may
+        be committed here. Returns the old file's descriptor, to be closed."""
+        assert self._kept is not None
+        if self._buffer:  # (records not committed yet: they are now, as a batch of their own)
+            self._kept += COMMIT
+        _write_all(fd, self._kept)
+        os.fsync(fd)
+        os.replace(self._temporary, self.path)
+        _fsync_dir(self.directory)
+        old, self._fd = self._fd, fd
+        self._buffer.clear()
+        self._kept = None
+        self._unsynced = False
+        self.size = self.base_size = os.fstat(fd).st_size
+        return old
+
+    # -- INFO --------------------------------------------------------------------------------------
+
+    def info(self) -> list[tuple[str, int | str]]:
+        current = int(time.monotonic() - self._rewrite_started) if self.rewriting else -1
+        return [
+            ("aof_rewrite_in_progress", int(self.rewriting)),
+            ("aof_rewrite_scheduled", int(self._wanted.is_set() and not self.rewriting)),
+            ("aof_last_rewrite_time_sec", self.last_rewrite_seconds),
+            ("aof_current_rewrite_time_sec", current),
+            ("aof_last_bgrewrite_status", self.last_rewrite_status),
+            ("aof_rewrites", self.rewrites),
+            ("aof_last_write_status", self.last_write_status),
+            ("aof_current_size", self.size),
+            ("aof_base_size", self.base_size),
+            ("aof_buffer_length", len(self._buffer)),
+            ("aof_fsync_policy", self._policy),
+            ("aof_load_time_sec", f"{self.load_seconds:.3f}"),
+            ("latest_fork_usec", self.last_fork_usec),
+            ("aof_last_switch_usec", self.last_switch_usec),
+        ]
+
+
+async def _read(fd: int) -> bytes:
+    await trio.lowlevel.wait_readable(fd)
+    return os.read(fd, 16)
+
+
+def _reap(pid: int) -> None:
+    """Collect the child, which has closed its end of the pipe or been killed: it is exiting."""
+    os.waitpid(pid, 0)
+
+
+class RewriteFailed(Exception):
+    """The rewriting process did not finish its file."""
+
+
+def _child(keyspaces: Keyspaces, path: Path, done: int, lock: int) -> None:  # pragma: no cover
+    """The forked process: write the snapshot, fsync it, say so, and exit (never returning into
+    the parent's event loop)."""
+    status = 1
+    try:
+        signal.set_wakeup_fd(-1)  # (signals must not wake the parent's event loop)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.close(lock)  # (the lock stays the parent's: a restart after it died need not wait)
+        os.nice(10)  # (the parent, serving clients, comes first for the CPU)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for chunk in snapshot.chunks(keyspaces, _WRITE_CHUNK):
+            _write_all(fd, chunk)
+        os.fsync(fd)
+        os.close(fd)
+        os.write(done, b"\x01")
+        status = 0
+    finally:
+        os._exit(status)
