@@ -74,6 +74,9 @@ HELLO_NOAUTH = (
     "version at the same time"
 )
 NOT_INTEGER = "value is not an integer or out of range"
+_REMEMBERED_CHANNEL = 256
+"""A publisher's last channel is remembered with its subject, since publishers tend to repeat
+one (when no longer than this: a huge one would be held on to after its request)."""
 BAD_NAME = "Client names cannot contain spaces, newlines or special characters."
 
 Handler = Callable[["RespConnection", list[bytes]], None]
@@ -81,9 +84,10 @@ Handler = Callable[["RespConnection", list[bytes]], None]
 
 class _Command:
     """A command's arity as redis-server checks it (negative: at least that many arguments),
-    its handler, and its subcommands (for container commands such as CLIENT)."""
+    its handler, and its subcommands (for container commands such as CLIENT). ``key`` is the
+    name as ``COMMANDS`` files it: lowercase bytes."""
 
-    __slots__ = ("arity", "handler", "name", "subcommands")
+    __slots__ = ("arity", "handler", "key", "name", "subcommands")
 
     def __init__(
         self,
@@ -93,6 +97,7 @@ class _Command:
         subcommands: dict[bytes, _Command] | None = None,
     ) -> None:
         self.name = name
+        self.key = name.encode()
         self.arity = arity
         self.handler = handler
         self.subcommands = subcommands
@@ -145,6 +150,7 @@ class RespConnection(Outbox):
         self.stall_at = limits.soft_limit
         self.soft_seconds = limits.soft_seconds
         self._over_soft_since = -1.0
+        self._channel = self._subject = b""  # the last channel published to, and its subject
         self.writer: Writer = RESP2
         self.user: UserConfig | None = broker.auth.authenticate({})
         self.parser = RequestParser(authenticated=self.user is not None)
@@ -205,8 +211,7 @@ class RespConnection(Outbox):
     def _execute(self, args: list[bytes]) -> None:
         """One request, checked as redis-server's ``processCommand`` checks it, in its order."""
         self.commands += 1
-        name = args[0].lower()
-        command = COMMANDS.get(name)
+        command = _AS_SENT.get(args[0]) or COMMANDS.get(args[0].lower())
         self._running = True
         try:
             if command is None:
@@ -219,6 +224,7 @@ class RespConnection(Outbox):
                     f"unknown command '{_text(args[0])[:128]}', with args beginning with: {shown}"
                 )
                 return
+            name = command.key
             if command.subcommands is not None and len(args) >= 2:
                 sub = command.subcommands.get(args[1].lower())
                 if sub is None:
@@ -386,7 +392,12 @@ class RespConnection(Outbox):
         self.patterns.clear()
 
     def publish(self, channel: bytes, payload: bytes) -> None:
-        subject = channel_subject(channel)
+        if channel == self._channel and channel:
+            subject = self._subject
+        else:
+            subject = channel_subject(channel)
+            if len(channel) <= _REMEMBERED_CHANNEL:
+                self._channel, self._subject = channel, subject
         if self.perms is not None and not self.perms.can_publish(subject):
             self._error(f"-NOPERM No permissions to access the '{_text(channel)}' channel")
             return
@@ -1015,3 +1026,7 @@ COMMANDS: dict[bytes, _Command] = {
     ),
 }
 """The commands this front door serves, by lowercase name."""
+
+_AS_SENT = {**COMMANDS, **{name.upper(): command for name, command in COMMANDS.items()}}
+"""The commands by name as clients send it nearly always (all lowercase or all uppercase), so
+looking one up seldom needs a lowercased copy of the name."""

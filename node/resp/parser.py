@@ -28,14 +28,14 @@ within ``max_request`` (plus the Python object overhead of the arguments, about 
 
 How it stays fast and linear: bytes are joined only when they can complete something (the bytes a
 pending bulk needs, or a chunk holding the line end being waited for), and everything after that is
-index arithmetic on one ``bytes`` object with a moving offset, never re-slicing what is left.
+index arithmetic on one ``bytes`` object with a moving offset, never re-slicing what is left. Counts
+and lengths in their everyday shape (a few digits and a CR) are read digit by digit in place; only
+what is unusual (a sign, a leading zero, a long or unfinished line) goes through the general checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-import attrs
 
 from node.resp.errors import RespProtocolError
 from node.resp.inline import split_inline
@@ -87,13 +87,45 @@ def expected_dollar(byte: int) -> str:
     return f"expected '$', got '{got}'"
 
 
-@attrs.define(slots=True)
 class Command:
     """One request: its arguments as sent (the command name first, in the case it was sent), and
-    whether it came as an inline line (redis-server refuses those from a replication source)."""
+    whether it came as an inline line (redis-server refuses those from a replication source).
 
-    args: list[bytes]
-    inline: bool = False
+    A plain class rather than an attrs one: one is made per request, and compiled it costs an
+    allocation instead of a call into interpreted ``__init__``."""
+
+    __slots__ = ("args", "inline")
+
+    def __init__(self, args: list[bytes], inline: bool = False) -> None:
+        self.args = args
+        self.inline = inline
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Command) and (self.args, self.inline) == (other.args, other.inline)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable, like the list it holds)
+
+    def __repr__(self) -> str:
+        return f"Command({self.args!r}, {self.inline!r})"
+
+
+def _short_decimal(buf: bytes, start: int, size: int) -> tuple[int, int]:
+    """The count or length at ``start`` in its everyday shape, 1 to 18 digits with no leading zero
+    ended by a CR that has a byte after it, and where that CR is; (-1, _) for anything else (a
+    sign, a longer or unfinished line, an error), which the general path then reads. Digits are
+    read in place: no slice, no ``find``, no ``int()``."""
+    value = 0
+    i = start
+    end = min(size, start + 18)
+    while i < end:
+        c = buf[i]
+        if c < 48 or c > 57:
+            break
+        value = value * 10 + c - 48
+        i += 1
+    if i == start or i + 1 >= size or buf[i] != _CR_BYTE or (buf[start] == 48 and i - start > 1):
+        return -1, i
+    return value, i
 
 
 def _integer(text: bytes) -> int | None:
@@ -212,16 +244,21 @@ class RequestParser:
                             self._sync(pos, [], 0, -1, 0)
                             yield Command(line_args, True)
                         continue
-                    cr = buf.find(_CR, pos)
-                    if nul or cr < 0 or cr - pos > max_line:
-                        cr = self._line(buf, pos, cr, _CR, TOO_BIG_MBULK_COUNT)
-                        if cr < 0:
+                    count, cr = _short_decimal(buf, pos + 1, size)
+                    if count < 0 or cr - pos > max_line:
+                        cr = buf.find(_CR, pos)
+                        if nul or cr < 0 or cr - pos > max_line:
+                            cr = self._line(buf, pos, cr, _CR, TOO_BIG_MBULK_COUNT)
+                            if cr < 0:
+                                break
+                        if cr + 1 >= size:
+                            self._need = size - pos + 1
                             break
-                    if cr + 1 >= size:
-                        self._need = size - pos + 1
-                        break
-                    count = _integer(buf[pos + 1 : cr])
-                    if count is None or count > INT_MAX:
+                        parsed = _integer(buf[pos + 1 : cr])
+                        if parsed is None or parsed > INT_MAX:
+                            raise RespProtocolError(INVALID_MULTIBULK_LENGTH)
+                        count = parsed
+                    elif count > INT_MAX:
                         raise RespProtocolError(INVALID_MULTIBULK_LENGTH)
                     if count > UNAUTHENTICATED_MAX_COUNT and not self.authenticated:
                         raise RespProtocolError(UNAUTHENTICATED_MULTIBULK_LENGTH)
@@ -230,23 +267,25 @@ class RequestParser:
                     pos = cr + 2
                     continue
                 if bulk < 0:
-                    cr = buf.find(_CR, pos)
-                    if nul or cr < 0 or cr - pos > max_line:
-                        cr = self._line(buf, pos, cr, _CR, TOO_BIG_BULK_COUNT)
-                        if cr < 0:
+                    length, cr = -1, pos
+                    if pos < size and buf[pos] == _DOLLAR:
+                        length, cr = _short_decimal(buf, pos + 1, size)
+                    if length < 0 or cr - pos > max_line:
+                        cr = buf.find(_CR, pos)
+                        if nul or cr < 0 or cr - pos > max_line:
+                            cr = self._line(buf, pos, cr, _CR, TOO_BIG_BULK_COUNT)
+                            if cr < 0:
+                                break
+                        if cr + 1 >= size:
+                            self._need = size - pos + 1
                             break
-                    if cr + 1 >= size:
-                        self._need = size - pos + 1
-                        break
-                    if buf[pos] != _DOLLAR:
-                        raise RespProtocolError(expected_dollar(buf[pos]))
-                    field = buf[pos + 1 : cr]
-                    # (the common case, 1-18 digits with no leading zero, without a call)
-                    if field.isdigit() and len(field) < 19 and (field[0] != 48 or len(field) == 1):
-                        length: int | None = int(field)
-                    else:
-                        length = _integer(field)
-                    if length is None or length < 0 or length > max_bulk:
+                        if buf[pos] != _DOLLAR:
+                            raise RespProtocolError(expected_dollar(buf[pos]))
+                        parsed = _integer(buf[pos + 1 : cr])
+                        if parsed is None or parsed < 0:
+                            raise RespProtocolError(INVALID_BULK_LENGTH)
+                        length = parsed
+                    if length > max_bulk:
                         raise RespProtocolError(INVALID_BULK_LENGTH)
                     if length > UNAUTHENTICATED_MAX_BULK and not self.authenticated:
                         raise RespProtocolError(UNAUTHENTICATED_BULK_LENGTH)

@@ -58,7 +58,13 @@ def protocol_error(message: str) -> bytes:
     return error(f"Protocol error: {message}")
 
 
+_SMALL_INTEGERS = tuple(b":%d\r\n" % value for value in range(256))
+"""Small integer replies made once: every PUBLISH answers one."""
+
+
 def integer(value: int) -> bytes:
+    if 0 <= value < 256:
+        return _SMALL_INTEGERS[value]
     return b":%d\r\n" % value
 
 
