@@ -9,11 +9,13 @@ clients cannot name (the NATS front door reserves ``$R.``).
 
 from __future__ import annotations
 
+from typing import Final
+
 from routing.subjects import is_valid_literal_subject
 
 __all__ = ["RESERVED_PREFIX", "channel_subject", "subject_channel"]
 
-RESERVED_PREFIX = b"$R."
+RESERVED_PREFIX: Final = b"$R."
 
 
 def channel_subject(channel: bytes) -> bytes:

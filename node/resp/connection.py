@@ -61,23 +61,23 @@ REDIS_VERSION: Final = "7.2.0"
 MAX_PATTERN: Final = 1024
 """The longest PSUBSCRIBE pattern, in bytes: matching costs pattern length times channel length."""
 
-_NO_AUTH = frozenset([b"auth", b"hello", b"quit", b"reset"])
-_SUBSCRIBED_ONLY = frozenset(
+_NO_AUTH: Final = frozenset([b"auth", b"hello", b"quit", b"reset"])
+_SUBSCRIBED_ONLY: Final = frozenset(
     {b"subscribe", b"ssubscribe", b"psubscribe", b"unsubscribe", b"sunsubscribe", b"punsubscribe"}
     | {b"ping", b"quit", b"reset"}
 )
-NOAUTH = "-NOAUTH Authentication required."
-WRONGPASS = "-WRONGPASS invalid username-password pair or user is disabled."
-HELLO_NOAUTH = (
+NOAUTH: Final = "-NOAUTH Authentication required."
+WRONGPASS: Final = "-WRONGPASS invalid username-password pair or user is disabled."
+HELLO_NOAUTH: Final = (
     "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> "
     "AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol "
     "version at the same time"
 )
-NOT_INTEGER = "value is not an integer or out of range"
-_REMEMBERED_CHANNEL = 256
+NOT_INTEGER: Final = "value is not an integer or out of range"
+_REMEMBERED_CHANNEL: Final = 256
 """A publisher's last channel is remembered with its subject, since publishers tend to repeat
 one (when no longer than this: a huge one would be held on to after its request)."""
-BAD_NAME = "Client names cannot contain spaces, newlines or special characters."
+BAD_NAME: Final = "Client names cannot contain spaces, newlines or special characters."
 
 Handler = Callable[["RespConnection", list[bytes]], None]
 
@@ -962,7 +962,7 @@ def _container(
     return _Command(name, arity, default, table)
 
 
-COMMANDS: dict[bytes, _Command] = {
+COMMANDS: Final[dict[bytes, _Command]] = {
     b"ping": _Command("ping", -1, _ping),
     b"echo": _Command("echo", 2, _echo),
     b"quit": _Command("quit", -1, _quit),
@@ -1027,6 +1027,6 @@ COMMANDS: dict[bytes, _Command] = {
 }
 """The commands this front door serves, by lowercase name."""
 
-_AS_SENT = {**COMMANDS, **{name.upper(): command for name, command in COMMANDS.items()}}
+_AS_SENT: Final = {**COMMANDS, **{name.upper(): command for name, command in COMMANDS.items()}}
 """The commands by name as clients send it nearly always (all lowercase or all uppercase), so
 looking one up seldom needs a lowercased copy of the name."""

@@ -36,6 +36,7 @@ what is unusual (a sign, a leading zero, a long or unfinished line) goes through
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Final
 
 from node.resp.errors import RespProtocolError
 from node.resp.inline import split_inline
@@ -56,27 +57,31 @@ __all__ = [
     "expected_dollar",
 ]
 
-MAX_INLINE = 64 * 1024
+MAX_INLINE: Final = 64 * 1024
 """redis-server's ``PROTO_INLINE_MAX_SIZE``."""
-MAX_BULK_LEN = 512 * 1024 * 1024
+MAX_BULK_LEN: Final = 512 * 1024 * 1024
 """redis-server's default ``proto-max-bulk-len``."""
-MAX_REQUEST = 1024 * 1024 * 1024
+MAX_REQUEST: Final = 1024 * 1024 * 1024
 """redis-server's default ``client-query-buffer-limit``."""
-INT_MAX = 2**31 - 1
+INT_MAX: Final = 2**31 - 1
 """The largest count redis-server takes."""
-UNAUTHENTICATED_MAX_COUNT = 10
-UNAUTHENTICATED_MAX_BULK = 16384
+UNAUTHENTICATED_MAX_COUNT: Final = 10
+UNAUTHENTICATED_MAX_BULK: Final = 16384
 
-INVALID_MULTIBULK_LENGTH = "invalid multibulk length"
-INVALID_BULK_LENGTH = "invalid bulk length"
-UNAUTHENTICATED_MULTIBULK_LENGTH = "unauthenticated multibulk length"
-UNAUTHENTICATED_BULK_LENGTH = "unauthenticated bulk length"
-TOO_BIG_INLINE = "too big inline request"
-TOO_BIG_MBULK_COUNT = "too big mbulk count string"
-TOO_BIG_BULK_COUNT = "too big bulk count string"
+INVALID_MULTIBULK_LENGTH: Final = "invalid multibulk length"
+INVALID_BULK_LENGTH: Final = "invalid bulk length"
+UNAUTHENTICATED_MULTIBULK_LENGTH: Final = "unauthenticated multibulk length"
+UNAUTHENTICATED_BULK_LENGTH: Final = "unauthenticated bulk length"
+TOO_BIG_INLINE: Final = "too big inline request"
+TOO_BIG_MBULK_COUNT: Final = "too big mbulk count string"
+TOO_BIG_BULK_COUNT: Final = "too big bulk count string"
 
-_STAR, _DOLLAR, _CR_BYTE = 42, 36, 13
-_NUL, _CR, _LF = b"\0", b"\r", b"\n"
+_STAR: Final = 42
+_DOLLAR: Final = 36
+_CR_BYTE: Final = 13
+_NUL: Final = b"\0"
+_CR: Final = b"\r"
+_LF: Final = b"\n"
 
 
 def expected_dollar(byte: int) -> str:
@@ -116,7 +121,7 @@ def _short_decimal(buf: bytes, start: int, size: int) -> tuple[int, int]:
     read in place: no slice, no ``find``, no ``int()``."""
     value = 0
     i = start
-    end = min(size, start + 18)
+    end = start + 18 if start + 18 < size else size
     while i < end:
         c = buf[i]
         if c < 48 or c > 57:
@@ -164,6 +169,7 @@ class RequestParser:
         self._size = 0  # bytes buffered beyond _pos, chunks included
         self._need = 1  # buffered bytes at which parsing can progress
         self._line_end: bytes | None = None  # the line end being waited for, if any
+        self._nul = False  # whether _buf holds a NUL byte
         # The multibulk being read: arguments so far, how many are to come, the length of the one
         # whose data is awaited (-1 while its length line is), and its wire bytes consumed so far.
         self._args: list[bytes] = []
@@ -219,12 +225,24 @@ class RequestParser:
             self._chunks = []
         self._buf, self._pos = buf, 0
         self._line_end = None
-        size = len(buf)
         # A line is checked for a NUL byte only when the buffer holds one (binary data may).
-        nul = _NUL in buf
+        self._nul = _NUL in buf
+        while True:
+            command = self._next()
+            if command is None:
+                return
+            yield command
+
+    def _next(self) -> Command | None:
+        """The next complete request in the buffer, or None (``_need`` says what to wait for).
+
+        A plain method rather than the generator's body: compiled, a generator keeps its locals
+        in an object, which would make every step of this loop a memory round trip."""
+        buf, pos = self._buf, self._pos
+        size = len(buf)
+        nul = self._nul
         max_line, max_bulk = self.max_inline, self.max_bulk_len
         args, remaining, bulk, request = self._args, self._remaining, self._bulk, self._request
-        pos = 0
         try:
             while True:
                 if not remaining:
@@ -242,7 +260,7 @@ class RequestParser:
                         pos = lf + 1
                         if line_args:
                             self._sync(pos, [], 0, -1, 0)
-                            yield Command(line_args, True)
+                            return Command(line_args, True)
                         continue
                     count, cr = _short_decimal(buf, pos + 1, size)
                     if count < 0 or cr - pos > max_line:
@@ -302,10 +320,12 @@ class RequestParser:
                 remaining -= 1
                 if not remaining:
                     self._sync(pos, [], 0, -1, 0)
-                    yield Command(args, False)
-                    args, request = [], 0
-        finally:
+                    return Command(args, False)
+        except RespProtocolError:
             self._sync(pos, args, remaining, bulk, request)
+            raise
+        self._sync(pos, args, remaining, bulk, request)
+        return None
 
     def _sync(self, pos: int, args: list[bytes], remaining: int, bulk: int, request: int) -> None:
         """Save where parsing stands."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from decimal import Decimal
+from typing import Final
 
 __all__ = [
     "OK",
@@ -33,9 +34,9 @@ __all__ = [
     "writer_for",
 ]
 
-OK = b"+OK\r\n"
-PONG = b"+PONG\r\n"
-_HALF_RANGE = float((2**63 - 1) // 2)
+OK: Final = b"+OK\r\n"
+PONG: Final = b"+PONG\r\n"
+_HALF_RANGE: Final = float((2**63 - 1) // 2)
 """``double2ll``'s bound for writing a double as an integer (2**62 once a double)."""
 
 
@@ -58,7 +59,7 @@ def protocol_error(message: str) -> bytes:
     return error(f"Protocol error: {message}")
 
 
-_SMALL_INTEGERS = tuple(b":%d\r\n" % value for value in range(256))
+_SMALL_INTEGERS: Final = tuple(b":%d\r\n" % value for value in range(256))
 """Small integer replies made once: every PUBLISH answers one."""
 
 
@@ -199,8 +200,8 @@ class Writer:
         return b"%b%b%b:%d\r\n" % (self.push_header(3), bulk(kind), name, count)
 
 
-RESP2 = Writer(2)
-RESP3 = Writer(3)
+RESP2: Final = Writer(2)
+RESP3: Final = Writer(3)
 
 
 def writer_for(version: int) -> Writer:
