@@ -38,10 +38,10 @@ __all__ = [
 OK: Final = b"+OK\r\n"
 PONG: Final = b"+PONG\r\n"
 _HALF_RANGE: Final = float((2**63 - 1) // 2)
+"""``double2ll``'s bound for writing a double as an integer (2**62 once a double)."""
 _REMEMBERED_PAYLOAD: Final = 64 * 1024
 """The largest payload whose delivery ``Writer.message`` keeps for the next subscriber: a
 larger one costs its copy anyway, and is not held on to after it went out."""
-"""``double2ll``'s bound for writing a double as an integer (2**62 once a double)."""
 
 
 def simple(text: bytes) -> bytes:
