@@ -15,6 +15,8 @@ message across only when its channel matches the pattern exactly.
 
 from __future__ import annotations
 
+from typing import Final
+
 from routing.subjects import is_valid_literal_subject
 
 __all__ = [
@@ -26,8 +28,8 @@ __all__ = [
     "subject_pattern",
 ]
 
-RESERVED_PREFIX = b"$R."
-PATTERN_PREFIX = "$R.P."
+RESERVED_PREFIX: Final = b"$R."
+PATTERN_PREFIX: Final = "$R.P."
 """Where pattern interest lives in the subject namespace (``str``: interest is announced as text)."""
 
 

@@ -23,7 +23,7 @@ import enum
 import random
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from routing.remote import EMPTY_MATCH, RemoteMatch
 from routing.sublist import SubListResult
@@ -33,8 +33,8 @@ __all__ = ["DeliveryPlan", "Origin", "plan_delivery"]
 
 L = TypeVar("L", bound=Hashable)
 
-_NO_REMOTE: RemoteMatch[Any] = EMPTY_MATCH
-_NO_LINKS: Mapping[Any, tuple[str, ...]] = MappingProxyType({})
+_NO_REMOTE: Final[RemoteMatch[Any]] = EMPTY_MATCH
+_NO_LINKS: Final[Mapping[Any, tuple[str, ...]]] = MappingProxyType({})
 
 
 class Origin(enum.Enum):

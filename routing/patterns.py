@@ -6,18 +6,26 @@ channel must start with (its literal prefix) in a radix trie: a channel walks th
 own bytes and meets only the patterns whose prefix it starts with, whatever else is stored.
 Patterns that begin with a wildcard are filed the same way under their literal suffix, in a
 trie over reversed bytes; only patterns with neither (``*``, ``?x?``) are tried on every publish.
+
+What a channel matches is remembered until the patterns change, since publishers repeat channels:
+a publish on a channel seen before costs one dictionary lookup, however many patterns there are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Generic, TypeVar
+from collections.abc import Hashable, Sequence
+from typing import Final, Generic, TypeVar
 
 from routing.glob import GlobPattern
 
 __all__ = ["PatternIndex"]
 
 T = TypeVar("T", bound=Hashable)
+
+CACHE_CHANNELS: Final = 1024
+"""Channels whose matches are remembered at most (then forgotten all at once)."""
+CACHE_CHANNEL_BYTES: Final = 256
+"""Longer channels are matched every time rather than remembered (the cache stays small)."""
 
 
 class _Entry(Generic[T]):
@@ -142,10 +150,12 @@ class PatternIndex(Generic[T]):
     as Redis matches PSUBSCRIBE patterns (see ``routing.glob``).
     """
 
-    __slots__ = ("_by_prefix", "_by_suffix", "_entries", "_next_seq")
+    __slots__ = ("_by_prefix", "_by_suffix", "_cache", "_entries", "_next_seq")
 
     def __init__(self) -> None:
         self._entries: dict[bytes, _Entry[T]] = {}
+        self._cache: dict[bytes, list[tuple[bytes, list[T]]]] = {}
+        """What ``match`` found per channel since the patterns or their owners last changed."""
         self._by_prefix: _RadixTrie[T] = _RadixTrie()
         self._by_suffix: _RadixTrie[T] = _RadixTrie()
         """Patterns with no literal prefix, under their reversed literal suffix (maybe empty)."""
@@ -171,6 +181,7 @@ class PatternIndex(Generic[T]):
 
     def add(self, pattern: bytes, owner: T) -> bool:
         """Subscribe ``owner`` to ``pattern`` (again is harmless); True when the pattern is new."""
+        self._cache.clear()
         entry = self._entries.get(pattern)
         if entry is not None:
             entry.owners[owner] = None
@@ -189,6 +200,7 @@ class PatternIndex(Generic[T]):
         entry = self._entries.get(pattern)
         if entry is None or owner not in entry.owners:
             return False
+        self._cache.clear()
         del entry.owners[owner]
         if entry.owners:
             return False
@@ -211,16 +223,26 @@ class PatternIndex(Generic[T]):
             return self._by_prefix, glob.literal_prefix
         return self._by_suffix, glob.literal_suffix[::-1]
 
-    def match(self, channel: bytes) -> list[tuple[bytes, list[T]]]:
+    def match(self, channel: bytes) -> Sequence[tuple[bytes, Sequence[T]]]:
         """Each distinct pattern matching ``channel`` once with its owners, oldest pattern first.
 
         Only patterns whose literal prefix starts the channel, or whose literal suffix ends it,
-        are tried, plus those with neither.
+        are tried, plus those with neither. The answer may be a remembered one, shared with
+        later calls: read it, never change it (later changes to the index leave it as it was).
         """
+        cache = self._cache
+        known = cache.get(channel)
+        if known is not None:
+            return known
         found = [entry for entry in self._candidates(channel) if entry.glob.match(channel)]
         if len(found) > 1:
             found.sort(key=_seq)
-        return [(entry.pattern, list(entry.owners)) for entry in found]
+        matches = [(entry.pattern, list(entry.owners)) for entry in found]
+        if len(channel) <= CACHE_CHANNEL_BYTES:
+            if len(cache) >= CACHE_CHANNELS:
+                cache.clear()
+            cache[channel] = matches
+        return matches
 
     def _candidates(self, channel: bytes) -> list[_Entry[T]]:
         """The patterns a publish on ``channel`` has to try."""

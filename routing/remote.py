@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
@@ -70,7 +70,7 @@ class RemoteEntry(Generic[L]):
     weight: int
 
 
-EMPTY_MATCH: RemoteMatch[Any] = RemoteMatch()
+EMPTY_MATCH: Final[RemoteMatch[Any]] = RemoteMatch()
 """The one result for "no link wants it"."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import attrs
+from typing import Final
 
 from routing.subscription import Subscription
 from routing.trie import Groups, SubjectTrie
@@ -10,19 +10,39 @@ from routing.trie import Groups, SubjectTrie
 __all__ = ["SubList", "SubListResult"]
 
 
-@attrs.frozen(slots=True)
 class SubListResult:
     """Who matched a subject: plain subscribers, and the members of each queue group.
 
     Immutable, and built once per (cached) subject; the publish path iterates it without copying.
+    A plain class with read-only fields rather than a frozen attrs one: compiled, the publish path
+    reads them as C struct members.
 
     Attributes:
         plain: every plain subscription that matched.
         queues: one tuple of members per queue group that matched (each message goes to one of them).
     """
 
-    plain: tuple[Subscription, ...] = ()
-    queues: tuple[tuple[Subscription, ...], ...] = ()
+    __slots__ = ("plain", "queues")
+
+    def __init__(
+        self,
+        plain: tuple[Subscription, ...] = (),
+        queues: tuple[tuple[Subscription, ...], ...] = (),
+    ) -> None:
+        self.plain: Final = plain
+        self.queues: Final = queues
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SubListResult) and (self.plain, self.queues) == (
+            other.plain,
+            other.queues,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.plain, self.queues))
+
+    def __repr__(self) -> str:
+        return f"SubListResult(plain={self.plain!r}, queues={self.queues!r})"
 
     @property
     def fanout(self) -> int:
@@ -33,7 +53,7 @@ class SubListResult:
         return bool(self.plain or self.queues)
 
 
-EMPTY_RESULT = SubListResult()
+EMPTY_RESULT: Final = SubListResult()
 
 
 def _build(plain: list[Subscription], queues: Groups) -> SubListResult:

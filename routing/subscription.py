@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 __all__ = ["Subscription"]
 
 
-@attrs.define(eq=False, slots=True)
 class Subscription:
     """One interest in a subject, optionally as a member of a queue group.
 
@@ -27,12 +24,34 @@ class Subscription:
             side's member count here. Local subscriptions are always 1.
         max_msgs: deliveries after which the owner drops it (0: no limit).
         delivered: deliveries so far, for ``max_msgs``.
+
+    A plain class (not attrs): compiled, its fields are read as C struct members, and every
+    delivery reads several of them.
     """
 
-    subject: str
-    queue: str | None = None
-    sid: bytes = b""
-    owner: Any = None
-    weight: int = 1
-    max_msgs: int = 0
-    delivered: int = 0
+    __slots__ = ("delivered", "max_msgs", "owner", "queue", "sid", "subject", "weight")
+
+    def __init__(
+        self,
+        subject: str,
+        queue: str | None = None,
+        sid: bytes = b"",
+        owner: Any = None,
+        weight: int = 1,
+        max_msgs: int = 0,
+        delivered: int = 0,
+    ) -> None:
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.owner = owner
+        self.weight = weight
+        self.max_msgs = max_msgs
+        self.delivered = delivered
+
+    def __repr__(self) -> str:
+        return (
+            f"Subscription(subject={self.subject!r}, queue={self.queue!r}, sid={self.sid!r}, "
+            f"owner={self.owner!r}, weight={self.weight!r}, max_msgs={self.max_msgs!r}, "
+            f"delivered={self.delivered!r})"
+        )

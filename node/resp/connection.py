@@ -65,31 +65,35 @@ __all__ = ["REDIS_VERSION", "RespConnection"]
 REDIS_VERSION: Final = "7.2.0"
 """The redis-server version whose behaviour this front door follows (HELLO and INFO report it)."""
 
-_NO_AUTH = frozenset([b"auth", b"hello", b"quit", b"reset"])
-_NOT_QUEUED = frozenset([b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"])
+_NO_AUTH: Final = frozenset([b"auth", b"hello", b"quit", b"reset"])
+_NOT_QUEUED: Final = frozenset([b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"])
 """What runs at once even inside MULTI."""
-_SUBSCRIBED_ONLY = frozenset(
+_SUBSCRIBED_ONLY: Final = frozenset(
     {b"subscribe", b"ssubscribe", b"psubscribe", b"unsubscribe", b"sunsubscribe", b"punsubscribe"}
     | {b"ping", b"quit", b"reset"}
 )
-NOAUTH = "-NOAUTH Authentication required."
-WRONGPASS = "-WRONGPASS invalid username-password pair or user is disabled."
-HELLO_NOAUTH = (
+NOAUTH: Final = "-NOAUTH Authentication required."
+WRONGPASS: Final = "-WRONGPASS invalid username-password pair or user is disabled."
+HELLO_NOAUTH: Final = (
     "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> "
     "AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol "
     "version at the same time"
 )
-NOT_INTEGER = "value is not an integer or out of range"
-BAD_NAME = "Client names cannot contain spaces, newlines or special characters."
+NOT_INTEGER: Final = "value is not an integer or out of range"
+_REMEMBERED_CHANNEL: Final = 256
+"""A publisher's last channel is remembered with its subject, since publishers tend to repeat
+one (when no longer than this: a huge one would be held on to after its request)."""
+BAD_NAME: Final = "Client names cannot contain spaces, newlines or special characters."
 
 Handler = Callable[["RespConnection", list[bytes]], None]
 
 
 class _Command:
     """A command's arity as redis-server checks it (negative: at least that many arguments),
-    its handler, and its subcommands (for container commands such as CLIENT)."""
+    its handler, and its subcommands (for container commands such as CLIENT). ``key`` is the
+    name as ``COMMANDS`` files it: lowercase bytes."""
 
-    __slots__ = ("arity", "handler", "name", "subcommands")
+    __slots__ = ("arity", "handler", "key", "name", "subcommands")
 
     def __init__(
         self,
@@ -99,6 +103,7 @@ class _Command:
         subcommands: dict[bytes, _Command] | None = None,
     ) -> None:
         self.name = name
+        self.key = name.encode()
         self.arity = arity
         self.handler = handler
         self.subcommands = subcommands
@@ -171,6 +176,7 @@ class RespConnection(Outbox):
         self.stall_at = limits.soft_limit
         self.soft_seconds = limits.soft_seconds
         self._over_soft_since = -1.0
+        self._channel = self._subject = b""  # the last channel published to, and its subject
         self.writer: Writer = RESP2
         self.user: UserConfig | None = broker.auth.authenticate({})
         self.parser = RequestParser(authenticated=self.user is not None)
@@ -259,8 +265,7 @@ class RespConnection(Outbox):
     def _execute(self, args: list[bytes]) -> None:
         """One request, checked as redis-server's ``processCommand`` checks it, in its order."""
         self.commands += 1
-        name = args[0].lower()
-        command = COMMANDS.get(name)
+        command = _AS_SENT.get(args[0]) or COMMANDS.get(args[0].lower())
         self._running = True
         try:
             if command is None:
@@ -274,6 +279,7 @@ class RespConnection(Outbox):
                     f"unknown command '{_text(args[0])[:128]}', with args beginning with: {shown}"
                 )
                 return
+            name = command.key
             if command.subcommands is not None and len(args) >= 2:
                 sub = command.subcommands.get(args[1].lower())
                 if sub is None:
@@ -448,7 +454,12 @@ class RespConnection(Outbox):
         self.patterns.clear()
 
     def publish(self, channel: bytes, payload: bytes) -> None:
-        subject = channel_subject(channel)
+        if channel == self._channel and channel:
+            subject = self._subject
+        else:
+            subject = channel_subject(channel)
+            if len(channel) <= _REMEMBERED_CHANNEL:
+                self._channel, self._subject = channel, subject
         if self.perms is not None and not self.perms.can_publish(subject):
             self._error(f"-NOPERM No permissions to access the '{_text(channel)}' channel")
             return
@@ -1208,7 +1219,7 @@ def _container(
     return _Command(name, arity, default, table)
 
 
-COMMANDS: dict[bytes, _Command] = {
+COMMANDS: Final[dict[bytes, _Command]] = {
     b"ping": _Command("ping", -1, _ping),
     b"echo": _Command("echo", 2, _echo),
     b"quit": _Command("quit", -1, _quit),
@@ -1288,3 +1299,7 @@ COMMANDS.update(
         b"xinfo": _container("xinfo", -2, None, {**XINFO, "help": (2, _help(HELP["xinfo"]))}),
     }
 )
+
+_AS_SENT: Final = {**COMMANDS, **{name.upper(): command for name, command in COMMANDS.items()}}
+"""The commands by name as clients send it nearly always (all lowercase or all uppercase), so
+looking one up seldom needs a lowercased copy of the name."""

@@ -28,14 +28,15 @@ within ``max_request`` (plus the Python object overhead of the arguments, about 
 
 How it stays fast and linear: bytes are joined only when they can complete something (the bytes a
 pending bulk needs, or a chunk holding the line end being waited for), and everything after that is
-index arithmetic on one ``bytes`` object with a moving offset, never re-slicing what is left.
+index arithmetic on one ``bytes`` object with a moving offset, never re-slicing what is left. Counts
+and lengths in their everyday shape (a few digits and a CR) are read digit by digit in place; only
+what is unusual (a sign, a leading zero, a long or unfinished line) goes through the general checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-import attrs
+from typing import Final
 
 from node.resp.errors import RespProtocolError
 from node.resp.inline import split_inline
@@ -56,27 +57,31 @@ __all__ = [
     "expected_dollar",
 ]
 
-MAX_INLINE = 64 * 1024
+MAX_INLINE: Final = 64 * 1024
 """redis-server's ``PROTO_INLINE_MAX_SIZE``."""
-MAX_BULK_LEN = 512 * 1024 * 1024
+MAX_BULK_LEN: Final = 512 * 1024 * 1024
 """redis-server's default ``proto-max-bulk-len``."""
-MAX_REQUEST = 1024 * 1024 * 1024
+MAX_REQUEST: Final = 1024 * 1024 * 1024
 """redis-server's default ``client-query-buffer-limit``."""
-INT_MAX = 2**31 - 1
+INT_MAX: Final = 2**31 - 1
 """The largest count redis-server takes."""
-UNAUTHENTICATED_MAX_COUNT = 10
-UNAUTHENTICATED_MAX_BULK = 16384
+UNAUTHENTICATED_MAX_COUNT: Final = 10
+UNAUTHENTICATED_MAX_BULK: Final = 16384
 
-INVALID_MULTIBULK_LENGTH = "invalid multibulk length"
-INVALID_BULK_LENGTH = "invalid bulk length"
-UNAUTHENTICATED_MULTIBULK_LENGTH = "unauthenticated multibulk length"
-UNAUTHENTICATED_BULK_LENGTH = "unauthenticated bulk length"
-TOO_BIG_INLINE = "too big inline request"
-TOO_BIG_MBULK_COUNT = "too big mbulk count string"
-TOO_BIG_BULK_COUNT = "too big bulk count string"
+INVALID_MULTIBULK_LENGTH: Final = "invalid multibulk length"
+INVALID_BULK_LENGTH: Final = "invalid bulk length"
+UNAUTHENTICATED_MULTIBULK_LENGTH: Final = "unauthenticated multibulk length"
+UNAUTHENTICATED_BULK_LENGTH: Final = "unauthenticated bulk length"
+TOO_BIG_INLINE: Final = "too big inline request"
+TOO_BIG_MBULK_COUNT: Final = "too big mbulk count string"
+TOO_BIG_BULK_COUNT: Final = "too big bulk count string"
 
-_STAR, _DOLLAR, _CR_BYTE = 42, 36, 13
-_NUL, _CR, _LF = b"\0", b"\r", b"\n"
+_STAR: Final = 42
+_DOLLAR: Final = 36
+_CR_BYTE: Final = 13
+_NUL: Final = b"\0"
+_CR: Final = b"\r"
+_LF: Final = b"\n"
 
 
 def expected_dollar(byte: int) -> str:
@@ -87,13 +92,45 @@ def expected_dollar(byte: int) -> str:
     return f"expected '$', got '{got}'"
 
 
-@attrs.define(slots=True)
 class Command:
     """One request: its arguments as sent (the command name first, in the case it was sent), and
-    whether it came as an inline line (redis-server refuses those from a replication source)."""
+    whether it came as an inline line (redis-server refuses those from a replication source).
 
-    args: list[bytes]
-    inline: bool = False
+    A plain class rather than an attrs one: one is made per request, and compiled it costs an
+    allocation instead of a call into interpreted ``__init__``."""
+
+    __slots__ = ("args", "inline")
+
+    def __init__(self, args: list[bytes], inline: bool = False) -> None:
+        self.args = args
+        self.inline = inline
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Command) and (self.args, self.inline) == (other.args, other.inline)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable, like the list it holds)
+
+    def __repr__(self) -> str:
+        return f"Command({self.args!r}, {self.inline!r})"
+
+
+def _short_decimal(buf: bytes, start: int, size: int) -> tuple[int, int]:
+    """The count or length at ``start`` in its everyday shape, 1 to 18 digits with no leading zero
+    ended by a CR that has a byte after it, and where that CR is; (-1, _) for anything else (a
+    sign, a longer or unfinished line, an error), which the general path then reads. Digits are
+    read in place: no slice, no ``find``, no ``int()``."""
+    value = 0
+    i = start
+    end = start + 18 if start + 18 < size else size
+    while i < end:
+        c = buf[i]
+        if c < 48 or c > 57:
+            break
+        value = value * 10 + c - 48
+        i += 1
+    if i == start or i + 1 >= size or buf[i] != _CR_BYTE or (buf[start] == 48 and i - start > 1):
+        return -1, i
+    return value, i
 
 
 def _integer(text: bytes) -> int | None:
@@ -132,6 +169,7 @@ class RequestParser:
         self._size = 0  # bytes buffered beyond _pos, chunks included
         self._need = 1  # buffered bytes at which parsing can progress
         self._line_end: bytes | None = None  # the line end being waited for, if any
+        self._nul = False  # whether _buf holds a NUL byte
         # The multibulk being read: arguments so far, how many are to come, the length of the one
         # whose data is awaited (-1 while its length line is), and its wire bytes consumed so far.
         self._args: list[bytes] = []
@@ -187,12 +225,24 @@ class RequestParser:
             self._chunks = []
         self._buf, self._pos = buf, 0
         self._line_end = None
-        size = len(buf)
         # A line is checked for a NUL byte only when the buffer holds one (binary data may).
-        nul = _NUL in buf
+        self._nul = _NUL in buf
+        while True:
+            command = self._next()
+            if command is None:
+                return
+            yield command
+
+    def _next(self) -> Command | None:
+        """The next complete request in the buffer, or None (``_need`` says what to wait for).
+
+        A plain method rather than the generator's body: compiled, a generator keeps its locals
+        in an object, which would make every step of this loop a memory round trip."""
+        buf, pos = self._buf, self._pos
+        size = len(buf)
+        nul = self._nul
         max_line, max_bulk = self.max_inline, self.max_bulk_len
         args, remaining, bulk, request = self._args, self._remaining, self._bulk, self._request
-        pos = 0
         try:
             while True:
                 if not remaining:
@@ -210,18 +260,23 @@ class RequestParser:
                         pos = lf + 1
                         if line_args:
                             self._sync(pos, [], 0, -1, 0)
-                            yield Command(line_args, True)
+                            return Command(line_args, True)
                         continue
-                    cr = buf.find(_CR, pos)
-                    if nul or cr < 0 or cr - pos > max_line:
-                        cr = self._line(buf, pos, cr, _CR, TOO_BIG_MBULK_COUNT)
-                        if cr < 0:
+                    count, cr = _short_decimal(buf, pos + 1, size)
+                    if count < 0 or cr - pos > max_line:
+                        cr = buf.find(_CR, pos)
+                        if nul or cr < 0 or cr - pos > max_line:
+                            cr = self._line(buf, pos, cr, _CR, TOO_BIG_MBULK_COUNT)
+                            if cr < 0:
+                                break
+                        if cr + 1 >= size:
+                            self._need = size - pos + 1
                             break
-                    if cr + 1 >= size:
-                        self._need = size - pos + 1
-                        break
-                    count = _integer(buf[pos + 1 : cr])
-                    if count is None or count > INT_MAX:
+                        parsed = _integer(buf[pos + 1 : cr])
+                        if parsed is None or parsed > INT_MAX:
+                            raise RespProtocolError(INVALID_MULTIBULK_LENGTH)
+                        count = parsed
+                    elif count > INT_MAX:
                         raise RespProtocolError(INVALID_MULTIBULK_LENGTH)
                     if count > UNAUTHENTICATED_MAX_COUNT and not self.authenticated:
                         raise RespProtocolError(UNAUTHENTICATED_MULTIBULK_LENGTH)
@@ -230,23 +285,25 @@ class RequestParser:
                     pos = cr + 2
                     continue
                 if bulk < 0:
-                    cr = buf.find(_CR, pos)
-                    if nul or cr < 0 or cr - pos > max_line:
-                        cr = self._line(buf, pos, cr, _CR, TOO_BIG_BULK_COUNT)
-                        if cr < 0:
+                    length, cr = -1, pos
+                    if pos < size and buf[pos] == _DOLLAR:
+                        length, cr = _short_decimal(buf, pos + 1, size)
+                    if length < 0 or cr - pos > max_line:
+                        cr = buf.find(_CR, pos)
+                        if nul or cr < 0 or cr - pos > max_line:
+                            cr = self._line(buf, pos, cr, _CR, TOO_BIG_BULK_COUNT)
+                            if cr < 0:
+                                break
+                        if cr + 1 >= size:
+                            self._need = size - pos + 1
                             break
-                    if cr + 1 >= size:
-                        self._need = size - pos + 1
-                        break
-                    if buf[pos] != _DOLLAR:
-                        raise RespProtocolError(expected_dollar(buf[pos]))
-                    field = buf[pos + 1 : cr]
-                    # (the common case, 1-18 digits with no leading zero, without a call)
-                    if field.isdigit() and len(field) < 19 and (field[0] != 48 or len(field) == 1):
-                        length: int | None = int(field)
-                    else:
-                        length = _integer(field)
-                    if length is None or length < 0 or length > max_bulk:
+                        if buf[pos] != _DOLLAR:
+                            raise RespProtocolError(expected_dollar(buf[pos]))
+                        parsed = _integer(buf[pos + 1 : cr])
+                        if parsed is None or parsed < 0:
+                            raise RespProtocolError(INVALID_BULK_LENGTH)
+                        length = parsed
+                    if length > max_bulk:
                         raise RespProtocolError(INVALID_BULK_LENGTH)
                     if length > UNAUTHENTICATED_MAX_BULK and not self.authenticated:
                         raise RespProtocolError(UNAUTHENTICATED_BULK_LENGTH)
@@ -263,10 +320,12 @@ class RequestParser:
                 remaining -= 1
                 if not remaining:
                     self._sync(pos, [], 0, -1, 0)
-                    yield Command(args, False)
-                    args, request = [], 0
-        finally:
+                    return Command(args, False)
+        except RespProtocolError:
             self._sync(pos, args, remaining, bulk, request)
+            raise
+        self._sync(pos, args, remaining, bulk, request)
+        return None
 
     def _sync(self, pos: int, args: list[bytes], remaining: int, bulk: int, request: int) -> None:
         """Save where parsing stands."""

@@ -8,7 +8,8 @@ big number or verbatim string a bulk string, a boolean ``:1``/``:0``, a push an 
 
 Aggregates are built from encoded items: ``array([bulk(b"a"), integer(1)])``. A delivery is the hot
 path, so ``message``, ``pmessage`` and ``smessage`` are each one ``%``-format with the push header
-precomputed for the writer's version.
+precomputed for the writer's version; ``message`` also keeps the last delivery it wrote, since a
+message fanned out to many subscribers of one channel is the same bytes for each of them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from decimal import Decimal
+from typing import Final
 
 __all__ = [
     "OK",
@@ -33,10 +35,13 @@ __all__ = [
     "writer_for",
 ]
 
-OK = b"+OK\r\n"
-PONG = b"+PONG\r\n"
-_HALF_RANGE = float((2**63 - 1) // 2)
+OK: Final = b"+OK\r\n"
+PONG: Final = b"+PONG\r\n"
+_HALF_RANGE: Final = float((2**63 - 1) // 2)
 """``double2ll``'s bound for writing a double as an integer (2**62 once a double)."""
+_REMEMBERED_PAYLOAD: Final = 64 * 1024
+"""The largest payload whose delivery ``Writer.message`` keeps for the next subscriber: a
+larger one costs its copy anyway, and is not held on to after it went out."""
 
 
 def simple(text: bytes) -> bytes:
@@ -58,7 +63,13 @@ def protocol_error(message: str) -> bytes:
     return error(f"Protocol error: {message}")
 
 
+_SMALL_INTEGERS: Final = tuple(b":%d\r\n" % value for value in range(256))
+"""Small integer replies made once: every PUBLISH answers one."""
+
+
 def integer(value: int) -> bytes:
+    if 0 <= value < 256:
+        return _SMALL_INTEGERS[value]
     return b":%d\r\n" % value
 
 
@@ -125,6 +136,9 @@ class Writer:
         self._message = self.push_header(3) + bulk(b"message")
         self._pmessage = self.push_header(4) + bulk(b"pmessage")
         self._smessage = self.push_header(3) + bulk(b"smessage")
+        # The last ``message`` written: its channel, its payload (the very object) and its bytes.
+        self._last_channel = self._last_message = b""
+        self._last_payload: bytes | None = None
 
     def boolean(self, value: bool) -> bytes:
         return self.true if value else self.false
@@ -167,10 +181,15 @@ class Writer:
         return b"=%d\r\n%-3.3b:%b\r\n" % (len(text) + 4, kind, text)
 
     def message(self, channel: bytes, payload: bytes) -> bytes:
-        """A delivery to a channel subscription."""
-        return b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
+        """A delivery to a channel subscription (the same bytes again for the same message)."""
+        if payload is self._last_payload and channel == self._last_channel:
+            return self._last_message
+        data = b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
             self._message, len(channel), channel, len(payload), payload,
         )  # fmt: skip
+        if len(payload) <= _REMEMBERED_PAYLOAD:
+            self._last_channel, self._last_payload, self._last_message = channel, payload, data
+        return data
 
     def pmessage(self, pattern: bytes, channel: bytes, payload: bytes) -> bytes:
         """A delivery to a pattern subscription."""
@@ -193,8 +212,8 @@ class Writer:
         return b"%b%b%b:%d\r\n" % (self.push_header(3), bulk(kind), name, count)
 
 
-RESP2 = Writer(2)
-RESP3 = Writer(3)
+RESP2: Final = Writer(2)
+RESP3: Final = Writer(3)
 
 
 def writer_for(version: int) -> Writer:

@@ -470,6 +470,20 @@ def test_shared_replies() -> None:
         writer_for(4)
 
 
+def test_a_delivery_written_again_is_the_same_bytes() -> None:
+    """``message`` keeps its last delivery for a fan-out; what it gives back never depends on it."""
+    writer = Writer(2)
+    assert writer.message(b"", b"") == b"*3\r\n$7\r\nmessage\r\n$0\r\n\r\n$0\r\n\r\n"
+    payload = b"x" * 10
+    first = writer.message(b"a", payload)
+    assert writer.message(b"a", payload) is first
+    assert writer.message(b"b", payload) == b"*3\r\n$7\r\nmessage\r\n$1\r\nb\r\n$10\r\n%b\r\n" % payload
+    assert writer.message(b"a", b"y" * 10).endswith(b"$10\r\nyyyyyyyyyy\r\n")
+    big = b"z" * (1 << 17)
+    assert writer.message(b"a", big).endswith(b"\r\n%b\r\n" % big)
+    assert writer.message(b"a", payload) == first
+
+
 # Doubles as redis-server 7.2 writes them (d2string: integers as integers, else the shortest
 # digits in fpconv's layout). 7.0.15 wrote %.17g: 0.1 was "0.10000000000000001".
 DOUBLES = [

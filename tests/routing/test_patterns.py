@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from routing import PatternIndex, glob_match
+from routing.patterns import CACHE_CHANNEL_BYTES, CACHE_CHANNELS
 
 PATTERN = st.lists(
     st.sampled_from([b"a", b"b", b".", b"ab.", b"*", b"?", b"[ab]", b"[a]", b"[]", b"\\*"]), max_size=5
@@ -121,3 +122,24 @@ def test_a_publish_tries_only_patterns_that_can_match() -> None:
     assert tried == {b"tenant42.*", b"*.dev7", b"*"}
     assert [p for p, _ in index.match(b"tenant42.dev7")] == [b"*.dev7", b"tenant42.*", b"*"]
     assert index.node_count() <= 2 * len(index) + 2
+
+
+def test_remembered_matches_follow_every_change() -> None:
+    """A channel's matches are remembered, and forgotten whenever patterns or owners change."""
+    index: PatternIndex[str] = PatternIndex()
+    assert index.match(b"news.x") == []
+    index.add(b"news.*", "c1")
+    assert index.match(b"news.x") == [(b"news.*", ["c1"])]
+    index.add(b"news.*", "c2")
+    assert index.match(b"news.x") == [(b"news.*", ["c1", "c2"])]
+    index.remove(b"news.*", "c1")
+    assert index.match(b"news.x") == [(b"news.*", ["c2"])]
+    index.remove(b"news.*", "c2")
+    assert index.match(b"news.x") == []
+    long_channel = b"news." + b"x" * (CACHE_CHANNEL_BYTES + 1)
+    index.add(b"news.*", "c3")
+    for n in range(CACHE_CHANNELS + 1):  # past the limit, the cache starts afresh
+        assert index.match(b"news.%d" % n) == [(b"news.*", ["c3"])]
+    assert index.match(long_channel) == [(b"news.*", ["c3"])]
+    assert len(index._cache) <= CACHE_CHANNELS
+    assert long_channel not in index._cache
