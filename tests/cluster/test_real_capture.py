@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -61,7 +62,7 @@ async def test_captures_nats_and_redis_publishes_from_every_node(nursery: trio.N
         await eventually(lambda: bool(e1.server.broker.keyspaces.database("$G", 0)._blocked))
 
         await nats_e2.publish("orders.1", b"one", headers={"Trace": "t1", "X-Kind": "new"})
-        woken = await asyncio.wait_for(blocked, W)  # over the route, and the blocked read woke
+        woken: Any = await asyncio.wait_for(blocked, W)  # over the route, and the blocked read woke
         [[name, [(first_id, first)]]] = woken
         assert name == b"events"
         assert first == {
@@ -78,7 +79,7 @@ async def test_captures_nats_and_redis_publishes_from_every_node(nursery: trio.N
         assert await writer_e2.publish("hello world", b"four") == 0  # a channel that is no subject
         await nats_e2.publish("elsewhere", b"not captured")
         await eventually(lambda: _length(e1) == 4)
-        entries = await reader.xrange("events")
+        entries: Any = await reader.xrange("events")
         assert entries[0][0] == first_id
         assert entries[1][0] == answer["id"].encode()  # acknowledged with the ID it got
         for each in (reader, writer_e2, writer_w1):
