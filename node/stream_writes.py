@@ -40,11 +40,13 @@ def add_entry(
     stream.add(entry_id, fields)
     if created:
         db.put(key, stream)
-    log([b"XADD", key, format_id(entry_id), *fields])
+    journaled = db.keyspaces.journal is not None  # (else the records are not even made)
+    if journaled:
+        log([b"XADD", key, format_id(entry_id), *fields])
     trimmed = 0
     for trim in trims:
         trimmed += stream.trim(trim)
-    if trimmed:
+    if trimmed and journaled:
         log(trim_record(key, stream))
     if not created:
         db.touch(key)
