@@ -26,6 +26,7 @@ whole burst of messages, as a Redis client's pipeline gets one.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 
@@ -40,6 +41,8 @@ from node.streams import MAX_ID, Stream, Trim, format_id, make_id, parse_add_id
 from routing import Message, Subscription, subject_channel
 
 __all__ = ["Captures", "StreamCapture", "header_fields"]
+
+log = logging.getLogger("pubmesh")
 
 CAPTURE_DB = 0
 """The database captured streams live in."""
@@ -155,6 +158,15 @@ class Captures:
             payload = json.dumps(answer, separators=(",", ":")).encode()
             self.broker.publish(capture.account, Message(reply, None, None, payload))
 
+    def _flush_contained(self) -> None:
+        """``flush``, where a failure (the journal cannot write) is logged and costs only the
+        acknowledgements of that burst: their producers retry, nothing is acknowledged unstored."""
+        try:
+            self.flush()
+        except Exception:
+            self._acks.clear()
+            log.exception("streams: captured messages not committed: not acknowledged")
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush after each burst of captures, until cancelled."""
         due = trio.Event()
@@ -163,7 +175,7 @@ class Captures:
         try:
             while True:
                 if self._due:
-                    self.flush()
+                    self._flush_contained()
                 await due.wait()
                 due = trio.Event()
                 self._wake = due.set

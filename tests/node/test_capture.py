@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from node.broker import Broker
 from node.capture import Captures, header_fields
@@ -186,3 +188,29 @@ def test_a_stream_name_is_defined_once_per_account() -> None:
         from_mapping({"streams": twice})
     with pytest.raises(ConfigError, match="array of tables"):
         from_mapping({"streams": {"name": "s"}})
+
+
+class FailingJournal(Journal):
+    """A journal whose disk is full."""
+
+    def commit(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
+async def test_a_failed_commit_costs_the_acknowledgements_only(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    log: list[Any] = []
+    broker, captures = node(StreamConfig("events", ("a",)))
+    broker.subscribe(broker.account("$G"), Subscription("inbox", owner=Recorder(log)))
+    await nursery.start(captures.run)
+    broker.keyspaces.journal = FailingJournal(log)
+    publish(broker, b"a", reply=b"inbox")
+    await trio.testing.wait_all_tasks_blocked()
+    assert [entry for entry in log if entry[0] == "delivered"] == []
+    assert "not committed" in caplog.text
+    broker.keyspaces.journal = Journal(log)
+    publish(broker, b"a", reply=b"inbox")
+    await trio.testing.wait_all_tasks_blocked()
+    (ack,) = [entry for entry in log if entry[0] == "delivered"]
+    assert json.loads(ack[2])["id"] == format_id(stream(broker).last_id).decode()
