@@ -69,7 +69,6 @@ class StreamCapture:
         self.key = config.name.encode()
         self.account: Account = captures.broker.account(config.account)
         self._captures = captures
-        self._db = captures.broker.keyspaces.database(config.account, CAPTURE_DB)
         self._keyspaces = captures.broker.keyspaces
         self._max_age_ms = round(config.max_age * 1000)
         self.subscriptions = [
@@ -82,7 +81,7 @@ class StreamCapture:
 
     def deliver(self, sub: Subscription, msg: Message) -> bool:
         now = time.time_ns() // 1_000_000
-        db, key = self._db, self.key
+        db, key = self._keyspaces.database(self.config.account, CAPTURE_DB), self.key
         stream = db.get(key, now)
         created = stream is None
         if stream is None:
