@@ -31,6 +31,7 @@ import re
 from typing import Final
 
 __all__ = [
+    "MAX_PATTERN",
     "MAX_STAR_NESTING",
     "GlobPattern",
     "glob_match",
@@ -39,6 +40,9 @@ __all__ = [
     "positions",
 ]
 
+MAX_PATTERN: Final = 1024
+"""The longest pattern pubmesh subscribes to or accepts from a peer, in bytes: matching costs pattern
+length times channel length."""
 MAX_STAR_NESTING: Final = 1000
 """More ``*`` than this before the last byte of a pattern and it matches nothing (Redis 7.4)."""
 

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from routing.channels import subject_channel, subject_pattern
+from routing.glob import MAX_PATTERN
 from routing.patterns import PatternIndex
 from routing.stats import SubListStats
 from routing.subjects import InvalidSubjectError
@@ -298,4 +299,6 @@ def _pattern(subject: str, queue: str | None) -> bytes | None:
         raise InvalidSubjectError(str(exc)) from None
     if pattern is not None and queue is not None:
         raise InvalidSubjectError(f"pattern interest {subject!r} cannot name a queue group")
+    if pattern is not None and len(pattern) > MAX_PATTERN:
+        raise InvalidSubjectError(f"pattern interest longer than {MAX_PATTERN} bytes")
     return pattern

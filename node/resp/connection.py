@@ -56,15 +56,14 @@ from node.resp.writer import (
     writer_for,
 )
 from routing import Message, Subscription, channel_subject, glob_match
+from routing.glob import MAX_PATTERN
 from transport.outbox import Outbox
 from transport.sessions import Hangup
 
-__all__ = ["MAX_PATTERN", "REDIS_VERSION", "RespConnection"]
+__all__ = ["REDIS_VERSION", "RespConnection"]
 
 REDIS_VERSION: Final = "7.2.0"
 """The redis-server version whose behaviour this front door follows (HELLO and INFO report it)."""
-MAX_PATTERN: Final = 1024
-"""The longest PSUBSCRIBE pattern, in bytes: matching costs pattern length times channel length."""
 
 _NO_AUTH = frozenset([b"auth", b"hello", b"quit", b"reset"])
 _NOT_QUEUED = frozenset([b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"])
@@ -670,7 +669,9 @@ class RespConnection(Outbox):
         """This connection as a line of CLIENT LIST (the fields clients and tools read)."""
         now = time.time_ns()
         user = (self.user.user if self.user is not None else None) or "default"
-        flags = "P" if self.subscribed else "N"
+        flags = ("P" if self.subscribed else "") + ("b" if self._waiting() else "")
+        flags += "x" if self.queued is not None else ""
+        flags = flags or "N"
         line = (
             f"id={self.cid} addr={self.host}:{self.port} laddr= fd=-1 name={self.name} "
             f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "

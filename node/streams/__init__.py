@@ -1,6 +1,14 @@
 """Redis streams: compact entry storage, ID rules and consumer groups (pure, synchronous, no I/O)."""
 
-from node.streams.groups import Consumer, ConsumerGroup, ConsumerInfo, GroupInfo, Nack, group_infos
+from node.streams.groups import (
+    Consumer,
+    ConsumerGroup,
+    ConsumerInfo,
+    GroupInfo,
+    HistoryEntry,
+    Nack,
+    group_infos,
+)
 from node.streams.ids import (
     MAX_ID,
     StreamError,
@@ -12,14 +20,16 @@ from node.streams.ids import (
     parse_bound,
     parse_id,
 )
-from node.streams.stream import Stream, Trim, check_setid_args
+from node.streams.stream import Entry, Stream, Trim, check_setid_args
 
 __all__ = [
     "MAX_ID",
     "Consumer",
     "ConsumerGroup",
     "ConsumerInfo",
+    "Entry",
     "GroupInfo",
+    "HistoryEntry",
     "Nack",
     "Stream",
     "StreamError",

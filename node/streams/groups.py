@@ -13,13 +13,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from itertools import islice
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 import attrs
 from sortedcontainers import SortedDict
 
 from node.streams.ids import MAX_ID
-from node.streams.stream import Entry, Stream
+
+if TYPE_CHECKING:
+    from node.streams.stream import Entry, Stream
 
 HistoryEntry = tuple[int, list[bytes] | None]
 
@@ -114,8 +116,8 @@ class ConsumerGroup:
         """XREADGROUP ``>``: entries after the group's last ID; advances it and entries_read.
 
         Each delivered entry gets a fresh NACK (count 1) unless ``noack``; an existing NACK (possible
-        after SETID) moves to this consumer with its count reset to 1. ``count`` None or 0 means no
-        limit. An empty result is where the command would block.
+        after SETID) moves to this consumer with its count reset to 1. ``count`` None or not positive:
+        no limit. An empty result is where the command would block.
         """
         consumer = self._resolve(consumer, now)
         entries = stream.after(self.last_id, count)
@@ -153,7 +155,8 @@ class ConsumerGroup:
             return []
         out: list[HistoryEntry] = []
         pending = consumer.pending
-        for entry_id in islice(pending.irange(minimum=after + 1), count or None):
+        limit = count if count is not None and count > 0 else None
+        for entry_id in islice(pending.irange(minimum=after + 1), limit):
             pairs = stream.get(entry_id)
             if pairs is not None:
                 nack = pending[entry_id]
@@ -260,6 +263,23 @@ class ConsumerGroup:
         justid: Literal[False] = ...,
         lastid: int | None = ...,
     ) -> list[Entry]: ...
+
+    @overload
+    def claim(
+        self,
+        stream: Stream,
+        consumer: Consumer | bytes,
+        min_idle: int,
+        ids: Iterable[int],
+        now: int,
+        *,
+        idle: int | None = ...,
+        time: int | None = ...,
+        retrycount: int | None = ...,
+        force: bool = ...,
+        justid: bool,
+        lastid: int | None = ...,
+    ) -> list[int] | list[Entry]: ...
 
     def claim(
         self,

@@ -58,7 +58,7 @@ def format_id(i: int) -> bytes:
     return b"%d-%d" % (i >> 64, i & U64)
 
 
-def _string2ll(text: bytes) -> int | None:
+def string2ll(text: bytes) -> int | None:
     """Redis's strict ``string2ll``: ``0``, or an optional minus and digits without a leading zero."""
     if text == b"0":
         return 0
@@ -75,7 +75,7 @@ def _strtoull(text: bytes) -> int | None:
     ``strtoull`` skips leading white space and takes a sign, a minus negating modulo 2**64: so ``05``,
     ``+5``, `` 5`` and ``-0`` are accepted while ``-5`` is not, exactly as redis-server does.
     """
-    strict = _string2ll(text)
+    strict = string2ll(text)
     if strict is not None:
         return strict if strict >= 0 else None
     body = text.lstrip(_SPACE)

@@ -19,10 +19,11 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import attrs
 
+from node.streams.groups import ConsumerGroup
 from node.streams.ids import (
     MAX_ID,
     U64,
@@ -31,10 +32,8 @@ from node.streams.ids import (
     XSETID_ENTRIES_ADDED,
     XSETID_TOO_SMALL,
     StreamError,
+    string2ll,
 )
-
-if TYPE_CHECKING:
-    from node.streams.groups import ConsumerGroup
 
 Entry = tuple[int, list[bytes]]
 
@@ -43,9 +42,9 @@ _SAMEFIELDS: Final = 2
 _WIDE: Final = 0xFFFFFFFF
 # Redis caps a node at 1 GB whatever stream-node-max-bytes says.
 _MAX_NODE_BYTES: Final = 1 << 30
-# Per-entry bytes of our encoding beside the packed elements (delta, seq, offset, flags), counted
-# towards node_max_bytes the way a listpack's per-entry headers are.
-_ENTRY_OVERHEAD: Final = 13
+# A listpack's own header and end byte, and its master entry's terminator.
+_LP_HEADER: Final = 7 + 2
+_INT_START: Final = frozenset(b"-0123456789")  # first bytes of a candidate integer
 
 
 @attrs.frozen
@@ -75,7 +74,8 @@ class _Block:
         self.flags = bytearray()
         self.data: bytearray | bytes = bytearray()
         self.live = 0
-        self.size = sum(len(f) + 1 for f in fields) + 3
+        # bytes as Redis's listpack would count them, but for the live/deleted counters (see _full)
+        self.size = _LP_HEADER + _lp_int(len(fields)) + sum(map(_lp_string, fields))
 
     def ids(self) -> list[int]:
         base = self.first >> 64
@@ -124,6 +124,32 @@ class _Block:
             + sys.getsizeof(self.flags)
             + sys.getsizeof(self.data)
         )
+
+
+def _lp_int(value: int) -> int:
+    """Bytes of an integer element in a listpack (encoding and back-length)."""
+    if 0 <= value < 128:
+        return 2
+    if -4096 <= value < 4096:
+        return 3
+    if -(1 << 15) <= value < 1 << 15:
+        return 4
+    if -(1 << 23) <= value < 1 << 23:
+        return 5
+    if -(1 << 31) <= value < 1 << 31:
+        return 6
+    return 10
+
+
+def _lp_string(item: bytes) -> int:
+    """Bytes of a string element in a listpack, which stores canonical integers as integers."""
+    n = len(item)
+    if 0 < n <= 20 and item[0] in _INT_START:
+        value = string2ll(item)
+        if value is not None:
+            return _lp_int(value)
+    size = n + (1 if n < 64 else 2 if n < 4096 else 5)
+    return size + (1 if size < 128 else 2 if size < 16383 else 3 if size < 2097151 else 4)
 
 
 def _push(arr: array[int], value: int) -> array[int]:
@@ -223,17 +249,24 @@ class Stream:
         assert isinstance(data, bytearray)
         flags = 0
         start = len(data)
+        ms_delta = (entry_id >> 64) - (block.first >> 64)
+        # flags, the two ID deltas, the element count and the field count if any, as in a listpack
+        seq_delta = ((entry_id & U64) - (block.first & U64)) & U64  # as int64 in the listpack
+        size = 2 + _lp_int(ms_delta) + _lp_int(seq_delta - (seq_delta >> 63 << 64))
         if fields == block.fields:
             flags = _SAMEFIELDS
-            _encode(data, pairs[1::2])
+            stored = pairs[1::2]
+            size += _lp_int(len(stored) + 3)
         else:
-            _encode(data, pairs)
-        block.ms = _push(block.ms, (entry_id >> 64) - (block.first >> 64))
+            stored = pairs
+            size += _lp_int(len(pairs) // 2) + _lp_int(len(pairs) + 4)
+        _encode(data, stored)
+        block.ms = _push(block.ms, ms_delta)
         block.seq = _push(block.seq, entry_id & U64)
         block.offsets = _push(block.offsets, start)
         block.flags.append(flags)
         block.live += 1
-        block.size += len(data) - start + _ENTRY_OVERHEAD
+        block.size += size + sum(map(_lp_string, stored))
         self.length += 1
         self.entries_added += 1
         self.last_id = entry_id
@@ -244,7 +277,8 @@ class Stream:
         max_bytes = self.node_max_bytes
         if max_bytes <= 0 or max_bytes > _MAX_NODE_BYTES:
             max_bytes = _MAX_NODE_BYTES
-        if block.size + sum(len(p) for p in pairs) >= max_bytes:
+        deleted = len(block.flags) - block.live
+        if block.size + _lp_int(block.live) + _lp_int(deleted) + sum(map(len, pairs)) >= max_bytes:
             return True
         return bool(self.node_max_entries) and len(block.flags) >= self.node_max_entries
 
@@ -369,8 +403,8 @@ class Stream:
     ) -> list[Entry]:
         """Live entries with ``start <= id <= end``, ascending or (``reverse``) descending.
 
-        ``count`` None or 0 means no limit (Redis's internal convention; XRANGE's ``COUNT 0`` null reply
-        is the command's).
+        ``count`` None or not positive means no limit (Redis's internal convention; XRANGE's ``COUNT 0``
+        null reply is the command's).
         """
         out: list[Entry] = []
         if start > end:
@@ -460,8 +494,6 @@ class Stream:
 
     def create_group(self, name: bytes, last_id: int, entries_read: int | None) -> bool:
         """XGROUP CREATE; False when the name is taken (BUSYGROUP)."""
-        from node.streams.groups import ConsumerGroup
-
         if name in self.groups:
             return False
         self.groups[name] = ConsumerGroup(name, last_id, entries_read)

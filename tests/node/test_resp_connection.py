@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from node.broker import Broker
 from node.client import ClientConnection
 from node.config import Config, Permissions, RedisConfig, SubjectRule, UserConfig
-from node.resp.connection import MAX_PATTERN, RespConnection
+from node.resp.connection import RespConnection
 from routing import channel_subject, subject_channel
+from routing.glob import MAX_PATTERN
 
 
 def command(*args: bytes | str) -> bytes:

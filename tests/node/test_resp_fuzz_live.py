@@ -1,8 +1,8 @@
 """Fuzzing the Redis port of a live node process: hostile requests over real sockets.
 
 Each example opens a connection, sends generated requests (known commands with arbitrary
-arguments, mutated requests, random bytes) cut at random points, half-closes and reads to the end.
-What must hold after every example:
+arguments, the words of the stream commands among them, mutated requests, random bytes) cut at
+random points, half-closes and reads to the end. What must hold after every example:
 
 - the connection got no ``internal error``: the containment boundary never had to step in;
 - canaries, a NATS client and a Redis subscriber on fresh connections, are still served;
@@ -34,11 +34,18 @@ GROWTH = 48 * MiB
 
 NAMES = [name.decode() for name in COMMANDS] + ["get", "hello", "client", "pubsub", "x"]
 SUBCOMMANDS = ["id", "list", "info", "reply", "channels", "numsub", "numpat", "count", "docs", "get"]
+SUBCOMMANDS += ["create", "setid", "destroy", "createconsumer", "delconsumer", "stream", "groups"]
+SUBCOMMANDS += ["consumers", "unblock"]
+STREAM_WORDS = ["s", "g", "c", "0", "0-0", "1-1", "$", "+", "-", "(1", "1-*", "18446744073709551615"]
+STREAM_WORDS += ["MAXLEN", "MINID", "~", "=", "LIMIT", "NOMKSTREAM", "COUNT", "BLOCK", "STREAMS"]
+STREAM_WORDS += ["GROUP", "NOACK", "IDLE", "TIME", "RETRYCOUNT", "FORCE", "JUSTID", "LASTID"]
+STREAM_WORDS += ["MKSTREAM", "ENTRIESREAD", "FULL", "MATCH", "TYPE", "NX", "XX", "GT", "LT", "-1"]
 ARG = st.one_of(
     st.sampled_from(["3", "2", "off", "on", "skip", "*", "c*", "a.b", "hello world", "$R.41", ">"]).map(
         str.encode
     ),
     st.sampled_from(SUBCOMMANDS).map(str.encode),
+    st.sampled_from(STREAM_WORDS).map(str.encode),
     st.binary(max_size=40),
 )
 
@@ -50,7 +57,7 @@ def encode(args: list[bytes]) -> bytes:
 REQUEST = st.builds(
     lambda name, args: encode([name.encode(), *args]),
     st.sampled_from(NAMES),
-    st.lists(ARG, max_size=5),
+    st.lists(ARG, max_size=9),
 )
 MUTATED = st.builds(
     lambda request, at, junk: request[:at] + junk + request[at:],

@@ -223,7 +223,14 @@ def test_pattern_interest_matches_channels_exactly() -> None:
 
 @pytest.mark.parametrize(
     ("subject", "queue"),
-    [("$R.P.6F", None), ("$R.P.6f 72", None), ("$R.P.zz", None), ("$R.P.", None), ("$R.P.61", "q")],
+    [
+        ("$R.P.6F", None),
+        ("$R.P.6f 72", None),
+        ("$R.P.zz", None),
+        ("$R.P.", None),
+        ("$R.P.61", "q"),
+        (pattern_subject(b"*" * 1025), None),  # (longer than any pattern a client may subscribe)
+    ],
 )
 def test_misspelled_pattern_interest_is_refused(subject: str, queue: str | None) -> None:
     ri: RemoteInterest[str] = RemoteInterest()
