@@ -38,6 +38,12 @@ HOT_PATH = [
     "node/resp/parser.py",
     "node/resp/writer.py",
     "node/resp/connection.py",
+    "node/streams/ids.py",
+    "node/streams/stream.py",
+    "node/streams/groups.py",
+    "node/stream_writes.py",
+    "node/resp/keys.py",
+    "node/resp/streams.py",
 ]
 
 ext_modules = []

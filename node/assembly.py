@@ -19,6 +19,7 @@ from cluster.connections import Dial
 from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
 from node.broker import Broker
+from node.capture import Captures
 from node.config import Config
 from node.server import Server
 from node.store import Store
@@ -41,13 +42,15 @@ class Listeners:
 
 @attrs.define(eq=False)
 class Node:
-    """A node's parts: the server (and its broker), and its route and gateway managers."""
+    """A node's parts: the server (and its broker), its route and gateway managers, and the streams
+    that capture subjects."""
 
     server: Server
     routes: RouteManager | None = None
     gateways: GatewayManager | None = None
     store: Store | None = None
     """The append-only file of the Redis keys (``store_dir``)."""
+    captures: Captures | None = None
 
     @property
     def broker(self) -> Broker:
@@ -80,6 +83,8 @@ class Node:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(self.server.serve, listeners.clients, redis=listeners.redis))
             links: trio.Nursery = await nursery.start(_open_links)
+            if self.captures is not None:
+                await links.start(self.captures.run)
             if self.routes is not None:
                 await links.start(self.routes.run, listeners.routes)
             if self.gateways is not None:
@@ -91,7 +96,7 @@ class Node:
 
 def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | None = None) -> Node:
     """A node built from ``config``: clustered if it has ``cluster`` settings, joined to other
-    clusters if it has ``gateway`` settings.
+    clusters if it has ``gateway`` settings, capturing subjects into the streams it lists.
 
     Args:
         dial: how links open connections (the harness passes its memory network's).
@@ -110,6 +115,9 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
             rewrite_percentage=config.rewrite_percentage,
             rewrite_min_size=config.rewrite_min_size,
         )
+    if config.streams:
+        node.captures = Captures(server.broker, config.streams)
+        node.captures.subscribe()
     if config.cluster is not None:
         node.routes = RouteManager(server.broker, config.cluster, server.flusher, dial=dial, rng=rng())
     if config.gateway is not None:

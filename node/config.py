@@ -10,6 +10,7 @@ Names follow nats-server's options so that its users recognise them (``max_paylo
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import ssl
 import tomllib
@@ -22,6 +23,7 @@ import attrs
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node import natsconf
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
+from routing import is_valid_subject, subjects_collide
 from transport.tls import TlsConfig, client_context, server_context
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "ConfigError",
     "Permissions",
     "RedisConfig",
+    "StreamConfig",
     "UnknownOption",
     "UserConfig",
     "check_tls",
@@ -135,6 +138,20 @@ class RedisConfig:
 
 
 @attrs.frozen
+class StreamConfig:
+    """A stream that captures what is published on ``subjects`` in ``account`` (``[[streams]]``):
+    held by the node whose configuration names it, at key ``name`` of the account's database 0."""
+
+    name: str
+    subjects: tuple[str, ...]
+    account: str = "$G"
+    maxlen: int = 0
+    """Entries kept at most, trimmed a block at a time as ``XADD MAXLEN ~`` does (0: no limit)."""
+    max_age: float = 0.0
+    """Seconds an entry is kept, trimmed a block at a time as ``XADD MINID ~`` does (0: no limit)."""
+
+
+@attrs.frozen
 class Config:
     """Everything a node needs to start; immutable once built."""
 
@@ -164,6 +181,8 @@ class Config:
     accounts: tuple[AccountConfig, ...] = ()
     redis: RedisConfig | None = None
     """The Redis front door; None runs none."""
+    streams: tuple[StreamConfig, ...] = ()
+    """Streams this node holds, capturing subjects."""
     no_auth_user: str | None = None
     debug: bool = False
     store_dir: str | None = None
@@ -279,7 +298,7 @@ def _from_nats(table: natsconf.Table, where: str) -> Config:
             raise ConfigError(f"{exc.table.positions[exc.key]}: {exc.what}") from None
 
 
-_SECTIONS = ("tls", "authorization", "cluster", "gateway", "redis", "accounts")
+_SECTIONS = ("tls", "authorization", "cluster", "gateway", "redis", "accounts", "streams")
 
 
 def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
@@ -287,6 +306,7 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
     fields: dict[str, Any] = {}
     users: list[UserConfig] = []
     accounts: list[AccountConfig] = []
+    streams: tuple[StreamConfig, ...] = ()
     for key, value in data.items():
         name = _ALIASES.get(key, key)
         if key == "listen":
@@ -312,6 +332,8 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             fields["gateway"] = _gateway(_table(value, f"{where}: gateway"), f"{where}: gateway")
         elif key == "redis":
             fields["redis"] = _redis(_table(value, f"{where}: redis"), f"{where}: redis")
+        elif key == "streams":
+            streams = _streams(value, f"{where}: streams")
         elif key == "accounts":
             for account, body in _table(value, f"{where}: accounts").items():
                 accounts.append(AccountConfig(account))
@@ -331,7 +353,11 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
         )
     if fields.get("appendfsync", "everysec") not in FSYNC_POLICIES:
         raise ConfigError(f"{where}: appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
-    config = Config(**fields, users=tuple(users), accounts=tuple(accounts))
+    known = {"$G", *(a.name for a in accounts)}
+    for stream in streams:
+        if stream.account not in known:
+            raise ConfigError(f"{where}: streams: {stream.name!r}: unknown account {stream.account!r}")
+    config = Config(**fields, users=tuple(users), accounts=tuple(accounts), streams=streams)
     check_tls(config, where)
     return config
 
@@ -491,6 +517,43 @@ def _redis(body: dict[str, Any], where: str) -> RedisConfig:
 
 
 _REMOTE_GATEWAY = {"name", "url", "urls"}
+
+
+def _streams(value: Any, where: str) -> tuple[StreamConfig, ...]:
+    """``[[streams]]``: each a table with ``name``, ``subjects`` and optionally ``account``,
+    ``maxlen`` and ``max_age`` (seconds, or a duration such as ``"90s"``, ``"15m"``, ``"168h"``)."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected an array of tables ([[streams]])")
+    streams: list[StreamConfig] = []
+    for body in value:
+        body = _table(body, where)
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}: each stream needs a name")
+        spot = f"{where}: {name!r}"
+        unknown = set(body) - {"name", "subjects", "account", "maxlen", "max_age"}
+        if unknown:
+            raise ConfigError(f"{spot}: unknown option {sorted(unknown)[0]!r}")
+        subjects = body.get("subjects")
+        if isinstance(subjects, str):
+            subjects = [subjects]
+        if not subjects or not isinstance(subjects, list):
+            raise ConfigError(f"{spot}: subjects must be a non-empty list of subjects")
+        for i, subject in enumerate(subjects):
+            if not isinstance(subject, str) or not is_valid_subject(subject):
+                raise ConfigError(f"{spot}: invalid subject {subject!r}")
+            for other in subjects[:i]:
+                if subjects_collide(subject, other):  # (a message would be captured twice)
+                    raise ConfigError(f"{spot}: subjects {other!r} and {subject!r} overlap")
+        maxlen = _scalar(body.get("maxlen", 0), int, f"{spot}: maxlen")
+        max_age = _scalar(body.get("max_age", 0), _DURATION, f"{spot}: max_age")
+        if maxlen < 0 or not 0 <= max_age < math.inf:
+            raise ConfigError(f"{spot}: maxlen and max_age must be 0 (no limit) or positive")
+        account = _scalar(body.get("account", "$G"), str, f"{spot}: account")
+        if any(s.name == name and s.account == account for s in streams):
+            raise ConfigError(f"{spot}: a stream of that name is already defined in {account!r}")
+        streams.append(StreamConfig(name, tuple(subjects), account, maxlen, max_age))
+    return tuple(streams)
 
 
 def _remote_gateway(body: dict[str, Any], where: str) -> tuple[str, tuple[str, ...]]:

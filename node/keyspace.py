@@ -60,6 +60,16 @@ class Journal(Protocol):
         """Record one change as the command that repeats it."""
         ...
 
+    @property
+    def size_bytes(self) -> int:
+        """How big the journal is on disk (monitoring)."""
+        ...
+
+    @property
+    def fsync_lag_seconds(self) -> float:
+        """How long the oldest change not yet made durable has waited (monitoring)."""
+        ...
+
     def commit(self) -> None:
         """Make what was appended as durable as the fsync policy promises. Called after each batch
         of a client's requests, before their replies can leave, and before a stream acknowledges

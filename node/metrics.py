@@ -7,7 +7,8 @@ the same documents /varz, /connz and /subsz serve, so the two views never disagr
 carries the ``server_id`` label, with the node's own id (the exporter's ``-use_internal_server_id``).
 
 The Redis front door's numbers (/varz's ``redis`` block, which the exporter would not read, being
-nested) are ``pubmesh_redis_*`` series, present only on a node with a Redis port.
+nested) are ``pubmesh_redis_*`` series, present only on a node with a Redis port; the numbers of
+its Redis streams (/varz's ``streams`` block) are ``pubmesh_streams_*`` series, always present.
 """
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ _REDIS_COUNTERS = {
     "in_bytes": "Payload bytes published by Redis clients since start",
     "out_msgs": "Messages delivered to Redis clients since start",
     "out_bytes": "Payload bytes delivered to Redis clients since start",
+}
+_STREAMS_GAUGES = {
+    "streams": "Redis stream keys held, in every account and database",
+    "entries": "Entries in those streams",
+    "bytes": "Memory those streams hold in bytes",
+    "groups": "Consumer groups of those streams",
+    "captures": "Configured streams that capture subjects",
+    "log_size": "Bytes of the journal of key changes (0 without one)",
+    "fsync_lag": "Seconds since the oldest journal write not yet made durable (0 when all is)",
+}
+_STREAMS_COUNTERS = {
+    "captured": "Messages captured into streams since start",
+    "refused": "Messages a capturing stream could not store since start",
 }
 _CONNZ_GAUGES = {
     "pending_bytes": "Bytes waiting to be written to clients",
@@ -141,6 +155,11 @@ async def exposition(state: MonitorState, pace: Pacer) -> str:
             out.add(f"pubmesh_redis_{key}", redis[key], help_text)
         for key, help_text in _REDIS_COUNTERS.items():
             out.add(f"pubmesh_redis_{key}", redis[key], help_text, kind="counter")
+    streams = doc["streams"]
+    for key, help_text in _STREAMS_GAUGES.items():
+        out.add(f"pubmesh_streams_{key}", streams[key], help_text)
+    for key, help_text in _STREAMS_COUNTERS.items():
+        out.add(f"pubmesh_streams_{key}", streams[key], help_text, kind="counter")
 
     # One page holding every open connection, so the sums cover them all.
     page = await connz(broker, ConnzOptions(limit=max(len(broker.clients), 1)), pace)

@@ -3,9 +3,9 @@
 Operators point ``curl``, ``nats-top``, dashboards and Prometheus at a NATS server's monitoring port,
 so paths, query parameters, status codes and error texts follow nats-server: ``/varz``, ``/connz``,
 ``/subsz`` (and its alias ``/subscriptionsz``), ``/routez``, ``/gatewayz``, ``/healthz``, plus
-``/metrics`` in the Prometheus text format. The server runs in the node's own trio run and reads
-the broker directly; documents are built and encoded a slice at a time (``Pacer``), so a large one
-never holds up the node's connections for long.
+``/streamz`` (Redis streams) and ``/metrics`` in the Prometheus text format. The server runs in
+the node's own trio run and reads the broker directly; documents are built and encoded a slice at a
+time (``Pacer``), so a large one never holds up the node's connections for long.
 
 Whatever goes wrong while a document is built is logged and answered with a 500 and a JSON error,
 and the next request is served as usual: monitoring must keep working when something is odd.
@@ -38,10 +38,12 @@ from node.monitoring_views import (
     MonitorState,
     Pacer,
     RoutezOptions,
+    StreamzOptions,
     SubszOptions,
     connz,
     gatewayz,
     routez,
+    streamz,
     subsz,
     varz,
 )
@@ -245,6 +247,18 @@ async def _gatewayz(state: MonitorState, query: Query, pace: Pacer) -> Response:
     return await _listing(state, pace, partial(gatewayz, state.node, opts, pace))
 
 
+async def _streamz(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    offset, limit = query.page()
+    opts = StreamzOptions(
+        account=query.text("acc"),
+        db=query.integer("db") if query.text("db") else None,
+        name=query.text("name"),
+        offset=offset,
+        limit=limit,
+    )
+    return await _listing(state, pace, partial(streamz, state.node, opts, pace))
+
+
 async def _metrics(state: MonitorState, query: Query, pace: Pacer) -> Response:
     async with state.listing:
         return _text(200, await metrics.exposition(state, pace), metrics.CONTENT_TYPE)
@@ -264,6 +278,7 @@ _LINKS = (
     ("subsz", "Subscriptions"),
     ("routez", "Routes"),
     ("gatewayz", "Gateways"),
+    ("streamz", "Streams"),
     ("healthz", "Health"),
     ("metrics", "Prometheus metrics"),
 )
@@ -284,6 +299,7 @@ _ROUTES: dict[str, tuple[str, Handler]] = {
     "/subscriptionsz": ("/subsz", _subsz),
     "/routez": ("/routez", _routez),
     "/gatewayz": ("/gatewayz", _gatewayz),
+    "/streamz": ("/streamz", _streamz),
     "/healthz": ("/healthz", _healthz),
     "/metrics": ("/metrics", _metrics),
 }

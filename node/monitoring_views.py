@@ -36,9 +36,12 @@ from cluster.routes import RouteManager
 from node.accounts import DEFAULT_ACCOUNT
 from node.assembly import Node
 from node.broker import Broker
+from node.capture import CAPTURE_DB
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
+from node.keyspace import DATABASES, Database
 from node.resp.connection import RespConnection
+from node.streams import Stream, format_id, group_infos
 from routing import (
     RemoteEntry,
     SubListStats,
@@ -61,10 +64,12 @@ __all__ = [
     "MonitorState",
     "Pacer",
     "RoutezOptions",
+    "StreamzOptions",
     "SubszOptions",
     "connz",
     "gatewayz",
     "routez",
+    "streamz",
     "subsz",
     "varz",
 ]
@@ -198,11 +203,12 @@ def _slow_consumer_stats(broker: Broker) -> dict[str, int]:
 
 
 async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
-    """/varz: nats-server's fields, and ``redis`` for the Redis (RESP) front door (see
-    ``_redis_block``)."""
+    """/varz: nats-server's fields, ``redis`` for the Redis (RESP) front door (see
+    ``_redis_block``) and ``streams`` for the keys it holds (see ``_streams_block``)."""
     broker = state.broker
     config = broker.config
     redis = await _redis_block(broker, pace)  # (first: its traffic is part of the totals read next)
+    streams = await _streams_block(state.node, pace)
     now = time.time_ns()
     in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
     slow = _slow_consumer_stats(broker)
@@ -237,6 +243,7 @@ async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
         "mqtt": {},
         "websocket": {},
         "redis": redis,
+        "streams": streams,
         "jetstream": {},
         "write_deadline": round(config.write_deadline * _SECOND),
         "start": go_time(broker.start_ns),
@@ -936,3 +943,177 @@ async def gatewayz(node: Node, opts: GatewayzOptions, pace: Pacer) -> dict[str, 
                 for each in links
             ]
     return doc | {"outbound_gateways": outbound, "inbound_gateways": inbound}
+
+
+# -- streams: /varz's block and /streamz -----------------------------------------------------------
+
+_StreamKey = tuple[str, int, bytes]
+"""A stream as the views find it: account, database, key (plain data, as ``_Remote`` explains)."""
+
+
+def _live_stream(db: Database, key: bytes, now_ms: int) -> Stream | None:
+    """The stream at ``key`` unless it has expired (monitoring only reads: it removes nothing)."""
+    when = db.expires_at(key)
+    if when is not None and when <= now_ms:
+        return None
+    return db.keys.get(key)
+
+
+async def _stream_keys(
+    broker: Broker, now_ms: int, pace: Pacer, account: str = "", index: int | None = None
+) -> list[_StreamKey]:
+    """Every live stream key, in the accounts and database asked for, copied a step at a time."""
+    found: list[_StreamKey] = []
+    for name, keyspace in broker.keyspaces.accounts().items():
+        if account and name != account:
+            continue
+        for number, db in keyspace.databases().items():
+            if index is not None and number != index:
+                continue
+            for key in list(db.keys):
+                if _live_stream(db, key, now_ms) is not None:
+                    found.append((name, number, key))
+                await pace.tick()
+    return found
+
+
+def _journal_numbers(broker: Broker) -> tuple[int, float]:
+    """The journal's size in bytes and how long its oldest change not yet durable has waited, in
+    seconds; 0 without a journal."""
+    journal = broker.keyspaces.journal
+    if journal is None:
+        return 0, 0.0
+    return journal.size_bytes, journal.fsync_lag_seconds
+
+
+async def _streams_block(node: Node, pace: Pacer) -> dict[str, Any]:
+    """/varz's ``streams``: ``streams`` (stream keys of every account and database), ``entries``
+    (their lengths summed), ``bytes`` (the memory they hold, as MEMORY USAGE counts it), ``groups``
+    (consumer groups), ``captures`` (configured streams that capture subjects), ``captured`` (messages
+    they stored since start), ``refused`` (messages they could not store), ``journal`` (whether
+    changes are journaled), ``log_size`` (the journal's bytes) and ``fsync_lag`` (seconds since the
+    oldest write the journal has not yet made durable; 0 when all is)."""
+    broker = node.broker
+    now_ms = time.time_ns() // 1_000_000
+    streams = entries = size = groups = 0
+    for account, index, key in await _stream_keys(broker, now_ms, pace):
+        stream = _live_stream(broker.keyspaces.database(account, index), key, now_ms)
+        if stream is not None:
+            streams += 1
+            entries += stream.length
+            size += stream.memory_usage()
+            groups += len(stream.groups)
+        await pace.tick()
+    captures = node.captures.streams if node.captures is not None else []
+    log_size, lag = _journal_numbers(broker)
+    return {
+        "streams": streams,
+        "entries": entries,
+        "bytes": size,
+        "groups": groups,
+        "captures": len(captures),
+        "captured": sum(c.captured for c in captures),
+        "refused": sum(c.refused for c in captures),
+        "journal": broker.keyspaces.journal is not None,
+        "log_size": log_size,
+        "fsync_lag": lag,
+    }
+
+
+@attrs.frozen
+class StreamzOptions:
+    """The /streamz query, decoded: ``acc``, ``db`` (a database number), ``name`` (a key), and
+    ``offset`` and ``limit`` as /connz pages."""
+
+    account: str = ""
+    db: int | None = None
+    name: str = ""
+    offset: int = 0
+    limit: int = DEFAULT_LIST_SIZE
+
+    def __attrs_post_init__(self) -> None:
+        if self.db is not None and not 0 <= self.db < DATABASES:
+            raise BadRequest(f"invalid db {self.db}: databases are numbered 0 to {DATABASES - 1}")
+
+
+def _text_of(name: bytes) -> str:
+    return name.decode("utf-8", "replace")
+
+
+def _id_text(entry_id: int) -> str:
+    return format_id(entry_id).decode()
+
+
+def _stream_detail(entry: _StreamKey, stream: Stream) -> dict[str, Any]:
+    account, index, key = entry
+    return {
+        "account": account,
+        "db": index,
+        "name": _text_of(key),
+        "length": stream.length,
+        "bytes": stream.memory_usage(),
+        "first_id": _id_text(stream.first_id),
+        "last_id": _id_text(stream.last_id),
+        "max_deleted_id": _id_text(stream.max_deleted_id),
+        "entries_added": stream.entries_added,
+        "groups": [
+            {
+                "name": _text_of(group.name),
+                "consumers": group.consumers,
+                "pending": group.pending,
+                "last_delivered_id": _id_text(group.last_id),
+                "entries_read": group.entries_read,
+                "lag": group.lag,
+            }
+            for group in group_infos(stream)
+        ],
+    }
+
+
+async def streamz(node: Node, opts: StreamzOptions, pace: Pacer) -> dict[str, Any]:
+    """/streamz: the streams asked for (by account, database, then key), paged, each with its length,
+    first and last IDs and its consumer groups with their lag (null where Redis's XINFO cannot
+    tell it); and the streams configured to capture subjects, with their counts."""
+    broker = node.broker
+    now = time.time_ns()
+    now_ms = now // 1_000_000
+    found = await _stream_keys(broker, now_ms, pace, opts.account, opts.db)
+    if opts.name:
+        wanted = opts.name.encode("utf-8", "surrogateescape")
+        found = [entry for entry in found if entry[2] == wanted]
+    ordered = await _paced_sorted(found, _itself, pace, opts.offset + opts.limit)
+    listed: list[dict[str, Any]] = []
+    for entry in ordered[opts.offset :]:
+        stream = _live_stream(broker.keyspaces.database(entry[0], entry[1]), entry[2], now_ms)
+        if stream is not None:  # (gone while the list was made: left out)
+            listed.append(_stream_detail(entry, stream))
+        await pace.tick()
+    captures = node.captures.streams if node.captures is not None else []
+    log_size, lag = _journal_numbers(broker)
+    return {
+        "server_id": broker.server_id,
+        "now": go_time(now),
+        "journal": broker.keyspaces.journal is not None,
+        "log_size": log_size,
+        "fsync_lag": lag,
+        "num_streams": len(listed),
+        "total": len(found),
+        "offset": opts.offset,
+        "limit": opts.limit,
+        "streams": listed,
+        "captures": [
+            {
+                "account": c.config.account,
+                "name": c.config.name,
+                "subjects": list(c.config.subjects),
+                "maxlen": c.config.maxlen,
+                "max_age": c.config.max_age,
+                "captured": c.captured,
+                "refused": c.refused,
+            }
+            for c in captures
+            if (not opts.account or c.config.account == opts.account)
+            and (not opts.name or c.config.name == opts.name)
+            and opts.db in (None, CAPTURE_DB)
+        ],
+    }

@@ -2,8 +2,9 @@
 
 The options follow ``nats bench`` where it has one (``--msgs``, ``--size``, ``--pubs``, ``--subs``),
 so numbers from either tool are set up the same way; the ``resp-`` scenarios take the same options
-against a Redis-protocol server. Exit status: 0 when every message was counted,
-1 when the check failed, 2 when the run could not be made at all.
+against a Redis-protocol server (for ``resp-xadd`` and ``resp-consume``, ``--subject`` names the
+stream, made unique per run, and ``--pubs`` / ``--subs`` count adders / consumers). Exit status:
+0 when every message was counted, 1 when the check failed, 2 when the run could not be made at all.
 """
 
 from __future__ import annotations
@@ -146,12 +147,19 @@ def _interest(args: argparse.Namespace) -> int:
     return 0 if outcome.ok else 1
 
 
+_UNITS = {"resp-xadd": "entries added/s", "resp-consume": "entries acked/s"}
+
+
 def describe(result: Result) -> str:
     """The human-readable report of one run."""
     spec = result.spec
     queue = SCENARIOS[spec.scenario].queue
     if spec.scenario == "reqrep":
         who, what = "1 requester -> 1 responder", f"{spec.msgs:,} requests"
+    elif spec.scenario == "resp-consume":
+        who, what = _plural(spec.subs, "consumer") + " of one group", f"{spec.msgs:,} entries"
+    elif spec.scenario == "resp-xadd":
+        who, what = _plural(spec.pubs, "adder"), f"{spec.msgs:,} entries"
     else:
         who, what = _plural(spec.pubs, "publisher"), f"{spec.msgs:,} msgs"
         if spec.subs:
@@ -169,14 +177,19 @@ def describe(result: Result) -> str:
             f"   {result.rate:,.0f} req/s"
         )
     else:
-        unit = "deliveries/s" if spec.subs > 1 and not queue else "msgs/s"
+        unit = _UNITS.get(spec.scenario, "deliveries/s" if spec.subs > 1 and not queue else "msgs/s")
         lines.append(
             f"  {result.rate:,.0f} {unit}  {result.megabytes_per_second:,.2f} MB/s"
             f"  ({result.received:,} in {result.seconds:.3f} s)"
         )
         if queue:
             lines.append("  members: " + " / ".join(f"{n:,}" for n in result.per_worker))
-    noun = {"reqrep": "replies", "pub": "confirmed"}.get(spec.scenario, "received")
+    noun = {
+        "reqrep": "replies",
+        "pub": "confirmed",
+        "resp-xadd": "added",
+        "resp-consume": "acked",
+    }.get(spec.scenario, "received")
     relation = "==" if result.received == result.expected else "!="
     verdict = "OK" if result.ok else "FAILED"
     check = f"  check: {noun} {result.received:,} {relation} expected {result.expected:,}  {verdict}"

@@ -26,6 +26,7 @@ from node.bench import interest
 from node.bench.progress import ProgressBar
 from node.bench.scenarios import Spec, run
 from node.bench.servers import PUBMESH, PUBMESH_RESP, Flavor, Servers, nats_server, redis_server
+from node.bench.streams import READ_COUNT
 from node.bench.wire import BenchError, Endpoint
 
 __all__ = [
@@ -84,6 +85,14 @@ def _scaled(n: int, scale: float) -> int:
 Via = Literal["node", "route", "gateway"]
 
 
+_UNITS = {
+    "fanout": "deliveries/s",
+    "resp-fanout": "deliveries/s",
+    "resp-xadd": "entries added/s",
+    "resp-consume": "entries acked/s",
+}
+
+
 @attrs.frozen
 class LoadCase:
     """A ``pubmesh bench`` scenario: on one node, from one cluster node to another (``via`` a
@@ -134,7 +143,7 @@ class LoadCase:
                 ("latency p99 (µs)", ",.1f", lambda r: r.latency.p99 if r.latency else 0.0),
                 ("req/s", ",.0f", lambda r: r.rate),
             ]
-        unit = "deliveries/s" if self.scenario in ("fanout", "resp-fanout") else "msgs/s"
+        unit = _UNITS.get(self.scenario, "msgs/s")
         return [(unit, ",.0f", lambda r: r.rate)]
 
 
@@ -209,6 +218,8 @@ PATTERNS = 10_000
 RESP_CASES: tuple[Case, ...] = (
     LoadCase("RESP pub/sub 1:1", "resp-pubsub", 800_000, subs=1),
     LoadCase("RESP fan-out 1→10", "resp-fanout", 200_000, subs=10),
+    LoadCase("RESP XADD, pipelined", "resp-xadd", 300_000, subs=0),
+    LoadCase("RESP XREADGROUP+XACK, 1 consumer", "resp-consume", 300_000, subs=1),
     LoadCase(
         f"RESP publish with {PATTERNS:,} non-matching patterns",
         "resp-patterns",
@@ -224,6 +235,8 @@ RESP_CASES: tuple[Case, ...] = (
 thousand messages a second. It comes last: once a client has held that many patterns, redis-server
 7.0 publishes many times slower even after it has gone (the emptied pattern table keeps its size and
 is walked on every PUBLISH), which would spoil any case run after it."""
+STREAMS_TARGET = 0.3
+"""What the stream rows should reach, as a fraction of redis-server's (pubmesh's target)."""
 BASELINE_TARGET = 0.5
 """What a case with a baseline should reach, as a fraction of it (pubmesh's target)."""
 ROUTES_NOTE = (
@@ -233,7 +246,11 @@ ROUTES_NOTE = (
 )
 RESP_NOTE = (
     f"RESP2 over one connection per client; the subscriber of the patterns case holds {PATTERNS:,}"
-    " PSUBSCRIBE patterns that never match the channel, besides its SUBSCRIBE."
+    " PSUBSCRIBE patterns that never match the channel, besides its SUBSCRIBE. Streams: a fresh"
+    " stream per run; the consumer drains one filled before the clock starts, reading"
+    f" {READ_COUNT:,} entries per XREADGROUP and acknowledging them in the next round trip. Both"
+    " servers keep keys in memory only (redis-server with appendonly no, pubmesh without a journal);"
+    f" pubmesh's target for the stream rows is ≥ {STREAMS_TARGET} of redis-server's rate."
 )
 
 Results = dict[tuple[str, str], list[Outcome]]

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from multiprocessing.connection import Connection
 
 from node.bench.wire import CONNECT_TIMEOUT, BenchError, Dialect, Endpoint, Reader, dial
@@ -27,6 +28,7 @@ __all__ = [
     "command",
     "connect",
     "never_matching",
+    "pipelined",
     "publisher",
     "resp_error",
     "subscriber",
@@ -114,33 +116,44 @@ def _await_pong(sock: socket.socket, authenticating: bool) -> None:
         raise BenchError(f"server refused the handshake: {refusal.decode(errors='replace')}")
 
 
-def publisher(conn: Connection, job: Job, progress: Progress, slot: int) -> Report:
-    one = command(b"PUBLISH", job.subject, FILLER * job.size)
+def pipelined(
+    sock: socket.socket, reader: Reader, one: bytes, count: int, on_confirmed: Callable[[int], None]
+) -> int:
+    """Send ``count`` copies of the command ``one`` in batches, with at most ``WINDOW_BATCHES``
+    unconfirmed (the reader's first token counts replies); return how many were confirmed once
+    all were sent, reporting the count to ``on_confirmed`` as it grows."""
     per_batch = max(1, BATCH_BYTES // len(one))
     batch = one * per_batch
+    sent = confirmed = 0
+    while sent < count and reader.error is None:
+        n = min(per_batch, count - sent)
+        sock.sendall(batch if n == per_batch else batch[: n * len(one)])
+        sent += n
+        polled = reader.poll()
+        if polled:
+            confirmed += polled[0]
+        while sent - confirmed > WINDOW_BATCHES * per_batch and reader.error is None:
+            confirmed += reader.read()[0]
+        on_confirmed(confirmed)
+    while confirmed < sent and reader.error is None:
+        confirmed += reader.read()[0]
+    return confirmed
+
+
+def publisher(conn: Connection, job: Job, progress: Progress, slot: int) -> Report:
     with connect(job.endpoint) as sock:
         reader = Reader(sock, REPLY, dialect=RESP)
         conn.send(READY)
         conn.recv()  # GO
-        sent = confirmed = 0
         start = time.perf_counter()
-        while sent < job.count and reader.error is None:
-            n = min(per_batch, job.count - sent)
-            sock.sendall(batch if n == per_batch else batch[: n * len(one)])
-            sent += n
-            polled = reader.poll()
-            if polled:
-                confirmed += polled[0]
-            while sent - confirmed > WINDOW_BATCHES * per_batch and reader.error is None:
-                confirmed += reader.read()[0]
-            progress[slot] = confirmed
-        if job.done:
+        one = command(b"PUBLISH", job.subject, FILLER * job.size)
+        confirmed = pipelined(sock, reader, one, job.count, partial(progress.__setitem__, slot))
+        if job.done and reader.error is None:
             sock.sendall(command(b"PUBLISH", job.done, b""))
-            sent += 1
-        while confirmed < sent and reader.error is None:
-            confirmed += reader.read()[0]
+            while not reader.read()[0] and reader.error is None:
+                pass
         end = time.perf_counter()
-        return Report(confirmed - bool(job.done), start, end, reader.error)
+        return Report(confirmed, start, end, reader.error)
 
 
 def subscriber(conn: Connection, job: Job, progress: Progress, slot: int) -> Report:

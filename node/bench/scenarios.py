@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import multiprocessing
 import secrets
 import socket
@@ -22,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from node.bench import resp
+from node.bench import resp, streams
 from node.bench.wire import BenchError, Endpoint, Reader, connect, flush
 from node.bench.workers import (
     GO,
@@ -93,6 +94,20 @@ SCENARIOS = {
             protocol="redis",
         ),
         Scenario(
+            "resp-xadd",
+            "RESP: pipelined XADD to one stream; reports entries added/s",
+            subs=0,
+            msgs=1_000_000,
+            protocol="redis",
+        ),
+        Scenario(
+            "resp-consume",
+            "RESP: N consumers of one group drain a filled stream with XREADGROUP and XACK",
+            subs=1,
+            msgs=300_000,
+            protocol="redis",
+        ),
+        Scenario(
             "resp-patterns",
             "RESP: 1 publisher -> 1 subscriber that also holds N patterns that never match",
             subs=1,
@@ -102,6 +117,10 @@ SCENARIOS = {
         ),
     )
 }
+
+
+STREAM_SCENARIOS = frozenset({"resp-xadd", "resp-consume"})
+"""The RESP scenarios on a stream (``node.bench.streams``) rather than channels."""
 
 
 @attrs.frozen
@@ -160,6 +179,9 @@ class Spec:
     def _check_resp(self) -> None:
         if self.sub_endpoint is not None:
             raise BenchError(f"{self.scenario} runs on one server (no --sub-url)")
+        if self.scenario in STREAM_SCENARIOS:
+            self._check_stream()
+            return
         if self.subs < 1:
             raise BenchError(f"{self.scenario} needs at least one subscriber")
         if not self.subject or any(c.isspace() for c in self.subject):
@@ -168,6 +190,14 @@ class Spec:
         # be counted too.
         if self.subject in resp.FRAME_WORDS:
             raise BenchError(f"--subject {self.subject!r} would be miscounted; choose another")
+
+    def _check_stream(self) -> None:
+        if self.scenario == "resp-xadd" and self.subs:
+            raise BenchError("resp-xadd runs without consumers (resp-consume has them)")
+        if self.scenario == "resp-consume" and (self.subs < 1 or self.pubs != 1):
+            raise BenchError("resp-consume needs at least one consumer (--subs), and no --pubs")
+        if not self.subject or any(c.isspace() for c in self.subject):
+            raise BenchError(f"--subject must be a stream key, not {self.subject!r}")
 
 
 @attrs.frozen
@@ -261,6 +291,8 @@ class _Plan:
     expected: int
     probes: list[tuple[Endpoint, bytes]] = attrs.Factory(list)
     """What to publish, and where, until every worker's interest has crossed (PUB lines)."""
+    prepare: Callable[[], None] | None = None
+    """What the coordinator does before workers start (untimed): fill a stream to consume."""
 
 
 def _plan(spec: Spec) -> _Plan:
@@ -271,6 +303,9 @@ def _plan(spec: Spec) -> _Plan:
     base = Job(spec.endpoint, subject, spec.size, done=done, probe=probe)
     far = spec.sub_endpoint or spec.endpoint
     probes = [(spec.endpoint, w.pub(subject, b"", probe) + w.pub(done, b"", probe))] if probe else []
+    if spec.scenario in STREAM_SCENARIOS:
+        key = f"{spec.subject}.stream.{run_id}".encode()  # (a fresh stream and group each run)
+        return _stream_plan(spec, attrs.evolve(base, subject=key))
     if SCENARIOS[spec.scenario].protocol == "redis":
         return _resp_plan(spec, base)
     if spec.scenario == "reqrep":
@@ -306,6 +341,21 @@ def _resp_plan(spec: Spec, base: Job) -> _Plan:
     return _Plan(roles, publishers, list(range(spec.subs)), expected=spec.msgs * spec.subs)
 
 
+def _stream_plan(spec: Spec, base: Job) -> _Plan:
+    """Adders sharing the messages, or consumers draining a stream ``prepare`` fills."""
+    if spec.scenario == "resp-xadd":
+        share, extra = divmod(spec.msgs, spec.pubs)
+        roles: list[tuple[Role, Job]] = [
+            (streams.adder, attrs.evolve(base, count=share + (i < extra))) for i in range(spec.pubs)
+        ]
+        adders = list(range(spec.pubs))
+        return _Plan(roles, adders, adders, expected=spec.msgs)
+    roles = [(streams.consumer, base) for _ in range(spec.subs)]
+    consumers = list(range(spec.subs))
+    fill = functools.partial(streams.fill, spec.endpoint, attrs.evolve(base, count=spec.msgs))
+    return _Plan(roles, consumers, consumers, expected=spec.msgs, prepare=fill)
+
+
 def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
     """Run one benchmark against a live server.
 
@@ -314,6 +364,8 @@ def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
     """
     spec.check()
     plan = _plan(spec)
+    if plan.prepare is not None:
+        plan.prepare()
     with _Crew(plan.roles) as crew:
         with _Prober(plan.probes) as prober:
             crew.wait_ready(prober.send)

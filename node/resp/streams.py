@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from node.resp.keys import NOT_INTEGER, SYNTAX, now_ms, parse_int
 from node.resp.writer import OK, Writer, array, bulk, integer
+from node.stream_writes import add_entry, trim_record
 from node.streams import (
     MAX_ID,
     ConsumerGroup,
@@ -169,12 +170,6 @@ def _valid_add_id(arg: bytes) -> bool:
     return True
 
 
-def _log_trim(conn: RespConnection, key: bytes, stream: Stream) -> None:
-    """A trim as what it left, which replays the same whatever the trim was (any trim removes
-    the oldest live entries)."""
-    conn.log_write([b"XTRIM", key, b"MAXLEN", b"=", b"%d" % stream.length])
-
-
 def _xadd(conn: RespConnection, args: list[bytes]) -> None:
     parsed = _parse_trim(conn, args, xadd=True)
     if parsed is None:
@@ -204,15 +199,9 @@ def _xadd(conn: RespConnection, args: list[bytes]) -> None:
     except StreamError as exc:
         _fail(conn, exc)
         return
-    stream.add(entry_id, fields)
-    if created:
-        db.put(key, stream)
+    trims = () if parsed.trim is None else (parsed.trim,)
+    add_entry(db, key, stream, entry_id, fields, created=created, trims=trims, log=conn.log_write)
     conn._reply(_id(entry_id))
-    conn.log_write([b"XADD", key, format_id(entry_id), *fields])
-    if parsed.trim is not None and stream.trim(parsed.trim):
-        _log_trim(conn, key, stream)
-    if not created:
-        db.touch(key)
 
 
 def _xtrim(conn: RespConnection, args: list[bytes]) -> None:
@@ -224,7 +213,7 @@ def _xtrim(conn: RespConnection, args: list[bytes]) -> None:
     stream = db.get(key, now_ms())
     removed = stream.trim(parsed.trim) if stream is not None else 0
     if stream is not None and removed:
-        _log_trim(conn, key, stream)
+        conn.log_write(trim_record(key, stream))
         db.touch(key)
     conn._reply(integer(removed))
 

@@ -119,6 +119,7 @@ class Store:
         self._kept: bytearray | None = None
         """Records appended since a rewrite forked (None when no rewrite runs)."""
         self._unsynced = False
+        self._unsynced_since = -1.0  # (monotonic time of the oldest write not yet fsynced)
         self._fd_lock = trio.Lock()
         self._wanted = trio.Event()
         self._keyspaces: Keyspaces | None = None
@@ -252,6 +253,8 @@ class Store:
         self.size += len(self._buffer)
         self._buffer.clear()
         self._unsynced = self._policy != "always"
+        if self._unsynced and self._unsynced_since < 0:
+            self._unsynced_since = time.monotonic()
 
     def close(self) -> None:
         """Write and fsync what is left, and close the file (the node is stopping)."""
@@ -290,11 +293,27 @@ class Store:
     async def _fsync(self) -> None:
         async with self._fd_lock:
             self._unsynced = False
+            since, self._unsynced_since = self._unsynced_since, -1.0
             try:
                 await trio.to_thread.run_sync(os.fsync, self._fd)
             except OSError as exc:
                 log.error("fsync of %s failed: %s", self.path, exc)
                 self._unsynced = True
+                if self._unsynced_since < 0 or since < self._unsynced_since:
+                    self._unsynced_since = since
+
+    @property
+    def size_bytes(self) -> int:
+        """The log's size on disk, in bytes."""
+        return self.size
+
+    @property
+    def fsync_lag_seconds(self) -> float:
+        """Seconds since the oldest write not yet fsynced (``everysec``); 0 when all is, with
+        ``always``, and with ``no``, where the system decides."""
+        if self._policy != "everysec" or self._unsynced_since < 0:
+            return 0.0
+        return time.monotonic() - self._unsynced_since
 
     def _due(self) -> bool:
         if self.rewriting or not self.rewrite_percentage or self.size < self.rewrite_min_size:

@@ -437,8 +437,9 @@ class ConsumerGroup:
 
     def memory_usage(self) -> int:
         """Rough bytes: per NACK the object, its two dict slots and keys; per consumer its object."""
-        per_nack = sys.getsizeof(Nack.__new__(Nack)) + 2 * (sys.getsizeof(1 << 100) + 60)
-        per_consumer = sys.getsizeof(Consumer.__new__(Consumer)) + 400
+        sample = Consumer(b"", 0)  # (made, not __new__: compiled classes need their __init__)
+        per_nack = sys.getsizeof(Nack(sample, 0)) + 2 * (sys.getsizeof(1 << 100) + 60)
+        per_consumer = sys.getsizeof(sample) + 400
         return (
             sys.getsizeof(self)
             + 400
