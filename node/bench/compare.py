@@ -215,19 +215,23 @@ CASES: tuple[Case, ...] = (
 )
 """Sized so a pubmesh run takes one to two seconds and a nats-server run still a few tenths."""
 PATTERNS = 10_000
+PATTERN_MSGS = 10_000
+"""Messages of the patterns case, and of the zero-pattern run it is divided by (runs of one size,
+so that start-up costs weigh the same in both)."""
 RESP_CASES: tuple[Case, ...] = (
     LoadCase("RESP pub/sub 1:1", "resp-pubsub", 800_000, subs=1),
     LoadCase("RESP fan-out 1→10", "resp-fanout", 200_000, subs=10),
     LoadCase("RESP XADD, pipelined", "resp-xadd", 300_000, subs=0),
     LoadCase("RESP XREADGROUP+XACK, 1 consumer", "resp-consume", 300_000, subs=1),
+    LoadCase("RESP pub/sub 1:1, no patterns", "resp-pubsub", PATTERN_MSGS, subs=1),
     LoadCase(
         f"RESP publish with {PATTERNS:,} non-matching patterns",
         "resp-patterns",
-        10_000,
+        PATTERN_MSGS,
         subs=1,
         patterns=PATTERNS,
-        baseline="RESP pub/sub 1:1",
-        share="÷ zero-pattern rate",
+        baseline="RESP pub/sub 1:1, no patterns",
+        share="÷ zero-pattern rate, same size",
         share_format=".4f",
     ),
 )

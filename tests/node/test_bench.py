@@ -551,7 +551,8 @@ def test_compare_resp_table_shows_both_servers_the_ratio_and_the_pattern_cost() 
     assert "| RESP fan-out 1→10, 200,000 msgs: deliveries/s | 10 | 20 | 0.50 |" in table
     patterns = "| RESP publish with 10,000 non-matching patterns, 10,000 msgs:"
     assert f"{patterns} msgs/s | 10 | 0 | 20.00 |" in table
-    assert f"{patterns} ÷ zero-pattern rate | 1.0000 | 0.0250 | — |" in table
+    assert f"{patterns} ÷ zero-pattern rate, same size | 1.0000 | 0.0250 | — |" in table
+    assert "| RESP pub/sub 1:1, no patterns, 10,000 msgs: msgs/s |" in table
     assert "\na note\n" in table
     assert table.index("| pub/sub 1:1, 800,000") < table.index("RESP: pubmesh")
 
