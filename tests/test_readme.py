@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.config import from_mapping, load
+from node.config import Config, from_mapping, load
 from tests.certs import make_certs
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -33,7 +33,7 @@ def test_readme_configuration_loads(
 ) -> None:
     monkeypatch.chdir(certificates)
     config = from_mapping(tomllib.loads(text))
-    assert config.server_name or config.tls is not None
+    assert config != Config()  # (it said something)
 
 
 @pytest.mark.parametrize("text", NATS_CONFIGS)
