@@ -19,8 +19,8 @@ import trio
 from node.config import Config, RedisConfig, StreamConfig
 from node.launch import NodeHandle
 from tests.cluster.clients import W, connect, eventually, until
-from tests.cluster.test_real_gateways import GATEWAYS, ROUTES, knows, linked, url
-from tests.node.conftest import in_asyncio, start_node
+from tests.cluster.test_real_gateways import knows, start_supercluster
+from tests.node.conftest import in_asyncio
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,18 +34,7 @@ def client(node: NodeHandle) -> redis.asyncio.Redis:
 
 async def start(nursery: trio.Nursery) -> tuple[NodeHandle, NodeHandle, NodeHandle]:
     """e1 (holding the stream), e2 and w1, once every link is up and west knows the interest."""
-    e1 = await start_node(
-        nursery, BASE.evolve(server_name="e1", cluster=ROUTES, gateway=GATEWAYS, streams=(EVENTS,))
-    )
-    e2 = await start_node(
-        nursery,
-        BASE.evolve(
-            server_name="e2", cluster=ROUTES.evolve(seeds=(url(e1.cluster_port),)), gateway=GATEWAYS
-        ),
-    )
-    west = GATEWAYS.evolve(name="west", gateways=(("east", (url(e1.gateway_port),)),))
-    w1 = await start_node(nursery, BASE.evolve(server_name="w1", gateway=west))
-    await until(lambda: linked(e1, "west") and linked(e2, "west") and linked(w1, "east", inbound=2))
+    e1, e2, w1 = await start_supercluster(nursery, BASE, e1_config=BASE.evolve(streams=(EVENTS,)))
     await until(lambda: bool(e2.server.broker.route_interest.match_remote("$G", "orders.x").links))
     await until(knows(w1, "orders.x"))
     await until(knows(w1, "$R.00"))

@@ -35,11 +35,13 @@ def url(port: int | None) -> str:
 
 
 async def start_supercluster(
-    nursery: trio.Nursery, node_config: Config | None = None
+    nursery: trio.Nursery, node_config: Config | None = None, *, e1_config: Config | None = None
 ) -> tuple[NodeHandle, NodeHandle, NodeHandle]:
-    """Nodes e1 and e2 (cluster east) and w1 (cluster west), once every gateway link is up."""
+    """Nodes e1 and e2 (cluster east) and w1 (cluster west), once every gateway link is up; e1 may
+    have a configuration of its own (``e1_config``), the others have ``node_config``."""
     base = node_config or Config()
-    e1 = await start_node(nursery, base.evolve(server_name="e1", cluster=ROUTES, gateway=GATEWAYS))
+    first = e1_config or base
+    e1 = await start_node(nursery, first.evolve(server_name="e1", cluster=ROUTES, gateway=GATEWAYS))
     e2 = await start_node(
         nursery,
         base.evolve(
