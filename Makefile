@@ -13,11 +13,11 @@ $(BIN)/python:
 
 # The publish path is compiled (see setup.py): edits to those modules need a rebuild, so the install
 # step depends on every source file of the packages.
-SOURCES := $(wildcard routing/*.py transport/*.py node/*.py node/protocol/*.py node/resp/*.py cluster/*.py)
+SOURCES := $(wildcard routing/*.py transport/*.py node/*.py node/protocol/*.py node/resp/*.py cluster/*.py pipeline/*.py)
 
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(SOURCES)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 lint: $(STAMP)
@@ -47,5 +47,5 @@ run: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks
-	find routing transport node cluster -name '*.so' -delete
+	find routing transport node cluster pipeline -name '*.so' -delete
 	rm -f *__mypyc*.so

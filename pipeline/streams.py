@@ -1,0 +1,173 @@
+"""Stream reads and writes over RESP, independent of Spark: ID ranges split into slices, paged XRANGE
+reads of one slice, and staged writes that reach the target stream only on commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+import attrs
+
+from pipeline.options import MAX_SEQ, Endpoint, OptionError, StreamId
+from pipeline.resp import ProtocolError, Reply, RespClient
+
+Fields = list[tuple[bytes, bytes]]
+LAST = StreamId(MAX_SEQ, MAX_SEQ)
+
+
+@attrs.frozen
+class Slice:
+    """Entries of one stream with ``first <= ID <= last``: what one partition reads."""
+
+    stream: str
+    first: StreamId
+    last: StreamId
+
+
+def _bytes(reply: Reply) -> bytes:
+    if not isinstance(reply, bytes):
+        raise ProtocolError(f"expected a string, got {reply!r}")
+    return reply
+
+
+def _array(reply: Reply) -> list[Reply]:
+    if not isinstance(reply, list):
+        raise ProtocolError(f"expected an array, got {reply!r}")
+    return reply
+
+
+def _entries(reply: Reply) -> list[tuple[bytes, Fields]]:
+    """XRANGE's reply: ``[[id, [field, value, ...]], ...]``."""
+    out = []
+    for entry in _array(reply):
+        entry_id, flat = _array(entry)
+        items = [_bytes(item) for item in _array(flat)]
+        out.append((_bytes(entry_id), list(zip(items[::2], items[1::2], strict=True))))
+    return out
+
+
+def check_stream(client: RespClient, stream: str) -> None:
+    kind = client.call("TYPE", stream)
+    if kind == b"none":
+        raise OptionError("stream", f"no stream {stream!r} on the server")
+    if kind != b"stream":
+        raise OptionError("stream", f"{stream!r} holds a {kind!r}, not a stream")
+
+
+def plan(client: RespClient, stream: str, first: StreamId, last: StreamId, parts: int) -> list[Slice]:
+    """Up to ``parts`` slices covering the entries of ``stream`` in ``[first, last]``, split by
+    millisecond between the first and last entry actually present (so slices are not spent on the
+    empty range before a stream's first entry)."""
+    head = _entries(client.call("XRANGE", stream, str(first), str(last), "COUNT", 1))
+    tail = _entries(client.call("XREVRANGE", stream, str(last), str(first), "COUNT", 1))
+    if not head:
+        return []
+    lo, hi = StreamId.parse(head[0][0].decode()), StreamId.parse(tail[0][0].decode())
+    span = hi.ms - lo.ms + 1
+    cuts = sorted({lo.ms + span * i // parts for i in range(1, parts)} - {lo.ms})
+    starts = [lo, *(StreamId(ms, 0) for ms in cuts)]
+    ends = [*(StreamId(ms - 1, MAX_SEQ) for ms in cuts), hi]
+    return [Slice(stream, a, b) for a, b in zip(starts, ends, strict=True)]
+
+
+def read_slice(client: RespClient, part: Slice, page: int) -> Iterator[tuple[bytes, Fields]]:
+    """The slice's entries in ID order, ``page`` at a time (the next page starts after the last ID)."""
+    start = str(part.first)
+    while True:
+        batch = _entries(client.call("XRANGE", part.stream, start, str(part.last), "COUNT", page))
+        yield from batch
+        if len(batch) < page:
+            return
+        start = "(" + batch[-1][0].decode()
+
+
+STAGING = "{stream}:pubmesh-write:{job}"
+"""Prefix of the staging streams of one write job (``job`` is a fresh UUID), beside the target."""
+
+BATCH = 500
+"""XADDs sent per round trip."""
+
+
+def _xadds(key: str, rows: Iterable[Fields]) -> Iterator[list[str | bytes]]:
+    for fields in rows:
+        if not fields:
+            raise ValueError("a row whose columns are all null (or an empty fields map) has no fields")
+        yield ["XADD", key, "*", *(item for pair in fields for item in pair)]
+
+
+def _send(client: RespClient, commands: Iterable[list[str | bytes]]) -> int:
+    sent, batch = 0, []
+    for command in commands:
+        batch.append(command)
+        if len(batch) == BATCH:
+            client.pipeline(batch)
+            sent, batch = sent + len(batch), []
+    if batch:
+        client.pipeline(batch)
+    return sent + len(batch)
+
+
+@attrs.frozen
+class StagedWrite:
+    """One write job: tasks append to staging streams of their own; the driver's commit appends each
+    partition's staging stream to the target, in partition order, and drops all staging streams.
+
+    A task attempt stages under its own key (partition and attempt number), so a retried or
+    speculative attempt never mixes with an earlier one; the driver commits only the attempts Spark
+    reports as successful, and drops the rest.
+    """
+
+    endpoint: Endpoint
+    stream: str
+    job: str
+
+    @property
+    def prefix(self) -> str:
+        return STAGING.format(stream=self.stream, job=self.job)
+
+    def stage(self, partition: int, attempt: int, rows: Iterable[Fields]) -> tuple[str, int]:
+        key = f"{self.prefix}:{partition}:{attempt}"
+        with self.endpoint.connect() as client:
+            client.call("DEL", key)
+            return key, _send(client, _xadds(key, rows))
+
+    def commit(self, staged: Iterable[str]) -> None:
+        with self.endpoint.connect() as client:
+            for key in staged:
+                entries = read_slice(client, Slice(key, StreamId(0, 0), LAST), BATCH)
+                _send(client, _xadds(self.stream, (fields for _, fields in entries)))
+                client.call("DEL", key)
+            self._drop(client)
+
+    def abort(self) -> None:
+        with self.endpoint.connect() as client:
+            self._drop(client)
+
+    def _drop(self, client: RespClient) -> None:
+        """Delete every staging stream of this job, including those of failed attempts."""
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
+        cursor = b"0"
+        while True:
+            next_cursor, found = _array(client.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000))
+            cursor, keys = _bytes(next_cursor), [_bytes(key) for key in _array(found)]
+            if keys:
+                client.call("DEL", *keys)
+            if cursor == b"0":
+                return
+
+
+def field_pairs(row: Mapping[str, object]) -> Fields:
+    """A row as entry fields: a ``fields`` map is spread out, other columns become fields; values are
+    strings (bytes kept as they are), nulls are left out."""
+    pairs: Fields = []
+    for name, value in row.items():
+        if name == "fields" and isinstance(value, Mapping):
+            pairs.extend((_text(k), _text(v)) for k, v in value.items() if v is not None)
+        elif value is not None:
+            pairs.append((name.encode(), _text(value)))
+    return pairs
+
+
+def _text(value: object) -> bytes:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    return str(value).encode()
