@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import (
@@ -40,7 +40,7 @@ from pyspark.sql.types import (
 )
 
 from pipeline.options import OptionError, ReadOptions, StreamId, read_options, write_options
-from pipeline.streams import Slice, StagedWrite, check_stream, field_pairs, plan, read_slice
+from pipeline.streams import Slice, StagedWrite, check_stream, field_pairs, plan, read_pages
 
 
 def _schema(binary: bool) -> StructType:
@@ -104,22 +104,51 @@ class PubmeshReader(DataSourceReader):
         # Spark wants at least one partition, even for a range with nothing in it.
         return [SlicePartition(part) for part in parts] or [SlicePartition(None)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """One Arrow batch per XRANGE page: Spark takes columns several times faster than rows."""
         assert isinstance(partition, SlicePartition)
         part = partition.part
         if part is None:
             return
-        binary = self.options.binary
+        schema = _arrow_schema(self.options.binary)
         with self.options.endpoint.connect() as client:
-            for entry_id, pairs in read_slice(client, part, self.options.page):
-                text = entry_id.decode()
-                ms = StreamId.parse(text).ms
-                when = datetime.fromtimestamp(ms / 1000, tz=UTC)
-                fields = {
-                    k.decode(errors="replace"): v if binary else v.decode(errors="replace")
-                    for k, v in pairs
-                }
-                yield part.stream, text, when, fields
+            for page in read_pages(client, part, self.options.page):
+                ids = [entry_id.decode() for entry_id, _ in page]
+                offsets = [0]
+                for _, pairs in page:
+                    offsets.append(offsets[-1] + len(pairs))
+                names = _text([k for _, pairs in page for k, _ in pairs])
+                raw = [v for _, pairs in page for _, v in pairs]
+                values = pa.array(raw, pa.binary()) if self.options.binary else _text(raw)
+                columns = [
+                    pa.array([part.stream] * len(page), pa.string()),
+                    pa.array(ids, pa.string()),
+                    pa.array([StreamId.parse(i).ms * 1000 for i in ids], schema.field("timestamp").type),
+                    pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), names, values),
+                ]
+                yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _text(items: list[bytes]) -> pa.Array:
+    """UTF-8 strings as Spark strings; anything else decoded with replacement characters."""
+    try:
+        return pa.array(items, pa.binary()).cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([item.decode(errors="replace") for item in items], pa.string())
+
+
+def _arrow_schema(binary: bool) -> pa.Schema:
+    value = pa.binary() if binary else pa.string()
+    return pa.schema(
+        [
+            pa.field("stream", pa.string(), nullable=False),
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+            pa.field(
+                "fields", pa.map_(pa.string(), pa.field("value", value, nullable=False)), nullable=False
+            ),
+        ]
+    )
 
 
 @dataclasses.dataclass

@@ -69,12 +69,13 @@ def plan(client: RespClient, stream: str, first: StreamId, last: StreamId, parts
     return [Slice(stream, a, b) for a, b in zip(starts, ends, strict=True)]
 
 
-def read_slice(client: RespClient, part: Slice, page: int) -> Iterator[tuple[bytes, Fields]]:
+def read_pages(client: RespClient, part: Slice, page: int) -> Iterator[list[tuple[bytes, Fields]]]:
     """The slice's entries in ID order, ``page`` at a time (the next page starts after the last ID)."""
     start = str(part.first)
     while True:
         batch = _entries(client.call("XRANGE", part.stream, start, str(part.last), "COUNT", page))
-        yield from batch
+        if batch:
+            yield batch
         if len(batch) < page:
             return
         start = "(" + batch[-1][0].decode()
@@ -133,8 +134,8 @@ class StagedWrite:
     def commit(self, staged: Iterable[str]) -> None:
         with self.endpoint.connect() as client:
             for key in staged:
-                entries = read_slice(client, Slice(key, StreamId(0, 0), LAST), BATCH)
-                _send(client, _xadds(self.stream, (fields for _, fields in entries)))
+                pages = read_pages(client, Slice(key, StreamId(0, 0), LAST), BATCH)
+                _send(client, _xadds(self.stream, (fields for page in pages for _, fields in page)))
                 client.call("DEL", key)
             self._drop(client)
 
