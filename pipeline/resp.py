@@ -1,9 +1,9 @@
 """A small blocking RESP2 client: a sans-I/O codec (``encode`` and ``Parser``) and ``RespClient``.
 
 Spark executors import this module in their own Python workers, so it needs nothing beyond the standard
-library (redis-py is only a development dependency of this project, and the ``spark`` extra stays
-PySpark and pyarrow). The pipeline needs a handful of commands (AUTH, SELECT, TYPE, XRANGE, XREVRANGE,
-XADD, DEL, SCAN), all with plain RESP2 replies, and pipelining for bulk XADD.
+library and attrs (redis-py is only a development dependency of this project, and the ``spark``
+extra stays PySpark and pyarrow). The pipeline needs a handful of commands (AUTH, SELECT, TYPE, XRANGE,
+XREVRANGE, XADD, DEL, SCAN), all with plain RESP2 replies, and pipelining for bulk XADD.
 """
 
 from __future__ import annotations
