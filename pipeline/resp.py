@@ -71,6 +71,8 @@ class Parser:
             reply, pos = self._parse(self._pos)
         except IndexError:
             return Incomplete.INCOMPLETE
+        except ValueError as error:
+            raise ProtocolError(f"a malformed length or integer: {error}") from None
         self._pos = pos
         return reply
 

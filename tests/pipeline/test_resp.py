@@ -34,9 +34,10 @@ def test_parser_decodes_every_reply_type_fed_one_byte_at_a_time() -> None:
     ]
 
 
-def test_parser_refuses_what_is_not_resp2() -> None:
+@pytest.mark.parametrize("wire", [b"!oops\r\n", b"$x\r\n", b":1.5\r\n"])
+def test_parser_refuses_what_is_not_resp2(wire: bytes) -> None:
     parser = Parser()
-    parser.feed(b"!oops\r\n")
+    parser.feed(wire)
     with pytest.raises(ProtocolError):
         parser.next_reply()
 
