@@ -149,7 +149,7 @@ def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
     the caller's.)
     """
     last = 0 if stream is None else stream.last_id
-    if len(arg) <= _MAX_ARG:
+    if arg != b"*" and len(arg) <= _MAX_ARG:  # (the common ``*`` is left as it is: no split)
         arg = arg.split(b"\0", 1)[0]  # the C string ends at the first NUL
     if arg == b"*":
         if last == MAX_ID:
