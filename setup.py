@@ -38,6 +38,7 @@ HOT_PATH = [
     "node/resp/parser.py",
     "node/resp/writer.py",
     "node/resp/connection.py",
+    "node/keyspace.py",
     "node/streams/ids.py",
     "node/streams/stream.py",
     "node/streams/groups.py",

@@ -189,6 +189,8 @@ class RespConnection(Outbox):
         """Shard channel subscriptions (SSUBSCRIBE): the same namespace, acknowledged apart."""
         self.patterns: dict[bytes, None] = {}
         self.db = 0
+        self._database: Database | None = None
+        self._database_of = self.account  # the account _database belongs to
         self.options: dict[str, Any] = {"name": "", "lang": "", "version": ""}
         """CLIENT SETNAME and SETINFO, shown by /connz as a NATS client's CONNECT fields are."""
         self._reply_off = self._skip = self._skip_next = False
@@ -475,7 +477,12 @@ class RespConnection(Outbox):
     @property
     def database(self) -> Database:
         """The selected database of the connection's account."""
-        return self.broker.keyspaces.database(self.account.name, self.db)
+        db = self._database
+        if db is None or db.index != self.db or self._database_of is not self.account:
+            # (looked up again whenever SELECT, AUTH, RESET or a replayed record changed either)
+            db = self._database = self.broker.keyspaces.database(self.account.name, self.db)
+            self._database_of = self.account
+        return db
 
     def log_write(self, args: list[bytes]) -> None:
         """Record a change to the keys as the command that repeats it (when the node keeps a

@@ -26,6 +26,16 @@ if TYPE_CHECKING:
 HistoryEntry = tuple[int, list[bytes] | None]
 
 
+def _without(pending: SortedDict[int, Nack], gone: dict[int, Nack]) -> SortedDict[int, Nack]:
+    """``pending`` less the keys of ``gone``: removed one by one when they are few, else a new PEL
+    built from what is left (one sort in C instead of a bisect and a list deletion per key)."""
+    if len(gone) * 8 < len(pending):
+        for entry_id in gone:
+            del pending[entry_id]
+        return pending
+    return SortedDict({k: pending[k] for k in pending if k not in gone})
+
+
 class Nack:
     __slots__ = ("consumer", "delivery_count", "delivery_time")
 
@@ -121,6 +131,8 @@ class ConsumerGroup:
         """
         consumer = self._resolve(consumer, now)
         entries = stream.after(self.last_id, count)
+        fresh: dict[int, Nack] = {}
+        pel = self.pel
         for entry_id, _ in entries:
             if self.entries_read is not None and not stream.range_has_tombstones(entry_id):
                 self.entries_read += 1
@@ -129,15 +141,20 @@ class ConsumerGroup:
             self.last_id = entry_id
             if noack:
                 continue
-            nack = self.pel.get(entry_id)
+            nack = pel.get(entry_id)
             if nack is None:
-                nack = self.pel[entry_id] = Nack(consumer, now)
-            else:
-                del nack.consumer.pending[entry_id]
-                nack.consumer = consumer
-                nack.delivery_time = now
-                nack.delivery_count = 1
+                fresh[entry_id] = Nack(consumer, now)
+                continue
+            del nack.consumer.pending[entry_id]
+            nack.consumer = consumer
+            nack.delivery_time = now
+            nack.delivery_count = 1
             consumer.pending[entry_id] = nack
+        if fresh:
+            # (one update per PEL: a batch of increasing IDs is merged in C, not bisected one by one)
+            pel.update(fresh)
+            consumer.pending.update(fresh)
+        if entries and not noack:
             consumer.active_time = now
         return entries
 
@@ -167,13 +184,21 @@ class ConsumerGroup:
 
     def ack(self, ids: Iterable[int]) -> int:
         """XACK: how many of ``ids`` were pending (duplicates count once)."""
-        acked = 0
+        pel = self.pel
+        gone: dict[int, Nack] = {}
         for entry_id in ids:
-            nack = self.pel.pop(entry_id, None)
+            nack = pel.get(entry_id)
             if nack is not None:
-                del nack.consumer.pending[entry_id]
-                acked += 1
-        return acked
+                gone[entry_id] = nack
+        if not gone:
+            return 0
+        self.pel = _without(pel, gone)
+        owners: dict[Consumer, dict[int, Nack]] = {}
+        for entry_id, nack in gone.items():
+            owners.setdefault(nack.consumer, {})[entry_id] = nack
+        for owner, theirs in owners.items():
+            owner.pending = _without(owner.pending, theirs)
+        return len(gone)
 
     # ----------------------------------------------------------------- XPENDING
 

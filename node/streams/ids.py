@@ -93,7 +93,8 @@ def _strtoull(text: bytes) -> int | None:
 def _parse(arg: bytes, missing_seq: int, *, strict: bool) -> int:
     if len(arg) > _MAX_ARG:
         raise StreamError(INVALID_ID)
-    arg = arg.split(b"\0", 1)[0]  # the C string ends at the first NUL
+    if b"\0" in arg:  # the C string ends at the first NUL
+        arg = arg.split(b"\0", 1)[0]
     if arg == b"-":
         if strict:
             raise StreamError(INVALID_ID)
@@ -149,8 +150,8 @@ def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
     the caller's.)
     """
     last = 0 if stream is None else stream.last_id
-    if len(arg) <= _MAX_ARG:
-        arg = arg.split(b"\0", 1)[0]  # the C string ends at the first NUL
+    if len(arg) <= _MAX_ARG and b"\0" in arg:  # the C string ends at the first NUL
+        arg = arg.split(b"\0", 1)[0]
     if arg == b"*":
         if last == MAX_ID:
             raise StreamError(XADD_EXHAUSTED)

@@ -159,15 +159,27 @@ def _push(arr: array[int], value: int) -> array[int]:
     return arr
 
 
-def _encode(out: bytearray, items: Iterable[bytes]) -> None:
-    """Append each item with a LEB128 length prefix."""
-    for item in items:
+def _encode(out: bytearray, items: Sequence[bytes], start: int = 0, step: int = 1) -> int:
+    """Append ``items[start::step]``, each with a LEB128 length prefix; return their size in a
+    listpack (``_lp_string``), which the block's size counts."""
+    size = 0
+    for i in range(start, len(items), step):
+        item = items[i]
+        size += _lp_string(item)
         n = len(item)
         while n >= 0x80:
             out.append((n & 0x7F) | 0x80)
             n >>= 7
         out.append(n)
         out += item
+    return size
+
+
+def _same_fields(fields: tuple[bytes, ...], pairs: Sequence[bytes]) -> bool:
+    """Whether the field names of ``pairs`` (field, value, ...) are ``fields``."""
+    if len(pairs) != 2 * len(fields):
+        return False
+    return all(pairs[2 * k] == field for k, field in enumerate(fields))
 
 
 def _decode(data: bytearray | bytes, pos: int, end: int) -> list[bytes]:
@@ -232,14 +244,14 @@ class Stream:
 
     def add(self, entry_id: int, pairs: Sequence[bytes]) -> None:
         """Append an entry; the caller has checked ``entry_id > last_id`` (``parse_add_id``)."""
-        fields = tuple(pairs[0::2])
         block = self._blocks[-1] if self._blocks else None
         if block is not None and self._full(block, pairs):
             block.seal()
             block = None
         if block is None:
-            if self._blocks and self._blocks[-1].fields == fields:
-                fields = self._blocks[-1].fields  # share equal master fields between blocks
+            last = self._blocks[-1].fields if self._blocks else ()
+            # (equal master fields are shared between blocks)
+            fields = last if _same_fields(last, pairs) else tuple(pairs[0::2])
             block = _Block(entry_id, fields)
             self._blocks.append(block)
             self._firsts.append(entry_id)
@@ -253,20 +265,17 @@ class Stream:
         # flags, the two ID deltas, the element count and the field count if any, as in a listpack
         seq_delta = ((entry_id & U64) - (block.first & U64)) & U64  # as int64 in the listpack
         size = 2 + _lp_int(ms_delta) + _lp_int(seq_delta - (seq_delta >> 63 << 64))
-        if fields == block.fields:
+        if _same_fields(block.fields, pairs):
             flags = _SAMEFIELDS
-            stored = pairs[1::2]
-            size += _lp_int(len(stored) + 3)
+            size += _lp_int(len(pairs) // 2 + 3) + _encode(data, pairs, 1, 2)
         else:
-            stored = pairs
-            size += _lp_int(len(pairs) // 2) + _lp_int(len(pairs) + 4)
-        _encode(data, stored)
+            size += _lp_int(len(pairs) // 2) + _lp_int(len(pairs) + 4) + _encode(data, pairs)
         block.ms = _push(block.ms, ms_delta)
         block.seq = _push(block.seq, entry_id & U64)
         block.offsets = _push(block.offsets, start)
         block.flags.append(flags)
         block.live += 1
-        block.size += size + sum(map(_lp_string, stored))
+        block.size += size
         self.length += 1
         self.entries_added += 1
         self.last_id = entry_id
@@ -278,7 +287,10 @@ class Stream:
         if max_bytes <= 0 or max_bytes > _MAX_NODE_BYTES:
             max_bytes = _MAX_NODE_BYTES
         deleted = len(block.flags) - block.live
-        if block.size + _lp_int(block.live) + _lp_int(deleted) + sum(map(len, pairs)) >= max_bytes:
+        adding = 0
+        for item in pairs:
+            adding += len(item)
+        if block.size + _lp_int(block.live) + _lp_int(deleted) + adding >= max_bytes:
             return True
         return bool(self.node_max_entries) and len(block.flags) >= self.node_max_entries
 

@@ -640,3 +640,23 @@ def test_history_count_not_positive_is_unlimited() -> None:
     assert len(group.read_history(stream, b"a", 0, -1, 0)) == 3
     assert len(group.read_history(stream, b"a", 0, 0, 0)) == 3
     assert group.read_history(stream, b"a", MAX_ID, None, 0) == []
+
+
+@pytest.mark.timeout(10)
+def test_acks_of_a_few_and_of_most_leave_the_same_pels() -> None:
+    """XACK drops a few NACKs in place and rebuilds PELs it mostly empties: both read the same."""
+    stream = stream_of(*range(1, 41))
+    stream.create_group(b"g", 0, None)
+    group = stream.groups[b"g"]
+    alice = group.consumer(b"alice", 1)
+    bob = group.consumer(b"bob", 1)
+    group.read_new(stream, alice, 20, False, 1)
+    group.read_new(stream, bob, 20, False, 2)
+    assert group.ack([make_id(3, 0), make_id(3, 0), make_id(25, 0), make_id(99, 0)]) == 2  # in place
+    assert group.ack([make_id(ms, 0) for ms in range(1, 21) if ms != 7]) == 18  # alice rebuilt
+    assert list(alice.pending) == [make_id(7, 0)]
+    assert list(bob.pending) == [make_id(ms, 0) for ms in range(21, 41) if ms != 25]
+    assert list(group.pel) == [make_id(7, 0), *bob.pending]
+    assert all(group.pel[i] is bob.pending[i] for i in bob.pending)
+    assert group.ack(list(group.pel)) == 20
+    assert (len(group.pel), len(alice.pending), len(bob.pending)) == (0, 0, 0)
