@@ -19,7 +19,17 @@ settings.register_profile("thorough", parent=settings.get_profile("default"), ma
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-PACKAGE_DIRS = ("routing", "transport", "node", "node/protocol", "node/resp", "cluster", "pipeline")
+PACKAGE_DIRS = (
+    "routing",
+    "transport",
+    "node",
+    "node/protocol",
+    "node/resp",
+    "node/streams",
+    "node/store",
+    "cluster",
+    "pipeline",
+)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
