@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 import trio
 
 from node.config import Config, RedisConfig
-from tests.live import free_port
+from tests.live import redis_server_process
 from tests.node.conftest import start_node
 
 pytestmark = [
@@ -194,32 +192,8 @@ def play(port: int, steps: list[Step]) -> Iterator[tuple[int, bytes, bytes]]:
 
 @pytest.fixture(scope="module")
 def redis_port() -> Iterator[int]:
-    port = free_port()
-    args = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
+    with redis_server_process() as port:
         yield port
-    finally:
-        process.kill()
-        process.wait(10)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

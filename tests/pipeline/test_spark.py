@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gc
 import shutil
-import subprocess
-import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -15,7 +13,7 @@ import redis
 
 from pipeline.options import Endpoint, StreamId
 from pipeline.streams import StagedWrite
-from tests.live import LiveNode, free_port
+from tests.live import LiveNode, free_port, redis_server_process
 from tests.pipeline.conftest import needs_spark
 
 if TYPE_CHECKING:
@@ -165,33 +163,8 @@ def test_a_failed_attempts_staged_rows_are_never_committed(node: LiveNode) -> No
 def redis_server() -> Iterator[int]:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
-    port = free_port()
-    args = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    process = subprocess.Popen([*args, "--requirepass", "sesame"], stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client(port, password="sesame").ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    with redis_server_process("--requirepass", "sesame") as port:
         yield port
-    finally:
-        process.kill()
-        process.wait(20)
 
 
 @needs_spark
