@@ -148,6 +148,9 @@ class Broker:
         for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
             self.account(name)
         self.clients: dict[int, Client] = {}
+        self.connect_urls: list[str] = []
+        """Where clients may connect across the cluster: INFO's ``connect_urls`` (the server keeps
+        it as route peers come and go; empty on a node alone)."""
         self.congested: set[Consumer] = set()
         """Consumers past their stall threshold since the last producer paused for them."""
         self.closed: collections.deque[Client] = collections.deque(maxlen=CLOSED_KEPT)

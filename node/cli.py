@@ -26,12 +26,14 @@ from node.config import (
     ConfigError,
     RedisConfig,
     UserConfig,
+    check_lame_duck,
     check_tls,
     check_urls,
     load,
     reconcile_names,
 )
-from node.launch import run_node
+from node.launch import NodeHandle, run_node
+from node.natsconf import parse_duration
 from node.store import StoreError
 from transport.tls import TlsConfig
 
@@ -83,6 +85,19 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--routes", help="comma-separated route URLs to dial (seeds)")
     p.add_argument("--cluster_name", help="the cluster's name (all its nodes must agree)")
     p.add_argument("--cluster_advertise", help="the route URL to give peers")
+    p.add_argument(
+        "--no_advertise", action="store_true",
+        help="give clients no URLs of the cluster's nodes, nor peers this node's",
+    )  # fmt: skip
+    p.add_argument("--client_advertise", metavar="HOST:PORT", help="the client URL to advertise")
+    p.add_argument(
+        "--lame_duck_duration", type=_duration, metavar="DURATION",
+        help="time over which lame duck mode (SIGUSR2) closes clients (default: 2m)",
+    )  # fmt: skip
+    p.add_argument(
+        "--lame_duck_grace_period", type=_duration, metavar="DURATION",
+        help="wait before lame duck mode starts closing clients (default: 10s)",
+    )  # fmt: skip
     p.add_argument("--gateway_name", help="this cluster's name among gateways")
     p.add_argument(
         "--gateway_listen", "--gateway", dest="gateway_listen", metavar="URL",
@@ -121,7 +136,8 @@ def serve_config(args: argparse.Namespace) -> Config:
         key: getattr(args, key)
         for key in (
             *("host", "port", "server_name", "http_port", "https_port", "max_payload"),
-            *("store_dir", "appendfsync"),
+            *("store_dir", "appendfsync", "client_advertise"),
+            *("lame_duck_duration", "lame_duck_grace_period"),
         )
         if getattr(args, key) is not None
     }
@@ -153,6 +169,8 @@ def serve_config(args: argparse.Namespace) -> Config:
         if args.cluster_advertise:
             cluster = attrs.evolve(cluster, advertise=args.cluster_advertise)
         changes["cluster"] = cluster
+    if args.no_advertise and cluster is not None:
+        changes["cluster"] = attrs.evolve(cluster, no_advertise=True)
     gateway = _gateway_flags(args, config.gateway)
     if gateway is not None:
         changes["gateway"] = gateway
@@ -167,7 +185,19 @@ def serve_config(args: argparse.Namespace) -> Config:
         changes["debug"] = True
     config = reconcile_names(config.evolve(**changes))
     check_tls(config, "command line")
+    check_lame_duck(config, "command line")
     return config
+
+
+def _duration(text: str) -> float:
+    """A duration flag: seconds, or Go's syntax (``30s``, ``2m``)."""
+    seconds = parse_duration(text)
+    if seconds is None:
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r}") from None
+    return seconds
 
 
 def _tls_flags(args: argparse.Namespace, tls: TlsConfig | None) -> TlsConfig | None:
@@ -222,11 +252,21 @@ def _configure_logging(config: Config) -> None:
 async def _serve(config: Config) -> None:
     async with trio.open_nursery() as nursery:
         handle = await nursery.start(run_node, config)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGUSR2) as signals:
+            nursery.start_soon(_stop_listening, handle, nursery.cancel_scope)
             async for signum in signals:
                 log.info("Trapped %r signal", signal.Signals(signum).name)
+                if signum == signal.SIGUSR2:
+                    handle.lame_duck()
+                    continue
                 handle.shutdown()
                 break
+
+
+async def _stop_listening(handle: NodeHandle, signals: trio.CancelScope) -> None:
+    """Stop waiting for signals once the node has stopped by itself (after lame duck mode)."""
+    await handle.finished.wait()
+    signals.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

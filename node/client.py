@@ -169,6 +169,10 @@ class ClientConnection(Outbox):
         self.tls_names: tuple[str, ...] = ()
         """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
+        self.info_updates = False
+        """Whether the client takes INFO updates: it asked (``protocol`` 1 in CONNECT), and has had
+        the PONG to its first PING, as nats-server requires (no INFO comes between the two)."""
+        self._ponged = False
         self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
         self.account: Account = broker.account(self.user.account if self.user else "$G")
         self.perms: PermissionSet | None = (
@@ -195,7 +199,8 @@ class ClientConnection(Outbox):
         self._send(w.info(self.info()))
 
     def info(self) -> dict[str, Any]:
-        fields = self.broker.identity()
+        broker = self.broker
+        fields = broker.identity()
         fields["headers"] = True
         fields["max_payload"] = self.broker.config.max_payload
         fields["client_id"] = self.cid
@@ -207,7 +212,18 @@ class ClientConnection(Outbox):
             fields["tls_required"] = True
             if tls.verify or tls.verify_and_map:
                 fields["tls_verify"] = True
+        if broker.connect_urls:
+            fields["connect_urls"] = broker.connect_urls
         return fields
+
+    def update_info(self, *, lame_duck: bool = False) -> None:
+        """Send the INFO again (its cluster's URLs changed, or the node is entering lame duck
+        mode), if this client takes updates."""
+        if self.info_updates and self.closing is None:
+            fields = self.info()
+            if lame_duck:
+                fields["ldm"] = True
+            self._send(w.info(fields))
 
     def receive_data(self, data: bytes) -> None:
         """Act on every complete operation in what the client sent so far."""
@@ -233,6 +249,8 @@ class ClientConnection(Outbox):
                 elif kind is Ping:
                     self.active_since_ping = True
                     self._send(w.PONG)
+                    if not self._ponged and self.connected:
+                        self._first_pong()
                 elif kind is Pong:
                     self.pings_out = 0
                     if self.last_ping_sent:
@@ -250,6 +268,16 @@ class ClientConnection(Outbox):
                 "Maximum Payload Violation": Reason.MAX_PAYLOAD,
             }.get(exc.message or "", Reason.PROTOCOL_VIOLATION)
             self._fail(exc.message, reason)
+
+    def _first_pong(self) -> None:
+        """After the first PONG, a client that takes INFO updates gets one at once: it may have
+        missed a change of the cluster since its greeting (nats-server's ``connect_info``)."""
+        self._ponged = True
+        if self.options.get("protocol", 0) >= 1:
+            self.info_updates = True
+            fields = self.info()
+            fields["connect_info"] = True
+            self._send(w.info(fields))
 
     def _sign_in_without_connect(self) -> bool:
         """Whether a client that must authenticate may start with something other than CONNECT:

@@ -73,8 +73,8 @@ _UNSUPPORTED = {
         "jetstream", "leafnodes", "leaf", "mqtt", "websocket", "ws", "operator", "operators",
         "resolver", "system_account", "system", "trusted", "trusted_keys", "mappings", "maps",
         "logfile", "log_file", "pidfile", "pid_file", "syslog", "remote_syslog", "logtime",
-        "logtime_utc", "lame_duck_duration", "lame_duck_grace_period", "trace_verbose",
-        "max_traced_msg_len", "prof_port", "ports_file_dir", "client_advertise", "http_base_path",
+        "logtime_utc", "trace_verbose",
+        "max_traced_msg_len", "prof_port", "ports_file_dir", "http_base_path",
         "connect_error_reports", "reconnect_error_reports", "server_tags", "no_header_support",
         "disable_sublist_cache", "max_sub_tokens", "ocsp", "proxy_protocol", "nkey", "nkeys",
         "imports", "exports", "allow_responses", "allowed_connection_types", "default_permissions",
@@ -192,6 +192,13 @@ class Config:
     rewrite_percentage: int = 100
     """Rewrite the append-only file when it has grown by this many percent (0: only on BGREWRITEAOF)."""
     rewrite_min_size: int = 64 * 1024 * 1024
+    client_advertise: str | None = None
+    """``host[:port]`` this node gives clients (in ``connect_urls``) and peers to give theirs;
+    by default the address it listens on."""
+    lame_duck_duration: float = 120.0
+    """Seconds over which lame duck mode closes the clients, the grace period included."""
+    lame_duck_grace_period: float = 10.0
+    """Seconds lame duck mode waits before it starts closing clients."""
 
     @property
     def auth_required(self) -> bool:
@@ -227,6 +234,9 @@ _SCALARS: dict[str, type | str] = {
     "appendfsync": str,
     "rewrite_percentage": int,
     "rewrite_min_size": _SIZE,
+    "client_advertise": str,
+    "lame_duck_duration": _DURATION,
+    "lame_duck_grace_period": _DURATION,
 }
 _ALIASES = {
     "listen": None,
@@ -359,7 +369,50 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             raise ConfigError(f"{where}: streams: {stream.name!r}: unknown account {stream.account!r}")
     config = Config(**fields, users=tuple(users), accounts=tuple(accounts), streams=streams)
     check_tls(config, where)
+    check_lame_duck(config, where)
     return config
+
+
+def check_lame_duck(config: Config, where: str) -> None:
+    """The client URL to advertise must be one, and lame duck mode's grace period must end
+    before its duration does (nats-server's rules; its 30 s least duration is not enforced).
+
+    Raises:
+        ConfigError: if not.
+    """
+    if config.client_advertise is not None:
+        parse_advertise(config.client_advertise, config.port, f"{where}: client_advertise")
+    if config.lame_duck_grace_period < 0 or config.lame_duck_duration <= 0:
+        raise ConfigError(f"{where}: lame duck duration and grace period cannot be negative")
+    if config.lame_duck_grace_period >= config.lame_duck_duration:
+        raise ConfigError(
+            f"{where}: lame_duck_grace_period ({config.lame_duck_grace_period:g}s) must be "
+            f"shorter than lame_duck_duration ({config.lame_duck_duration:g}s)"
+        )
+
+
+def parse_advertise(advertise: str, port: int, where: str = "client_advertise") -> tuple[str, int]:
+    """``host[:port]`` (or ``[ipv6]:port``), the port defaulting to ``port``, as nats-server reads
+    ``client_advertise``.
+
+    Raises:
+        ConfigError: no host, or a port that is not one.
+    """
+    text = advertise.strip().split("://", 1)[-1]
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.removeprefix(":")
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if port_text:
+        if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
+            raise ConfigError(f"{where}: bad port in {advertise!r}")
+        port = int(port_text)
+    if not host or any(c.isspace() or c in "/@" for c in host):
+        raise ConfigError(f"{where}: bad host in {advertise!r}")
+    return host, port
 
 
 _TLS_OPTIONS: dict[str, type | str] = {
@@ -424,6 +477,7 @@ _CLUSTER_OPTIONS: dict[str, tuple[str, type | str]] = {
     "max_pending": ("max_pending", _SIZE),
     "write_deadline": ("write_deadline", _DURATION),
     "max_accounts": ("max_accounts", int),
+    "no_advertise": ("no_advertise", bool),
 }
 
 

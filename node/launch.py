@@ -18,6 +18,7 @@ from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
 from node.assembly import Listeners, Node, assemble
 from node.config import Config
+from node.discovery import own_urls
 from node.server import Server
 
 __all__ = ["NodeHandle", "run_node"]
@@ -61,6 +62,10 @@ class NodeHandle:
         """Ask the node to stop; ``run_node`` returns once it has."""
         self.server.shutdown()
 
+    def lame_duck(self) -> None:
+        """Enter lame duck mode; ``run_node`` returns once every client has been moved away."""
+        self.node.lame_duck()
+
 
 async def run_node(
     config: Config, *, task_status: trio.TaskStatus[NodeHandle] = trio.TASK_STATUS_IGNORED
@@ -91,6 +96,7 @@ async def run_node(
         config = config.evolve(redis=config.redis.evolve(host=redis_host, port=redis_port))
     node = assemble(config)
     node.broker.port = port
+    node.set_client_urls(own_urls(config.host, port, config.client_advertise))
     handle = NodeHandle(
         node,
         config.host,
