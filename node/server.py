@@ -96,6 +96,8 @@ class Server:
         self.own_urls: tuple[str, ...] = ()
         """Where this node takes clients (``host:port``), as it advertises itself to them."""
         self._peer_urls: list[str] = []
+        self._clustered = False
+        """Whether peers ever advertised client URLs (only then does INFO carry the node's own)."""
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
         self.flusher = Flusher()
@@ -185,10 +187,11 @@ class Server:
                     client.update_info()
 
     def _set_connect_urls(self) -> bool:
-        """Work out INFO's ``connect_urls`` again: whether they changed. A node alone, or told
-        not to advertise, gives none; in lame duck mode, only the others'."""
+        """Work out INFO's ``connect_urls`` again: whether they changed. A node that never had
+        peers to advertise, or is told not to, gives none; in lame duck mode, only the others'."""
         cluster = self.config.cluster
-        if cluster is None or cluster.no_advertise:
+        self._clustered = self._clustered or bool(self._peer_urls)
+        if cluster is None or cluster.no_advertise or not self._clustered:
             urls = []
         else:
             urls = connect_urls(() if self.in_lame_duck else self.own_urls, self._peer_urls)
