@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 from typing import Any
 
 import nats
@@ -19,6 +20,7 @@ from cluster.config import ClusterConfig
 from node.config import Config
 from node.launch import NodeHandle
 from node.server import LAME_DUCK_MAX_PAUSE, LAME_DUCK_MIN_PAUSE, ClosingPace, closing_pace
+from routing import Message
 from tests.cluster.clients import Box, until
 from tests.live import live_node
 from tests.node.conftest import in_asyncio, start_node
@@ -27,7 +29,7 @@ from tests.node.infos import W, Watcher
 pytestmark = pytest.mark.timeout(60)
 
 ROUTES = ClusterConfig(name="ldm", host="127.0.0.1", port=0, ping_interval=0.5, ping_max=3)
-QUICK = {"lame_duck_duration": 1.0, "lame_duck_grace_period": 0.2}
+QUICK: dict[str, Any] = {"lame_duck_duration": 1.0, "lame_duck_grace_period": 0.2}
 
 
 def url(node: NodeHandle) -> str:
@@ -171,3 +173,72 @@ async def test_sigusr2_closes_every_client_and_the_process_exits_0() -> None:
             while node.process.poll() is None:  # noqa: ASYNC110 (a process announces nothing)
                 await trio.sleep(0.02)
         assert node.process.returncode == 0
+
+
+NODE_SCRIPT = """
+const { connect, Events } = require("nats");
+(async () => {
+  const nc = await connect({ servers: process.argv[1], reconnectTimeWait: 100 });
+  const sub = nc.subscribe("moved", { max: 1 });
+  await nc.flush();
+  console.log("ready");
+  for await (const s of nc.status()) {
+    const added = s.type === Events.Update ? s.data.added || [] : [];
+    if (added.length) console.log("discovered " + added);
+    if (s.type === Events.LDM) console.log("ldm");
+    if (s.type === Events.Reconnect) { console.log("reconnected " + s.data); break; }
+  }
+  for await (const m of sub) console.log("got " + new TextDecoder().decode(m.data));
+  await nc.close();
+})().catch((e) => { console.log("error " + e); process.exit(1); });
+"""
+
+
+def node_js_nats() -> bool:
+    """Whether Node.js finds npm's ``nats`` package (installed where ``NODE_PATH`` points)."""
+    try:
+        found = subprocess.run(["node", "-e", "require('nats')"], capture_output=True, timeout=W)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return found.returncode == 0
+
+
+@pytest.mark.skipif(not node_js_nats(), reason="needs node and npm's nats (NODE_PATH)")
+async def test_nats_js_discovers_hears_lame_duck_and_moves(nursery: trio.Nursery) -> None:
+    n1 = await start_node(nursery, Config(server_name="n1", cluster=ROUTES, **QUICK))
+    process = await trio.lowlevel.open_process(
+        ["node", "-e", NODE_SCRIPT, f"nats://{url(n1)}"], stdout=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    lines = LineReader(process.stdout)
+    try:
+        assert await lines.next() == "ready"
+        seeds = (f"nats://127.0.0.1:{n1.cluster_port}",)
+        n2 = await start_node(nursery, Config(server_name="n2", cluster=ROUTES.evolve(seeds=seeds)))
+        assert await lines.next() == f"discovered {url(n2)}"
+        n1.lame_duck()
+        assert await lines.next() == "ldm"
+        assert await lines.next() == f"reconnected {url(n2)}"
+        await until(lambda: n2.server.broker.clients != {})
+        n2.server.broker.publish(n2.server.broker.account("$G"), Message(b"moved", None, None, b"hi"))
+        assert await lines.next() == "got hi"
+        with trio.fail_after(W):
+            assert await process.wait() == 0
+    finally:
+        process.kill()
+        await process.wait()
+
+
+class LineReader:
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def next(self) -> str:
+        with trio.fail_after(W):
+            while b"\n" not in self.buffer:
+                chunk = await self.stream.receive_some()
+                assert chunk, f"the script ended: {self.buffer!r}"
+                self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode()
