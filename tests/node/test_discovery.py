@@ -38,6 +38,7 @@ from tests.cluster.clients import Box, free_port, settled, until
 from tests.cluster.impostor import Impostor, route_hello
 from tests.node.conftest import in_asyncio, start_node
 from tests.node.infos import W, Watcher
+from tests.node.test_monitor_redis import get_json
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -231,6 +232,14 @@ async def test_connect_urls_list_every_node_and_updates_follow_members(
     assert info["connect_urls"] == [url(n1), url(n3)]
     await alone.aclose()
     await late.aclose()
+
+
+async def test_varz_shows_the_connect_urls(nursery: trio.Nursery) -> None:
+    n1 = await start_node(nursery, Config(server_name="n1", cluster=ROUTES, http_port=0))
+    n2 = await start_member(nursery, "n2", seed=n1)
+    await meshed(n1, n2)
+    varz = await trio.to_thread.run_sync(get_json, n1, "/varz")
+    assert varz["connect_urls"] == [url(n1), url(n2)]
 
 
 async def test_nats_py_discovers_servers_as_they_join(nursery: trio.Nursery) -> None:
