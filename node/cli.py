@@ -219,18 +219,19 @@ async def _serve(args: argparse.Namespace, config: Config, logs: LogOutput) -> N
     watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
     try:
         with trio.open_signal_receiver(*watched) as signals:
-            files.write_pid(config.pid_file)
+            try:
+                files.write_pid(config.pid_file)
+            except OSError as exc:
+                raise StartupError(f"Could not write pidfile: {exc}") from exc
             async with trio.open_nursery() as nursery:
                 handle: NodeHandle = await nursery.start(run_node, config)
-                bound = Bound(
-                    handle.host,
-                    handle.port,
-                    handle.http_port,
-                    handle.cluster_port,
-                    handle.redis_port,
-                )
-                files.write_ports(config.ports_file_dir, ports_info(handle.node.config, bound))
-                reloader = Reloader(handle.node, config, partial(serve_config, args), logs, files, bound)
+                h = handle
+                bound = Bound(h.host, h.port, h.http_port, h.cluster_port, h.redis_port)
+                try:
+                    files.write_ports(config.ports_file_dir, ports_info(h.node.config, bound))
+                except OSError as exc:
+                    log.error("Error writing ports file: %s", exc)
+                reloader = Reloader(h.node, config, partial(_reread, args), logs, files, bound)
                 async for signum in signals:
                     log.info("Trapped %r signal", signal.Signals(signum).name)
                     if signum == signal.SIGHUP:
@@ -243,6 +244,13 @@ async def _serve(args: argparse.Namespace, config: Config, logs: LogOutput) -> N
                         break
     finally:
         files.remove()
+
+
+def _reread(args: argparse.Namespace) -> Config:
+    """The configuration again, for a reload: the file, with the command line's flags on top."""
+    if not args.config:
+        raise ConfigError("can only reload config when a file is provided using -c or --config")
+    return serve_config(args)
 
 
 def _reopen(logs: LogOutput) -> None:

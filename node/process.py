@@ -162,7 +162,7 @@ class ProcessFiles:
             OSError: it cannot be written.
         """
         if path is not None:
-            Path(path).write_text(str(os.getpid()))
+            _write(path, str(os.getpid()))
         if self.pid_file is not None and self.pid_file != path:
             _remove(self.pid_file)
         self.pid_file = path
@@ -176,7 +176,7 @@ class ProcessFiles:
         path = None
         if directory is not None:
             path = str(Path(directory) / f"{PROCESS_NAME}_{os.getpid()}.ports")
-            Path(path).write_text(json.dumps(ports, separators=(",", ":")))
+            _write(path, json.dumps(ports, separators=(",", ":")))
         if self.ports_file is not None and self.ports_file != path:
             _remove(self.ports_file)
         self.ports_file = path
@@ -186,6 +186,13 @@ class ProcessFiles:
             if path is not None:
                 _remove(path)
         self.pid_file = self.ports_file = None
+
+
+def _write(path: str, text: str) -> None:
+    """Write a whole file at once, so that a reader never sees it half written."""
+    part = f"{path}.{os.getpid()}.tmp"
+    Path(part).write_text(text)
+    os.replace(part, path)
 
 
 def _remove(path: str) -> None:
