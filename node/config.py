@@ -642,12 +642,12 @@ def _scalar(value: Any, kind: type | str, where: str) -> Any:
 
 
 def _host_port(value: Any, where: str) -> dict[str, Any]:
-    """``"host:port"`` or a bare port, as nats-server's ``listen`` accepts."""
+    """``"host:port"`` or a bare port, as nats-server's ``listen`` accepts (-1: a random port)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return {"host": "0.0.0.0", "port": value}
     if isinstance(value, str):
         host, sep, port = value.rpartition(":")
-        if sep and port.isdigit():
+        if sep and (port.isdigit() or port == str(RANDOM_PORT)):
             return {"host": host or "0.0.0.0", "port": int(port)}
     raise ConfigError(f"{where}: expected host:port, got {value!r}")
 

@@ -79,10 +79,15 @@ class NodeProcess:
         return self.process.wait(timeout=WAIT)
 
 
-def launch(folder: Path, *args: str) -> NodeProcess:
-    """Start a node on 127.0.0.1 on a random port (wait for it with ``ready``)."""
+LOCAL = ("-a", "127.0.0.1", "-p", "-1")
+"""127.0.0.1, a random port."""
+
+
+def launch(folder: Path, *args: str, where: tuple[str, ...] = LOCAL) -> NodeProcess:
+    """Start a node (wait for it with ``ready``): with ``where``'s flags, on 127.0.0.1 at a random
+    port unless told otherwise."""
     folder.mkdir(parents=True, exist_ok=True)
-    command = [*SERVE, "-a", "127.0.0.1", "-p", "-1", "-l", str(folder / "node.log")]
+    command = [*SERVE, *where, "-l", str(folder / "node.log")]
     command += ["-P", str(folder / "node.pid"), "--ports_file_dir", str(folder), *args]
     with open(folder / "stderr", "wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
