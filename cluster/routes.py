@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import trio
 
-from cluster.config import ClusterConfig
+from cluster.config import ClusterConfig, parse_url
 from cluster.connections import Dial, LinkManager
 from cluster.frames import (
     MAX_PEERS,
@@ -116,6 +116,8 @@ class RouteManager(LinkManager):
         self.url = config.advertise or f"nats://{config.host}:{config.port}"
         self.peers: dict[str, Peer] = {}
         self._dialing: set[tuple[str, Slot]] = set()
+        self._seeds: dict[str, trio.CancelScope] = {}
+        """The seeds being introduced to, each with what stops that."""
         self.gateways: GatewayDirectory | None = None
         """The node's gateways, if it has any: routes tell peers about them."""
         self.interest_listeners: list[Callable[[InterestChange], None]] = []
@@ -144,8 +146,37 @@ class RouteManager(LinkManager):
                 partial(trio.serve_listeners, self._accept, list(listeners), handler_nursery=nursery)
             )
             for seed in self.config.seeds:
-                nursery.start_soon(self._seed, seed)
+                self._start_seed(seed)
             task_status.started()
+
+    def set_seeds(self, seeds: Sequence[str]) -> None:
+        """Take a new list of seeds (a configuration reload): introduce this node to the new ones,
+        and for those gone, stop and close the connections to the node at that address, as
+        nats-server closes a route removed from its configuration. (A peer still configured with
+        this node as its own seed, or met through gossip, may connect again.)"""
+        self.config = self.config.evolve(seeds=tuple(seeds))
+        for url in [u for u in self._seeds if u not in seeds]:
+            self._seeds.pop(url).cancel()
+            address = parse_url(url)
+            for peer in list(self.peers.values()):
+                if _address(peer.url) == address:
+                    del self.peers[peer.server_id]
+                    for link in list(peer.slots.values()):
+                        link.close("Route Removed")
+            log.info("Removed route %s", url)
+        for url in seeds:
+            if url not in self._seeds:
+                self._start_seed(url)
+
+    def _start_seed(self, url: str) -> None:
+        assert self._nursery is not None
+        scope = self._seeds[url] = trio.CancelScope()
+
+        async def introduce() -> None:
+            with scope:
+                await self._seed(url)
+
+        self._nursery.start_soon(introduce)
 
     async def _accept(self, stream: trio.abc.Stream) -> None:
         await self._serve(stream, solicited=False)
@@ -454,3 +485,10 @@ class RouteManager(LinkManager):
             for link in peer.slots.values():
                 link.send_bytes(frame)
                 break
+
+
+def _address(url: str) -> tuple[str, int] | None:
+    try:
+        return parse_url(url)
+    except ValueError:
+        return None

@@ -39,6 +39,10 @@ class Authenticator:
         self.required = bool(config.users)
         self._by_certificate = config.tls is not None and config.tls.verify_and_map
 
+    def knows(self, name: Any) -> bool:
+        """Whether ``name`` is a configured user (whatever password goes with it)."""
+        return isinstance(name, str) and name in self._users
+
     def authenticate(self, options: dict[str, Any], certified: Sequence[str] = ()) -> UserConfig | None:
         """The user these CONNECT options (or, with ``verify_and_map``, the names ``certified`` by
         the client's TLS certificate) prove to be, or None for an ``Authorization Violation``."""

@@ -26,6 +26,7 @@ far from the connection that sent it. So text is made at this edge, by one rule:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -52,6 +53,8 @@ from transport.outbox import Outbox
 from transport.sessions import Hangup
 
 __all__ = ["HANGUP_REASONS", "KEEPS_OUTPUT", "ClientConnection", "Reason"]
+
+log = logging.getLogger("pubmesh")
 
 
 class Reason:
@@ -497,6 +500,49 @@ class ClientConnection(Outbox):
         if message is not None:
             self._send(w.err(message))
         self.close(reason)
+
+    # -- configuration reload --------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """The node's configuration was reloaded: take its limits, and sign in again as
+        nats-server does. A client whose user is gone or now leads into another account is
+        closed (it reconnects to find out), one whose credentials no longer pass gets an
+        Authorization Violation, and the others keep only the subscriptions the new permissions
+        allow, each one dropped with a Permissions Violation naming its sid."""
+        config = self.broker.config
+        self.parser.max_payload = config.max_payload
+        self.parser.max_control_line = config.max_control_line
+        if self.closing is not None or self.awaiting_connect:
+            return  # (a client yet to sign in does so under the new configuration)
+        user = self.broker.auth.authenticate(self.options, self.tls_names)
+        name = self.options.get("user")
+        if (user is None and name and not self.broker.auth.knows(name)) or (
+            user is not None and user.account != self.account.name
+        ):
+            self.close(Reason.CLIENT_CLOSED)
+            return
+        if user is None:
+            self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+            return
+        self.user = user
+        self.perms = perms = PermissionSet(user.permissions) if user.permissions else None
+        self._filtered = {
+            sub
+            for sub in self.subs.values()
+            if sub.subject.partition(".")[0] in ("*", ">")
+            or (perms is not None and perms.filters_deliveries(sub.subject, sub.queue))
+        }
+        if perms is None:
+            return
+        refused = [s for s in self.subs.values() if not perms.can_subscribe(s.subject, s.queue)]
+        if refused:
+            self._drop_subs(refused)
+        for sub in refused:
+            sid = sub.sid.decode("utf-8", "replace")
+            queue = f' using queue "{sub.queue}"' if sub.queue is not None else ""
+            text = f'"{sub.subject}"{queue} (sid "{sid}")'
+            self._error(f"Permissions Violation for Subscription to {text}")
+            log.info("Removed sub %s for %s - not authorized", text, self.describe())
 
     # -- timers (driven by the I/O side) ---------------------------------------------------------
 

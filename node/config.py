@@ -27,6 +27,7 @@ from routing import is_valid_subject, subjects_collide
 from transport.tls import TlsConfig, client_context, server_context
 
 __all__ = [
+    "RANDOM_PORT",
     "AccountConfig",
     "Config",
     "ConfigError",
@@ -43,6 +44,8 @@ __all__ = [
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
+RANDOM_PORT = -1
+"""A port given as -1 is any free one, as in nats-server (0 works too)."""
 FSYNC_POLICIES = ("always", "everysec", "no")
 
 
@@ -72,9 +75,8 @@ _UNSUPPORTED = {
     for name in (
         "jetstream", "leafnodes", "leaf", "mqtt", "websocket", "ws", "operator", "operators",
         "resolver", "system_account", "system", "trusted", "trusted_keys", "mappings", "maps",
-        "logfile", "log_file", "pidfile", "pid_file", "syslog", "remote_syslog", "logtime",
-        "logtime_utc", "trace_verbose",
-        "max_traced_msg_len", "prof_port", "ports_file_dir", "http_base_path",
+        "syslog", "remote_syslog", "logtime", "logtime_utc", "trace_verbose",
+        "max_traced_msg_len", "prof_port", "http_base_path",
         "connect_error_reports", "reconnect_error_reports", "server_tags", "no_header_support",
         "disable_sublist_cache", "max_sub_tokens", "ocsp", "proxy_protocol", "nkey", "nkeys",
         "imports", "exports", "allow_responses", "allowed_connection_types", "default_permissions",
@@ -185,6 +187,12 @@ class Config:
     """Streams this node holds, capturing subjects."""
     no_auth_user: str | None = None
     debug: bool = False
+    log_file: str | None = None
+    """Where the log goes (appended to; reopened on SIGUSR1); None: stderr."""
+    pid_file: str | None = None
+    """A file holding the process id while the node runs."""
+    ports_file_dir: str | None = None
+    """A directory to write ``pubmesh_<pid>.ports`` into: the URLs the node listens on, as JSON."""
     store_dir: str | None = None
     """Where Redis keys are kept across restarts (an append-only file); None keeps them in memory."""
     appendfsync: str = "everysec"
@@ -230,6 +238,9 @@ _SCALARS: dict[str, type | str] = {
     "write_deadline": _DURATION,
     "no_auth_user": str,
     "debug": bool,
+    "log_file": str,
+    "pid_file": str,
+    "ports_file_dir": str,
     "store_dir": str,
     "appendfsync": str,
     "rewrite_percentage": int,
@@ -245,6 +256,8 @@ _ALIASES = {
     "http": None,
     "https": None,
     "trace": "debug",
+    "logfile": "log_file",
+    "pidfile": "pid_file",
     "monitor_port": "http_port",
     "max_conn": "max_connections",
     "max_subs": "max_subscriptions",
@@ -682,12 +695,12 @@ def _scalar(value: Any, kind: type | str, where: str) -> Any:
 
 
 def _host_port(value: Any, where: str) -> dict[str, Any]:
-    """``"host:port"`` or a bare port, as nats-server's ``listen`` accepts."""
+    """``"host:port"`` or a bare port, as nats-server's ``listen`` accepts (-1: a random port)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return {"host": "0.0.0.0", "port": value}
     if isinstance(value, str):
         host, sep, port = value.rpartition(":")
-        if sep and port.isdigit():
+        if sep and (port.isdigit() or port == str(RANDOM_PORT)):
             return {"host": host or "0.0.0.0", "port": int(port)}
     raise ConfigError(f"{where}: expected host:port, got {value!r}")
 
