@@ -5,9 +5,10 @@ runs, none is.
 Reloadable: users, passwords, tokens, permissions and accounts (``authorization``, ``accounts``,
 ``no_auth_user``, the auth timeout), logging (``debug``/``trace``, ``log_file``), ``pid_file``,
 ``ports_file_dir``, the limits ``max_payload``, ``max_control_line``, ``max_connections``,
-``ping_interval``, ``ping_max``, ``write_deadline``, and the cluster's route seeds. Anything else
-(ports, addresses, names, TLS, gateways, Redis, streams, the store) is refused with one line per
-option: ``config reload not supported for <option>: old=..., new=...``.
+``ping_interval``, ``ping_max``, ``write_deadline``, ``client_advertise`` (clients and route
+peers are told at once), and the cluster's route seeds. Anything else (ports, addresses, names,
+TLS, gateways, Redis, streams, the store) is refused with one line per option:
+``config reload not supported for <option>: old=..., new=...``.
 
 Connected clients are then treated as nats-server treats them (``ClientConnection.reload``).
 """
@@ -25,6 +26,7 @@ from node.assembly import Node
 from node.auth import Authenticator
 from node.client import ClientConnection, Reason
 from node.config import Config, ConfigError
+from node.discovery import own_urls
 from node.logs import LogOutput
 from node.process import Bound, ProcessFiles, ports_info
 
@@ -36,7 +38,7 @@ _AUTH = ("users", "accounts", "auth_timeout", "no_auth_user")
 _OTHERS = (
     *("debug", "log_file", "pid_file", "ports_file_dir"),
     *("max_payload", "max_control_line", "max_connections"),
-    *("ping_interval", "ping_max", "write_deadline"),
+    *("ping_interval", "ping_max", "write_deadline", "client_advertise"),
 )
 _RELOADABLE = frozenset((*_AUTH, *_OTHERS))
 _SECRET = ("secret", "password", "token")
@@ -170,6 +172,8 @@ class Reloader:
             for client in list(broker.clients.values())[-excess:]:
                 client.close(Reason.MAX_CONNECTIONS)
             log.info("Closed %d connections to fall within max_connections", excess)
+        if "client_advertise" in plan.changed:
+            node.set_client_urls(own_urls(live.host, broker.port, live.client_advertise))
         if node.routes is not None and (plan.seeds_added or plan.seeds_removed):
             node.routes.set_seeds(live.cluster.seeds if live.cluster is not None else ())
             log.info("Reloaded: cluster routes")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -296,6 +298,33 @@ async def test_client_advertise_is_what_peers_pass_on(nursery: trio.Nursery) -> 
     n2 = await start_node(nursery, config)
     await until(lambda: n1.server.broker.connect_urls == [url(n1), "127.0.0.1:4999"])
     assert n2.server.broker.connect_urls == ["127.0.0.1:4999", url(n1)]
+
+
+@pytest.mark.timeout(60)
+async def test_a_reloaded_client_advertise_reaches_the_peers(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    n1 = await start_member(nursery, "n1")
+    conf = tmp_path / "node.toml"
+    conf.write_text(
+        f'server_name = "n2"\nhost = "127.0.0.1"\nport = {free_port()}\n'
+        'client_advertise = "127.0.0.1:4999"\n'
+        f'[cluster]\nname = "disc"\nhost = "127.0.0.1"\nport = {free_port()}\n'
+        f'routes = ["nats://127.0.0.1:{n1.cluster_port}"]\n'
+    )
+    args = [sys.executable, "-m", "node.cli", "serve", "-c", str(conf)]
+    process = await trio.lowlevel.open_process(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        await until(lambda: n1.server.broker.connect_urls == [url(n1), "127.0.0.1:4999"])
+        conf.write_text(conf.read_text().replace(":4999", ":5999"))
+        process.send_signal(signal.SIGHUP)
+        await until(lambda: n1.server.broker.connect_urls == [url(n1), "127.0.0.1:5999"])
+    finally:
+        process.kill()
+        with trio.fail_after(W):
+            await process.wait()
 
 
 # -- failover ------------------------------------------------------------------------------------
