@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from node.accounts import Account
+from node.auth import Verification
 from node.broker import Broker
 from node.config import UserConfig
 from node.permissions import PermissionSet
@@ -121,6 +122,19 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
+class Verifying:
+    """A CONNECT waiting for its bcrypt check (``node.auth.Verification``), which the server runs
+    in a worker thread and then records here."""
+
+    __slots__ = ("check", "done", "options", "user")
+
+    def __init__(self, check: Verification, options: dict[str, Any]) -> None:
+        self.check = check
+        self.options = options
+        self.user: UserConfig | None = None
+        self.done = False
+
+
 class ClientConnection(Outbox):
     """The protocol state of one client connection.
 
@@ -164,9 +178,11 @@ class ClientConnection(Outbox):
         # Until CONNECT, a client is anonymous, or (when credentials are required) the configured
         # no_auth_user, or nobody at all, allowed nothing but CONNECT. Where credentials are
         # required, the auth timer runs until a CONNECT, or until the no_auth_user is signed in.
-        self.user: UserConfig | None = broker.auth.authenticate({})
+        self.user: UserConfig | None = broker.auth.without_credentials()
         self.awaiting_connect = broker.auth.required
         self.tls_names: tuple[str, ...] = ()
+        self.verifying: Verifying | None = None
+        """A CONNECT whose bcrypt check the server runs off the event loop; input waits for it."""
         """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
         self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
@@ -213,6 +229,13 @@ class ClientConnection(Outbox):
         """Act on every complete operation in what the client sent so far."""
         if self.closing:  # (a truth test, so the checks below are not narrowed away)
             return
+        if self.verifying is not None:
+            if not self.verifying.done:
+                self.parser.receive_data(data)
+                return
+            self._verified(self.verifying)
+            if self.closing is not None:
+                return
         self.last_activity_ns = time.time_ns()
         if self.awaiting_connect and data and not self._heard:
             # nats-server decides on the first byte: whatever does not start a CONNECT, even a
@@ -239,6 +262,8 @@ class ClientConnection(Outbox):
                         self.rtt_ns = max(1, int((self._clock() - self.last_ping_sent) * 1e9))
                 elif kind is Connect:
                     self._connect(event)  # type: ignore[arg-type]
+                    if self.verifying is not None:
+                        return  # (what follows the CONNECT stays in the parser until then)
                 elif kind is Err:
                     self.close(Reason.PARSE_ERROR)
                 # INFO and +OK from a client are tolerated and ignored.
@@ -264,6 +289,17 @@ class ClientConnection(Outbox):
     def _connect(self, event: Connect) -> None:
         options = {**self.options, **event.options}  # (each of the right type: see node.protocol)
         user = self.broker.auth.authenticate(options, self.tls_names)
+        if isinstance(user, Verification):
+            self.verifying = Verifying(user, options)
+            return
+        self._sign_in(options, user)
+
+    def _verified(self, verifying: Verifying) -> None:
+        """The server has run the bcrypt check: carry on with the CONNECT."""
+        self.verifying = None
+        self._sign_in(verifying.options, verifying.user)
+
+    def _sign_in(self, options: dict[str, Any], user: UserConfig | None) -> None:
         if user is None or options.get("account") or options.get("new_account"):
             self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
             return

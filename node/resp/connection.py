@@ -178,7 +178,7 @@ class RespConnection(Outbox):
         self._over_soft_since = -1.0
         self._channel = self._subject = b""  # the last channel published to, and its subject
         self.writer: Writer = RESP2
-        self.user: UserConfig | None = broker.auth.authenticate({})
+        self.user: UserConfig | None = broker.auth.without_credentials()
         self.parser = RequestParser(authenticated=self.user is not None)
         self.account: Account = broker.account(self.user.account if self.user else "$G")
         self.perms: PermissionSet | None = None
@@ -597,9 +597,9 @@ class RespConnection(Outbox):
         auth = self.broker.auth
         secret = _text(password)
         if name is not None:
-            user = auth.authenticate({"user": _text(name), "pass": secret})
+            user = auth.check_now({"user": _text(name), "pass": secret})
         else:
-            user = auth.authenticate({"auth_token": secret}) or auth.authenticate(
+            user = auth.check_now({"auth_token": secret}) or auth.check_now(
                 {"user": "default", "pass": secret}
             )
         if user is None:
@@ -621,7 +621,7 @@ class RespConnection(Outbox):
         self.db = 0
         self.options["name"] = ""
         self._reply_off = self._skip_next = False
-        user = self.broker.auth.authenticate({})
+        user = self.broker.auth.without_credentials()
         account = self.broker.account(user.account if user else "$G")
         self.account = account
         self._set_user(user)
