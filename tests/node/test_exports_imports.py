@@ -319,3 +319,31 @@ def test_users_of_accounts_stay_valid_with_sharing(tmp_path: Path) -> None:
     config = load(tmp_path, SHARING)
     assert {u.user: u.account for u in config.users} == {"a": "A", "b": "B", "c": "C"}
     assert UserConfig(user="a", password="pw", account="A") in config.users
+
+
+async def test_queue_groups_of_the_importer_share_imported_messages(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    node = await sharing_node(nursery, tmp_path)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        pub = await connect(node, user="a", password="pw")
+        b = await connect(node, user="b", password="pw")
+        first, second = Seen(), Seen()
+        await b.subscribe("from_a.public.*", queue="workers", cb=first.take)
+        await b.subscribe("from_a.public.*", queue="workers", cb=second.take)
+        await b.flush()
+        for i in range(100):
+            await pub.publish("public.job", b"%d" % i)
+        await pub.flush()
+        await settled(lambda: len(first) + len(second) >= 100)
+        await b.flush()  # anything more (a duplicate) would have arrived before the PONG
+        for client in (pub, b):
+            await client.close()
+        return first, second
+
+    first, second = await in_asyncio(scenario)
+    assert sorted(first + second, key=lambda s: int(s.split()[1])) == [
+        f"from_a.public.job {i}" for i in range(100)
+    ]
+    assert len(first) > 0 < len(second)  # (random picks: both got some of 100)
