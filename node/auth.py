@@ -8,21 +8,36 @@ by design, far too long for the event loop, so ``authenticate`` hands such a che
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import hmac
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 import bcrypt
 
 from node.config import Config, UserConfig
 
-__all__ = ["ANONYMOUS", "BCRYPT_PREFIXES", "Authenticator", "Verification", "is_bcrypt"]
+__all__ = [
+    "ANONYMOUS",
+    "BCRYPT_PREFIXES",
+    "VERDICTS_KEPT",
+    "Authenticator",
+    "Verification",
+    "Verifying",
+    "is_bcrypt",
+]
 
 ANONYMOUS = UserConfig()
 """Everyone, when no users are configured: the global account, no restrictions."""
 
 BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
+VERDICTS_KEPT = 4096
+"""bcrypt checks remembered (by a digest of secret and hash), so a client reconnecting with the same
+credentials costs no second check."""
+
+T = TypeVar("T")
 
 
 def is_bcrypt(secret: str | None) -> bool:
@@ -56,6 +71,11 @@ class Verification:
     secret: bytes
     candidates: tuple[tuple[UserConfig, bytes], ...]
 
+    @property
+    def key(self) -> bytes:
+        """What the verdict is remembered by (a digest: no secret is kept)."""
+        return hashlib.sha256(b"\0".join([self.secret, *(h for _, h in self.candidates)])).digest()
+
     def verify(self) -> UserConfig | None:
         """Run the (slow) check: meant for a worker thread."""
         for user, hashed in self.candidates:
@@ -65,6 +85,19 @@ class Verification:
             except ValueError:  # not a hash bcrypt can read: it matches nothing
                 continue
         return None
+
+
+class Verifying(Generic[T]):
+    """A sign-in waiting for its bcrypt check: the server runs ``check`` in a worker thread,
+    remembers the verdict (``Authenticator.remember``) and sets ``done``; the connection then does
+    ``then`` again (a CONNECT's options, an AUTH command), which now finds the verdict at once."""
+
+    __slots__ = ("check", "done", "then")
+
+    def __init__(self, check: Verification, then: T) -> None:
+        self.check = check
+        self.then = then
+        self.done = False
 
 
 class Authenticator:
@@ -78,6 +111,13 @@ class Authenticator:
         self._no_auth_user = self._users.get(config.no_auth_user) if config.no_auth_user else None
         self.required = bool(config.users)
         self._by_certificate = config.tls is not None and config.tls.verify_and_map
+        self._verdicts: collections.OrderedDict[bytes, UserConfig | None] = collections.OrderedDict()
+
+    def remember(self, check: Verification, user: UserConfig | None) -> None:
+        """Keep the verdict of a bcrypt check (the oldest of ``VERDICTS_KEPT`` go)."""
+        self._verdicts[check.key] = user
+        if len(self._verdicts) > VERDICTS_KEPT:
+            self._verdicts.popitem(last=False)
 
     def without_credentials(self) -> UserConfig | None:
         """Who a client is before (or without) a CONNECT: anyone where nobody must authenticate,
@@ -113,16 +153,24 @@ class Authenticator:
         return self._no_auth_user
 
     def check_now(self, options: dict[str, Any]) -> UserConfig | None:
-        """``authenticate``, running any bcrypt check at once, for a caller that cannot wait for a
-        worker thread (it then pays the check's cost)."""
+        """``authenticate``, running any bcrypt check at once (a test's shortcut: a connection
+        leaves the check to a worker thread)."""
         user = self.authenticate(options)
-        return user.verify() if isinstance(user, Verification) else user
+        if isinstance(user, Verification):
+            check, user = user, user.verify()
+            self.remember(check, user)
+        return user
 
-    @staticmethod
     def _verification(
-        given: Any, candidates: tuple[tuple[UserConfig, bytes], ...]
-    ) -> Verification | None:
+        self, given: Any, candidates: tuple[tuple[UserConfig, bytes], ...]
+    ) -> UserConfig | Verification | None:
+        """The check to run, or its verdict if it has been run before."""
         sent = _encoded(given)
         if sent is None or not candidates:
             return None
-        return Verification(sent, candidates)
+        check = Verification(sent, candidates)
+        key = check.key
+        if key not in self._verdicts:
+            return check
+        self._verdicts.move_to_end(key)
+        return self._verdicts[key]

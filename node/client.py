@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from node.accounts import Account
-from node.auth import Verification
+from node.auth import Verification, Verifying
 from node.broker import Broker
 from node.config import UserConfig
 from node.permissions import PermissionSet
@@ -122,19 +122,6 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
-class Verifying:
-    """A CONNECT waiting for its bcrypt check (``node.auth.Verification``), which the server runs
-    in a worker thread and then records here."""
-
-    __slots__ = ("check", "done", "options", "user")
-
-    def __init__(self, check: Verification, options: dict[str, Any]) -> None:
-        self.check = check
-        self.options = options
-        self.user: UserConfig | None = None
-        self.done = False
-
-
 class ClientConnection(Outbox):
     """The protocol state of one client connection.
 
@@ -181,7 +168,7 @@ class ClientConnection(Outbox):
         self.user: UserConfig | None = broker.auth.without_credentials()
         self.awaiting_connect = broker.auth.required
         self.tls_names: tuple[str, ...] = ()
-        self.verifying: Verifying | None = None
+        self.verifying: Verifying[dict[str, Any]] | None = None
         """A CONNECT whose bcrypt check the server runs off the event loop; input waits for it."""
         """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
@@ -230,11 +217,11 @@ class ClientConnection(Outbox):
         if self.closing:  # (a truth test, so the checks below are not narrowed away)
             return
         if self.verifying is not None:
-            if not self.verifying.done:
-                self.parser.receive_data(data)
-                return
-            self._verified(self.verifying)
-            if self.closing is not None:
+            if self.verifying.done:
+                options, self.verifying = self.verifying.then, None
+                self._sign_in(options)  # (the verdict is known now)
+            if self.closing is not None or self._checking():
+                self.parser.receive_data(data)  # (kept for after the check)
                 return
         self.last_activity_ns = time.time_ns()
         if self.awaiting_connect and data and not self._heard:
@@ -262,7 +249,7 @@ class ClientConnection(Outbox):
                         self.rtt_ns = max(1, int((self._clock() - self.last_ping_sent) * 1e9))
                 elif kind is Connect:
                     self._connect(event)  # type: ignore[arg-type]
-                    if self.verifying is not None:
+                    if self._checking():
                         return  # (what follows the CONNECT stays in the parser until then)
                 elif kind is Err:
                     self.close(Reason.PARSE_ERROR)
@@ -276,6 +263,11 @@ class ClientConnection(Outbox):
             }.get(exc.message or "", Reason.PROTOCOL_VIOLATION)
             self._fail(exc.message, reason)
 
+    def _checking(self) -> bool:
+        """Whether a CONNECT waits for its bcrypt check (a call, not an attribute test, so that a
+        check made before signing in is not taken to hold after it)."""
+        return self.verifying is not None
+
     def _sign_in_without_connect(self) -> bool:
         """Whether a client that must authenticate may start with something other than CONNECT:
         only as the configured no_auth_user. Otherwise the connection fails."""
@@ -287,19 +279,13 @@ class ClientConnection(Outbox):
         return True
 
     def _connect(self, event: Connect) -> None:
-        options = {**self.options, **event.options}  # (each of the right type: see node.protocol)
+        self._sign_in({**self.options, **event.options})  # (each of the right type: node.protocol)
+
+    def _sign_in(self, options: dict[str, Any]) -> None:
         user = self.broker.auth.authenticate(options, self.tls_names)
         if isinstance(user, Verification):
             self.verifying = Verifying(user, options)
             return
-        self._sign_in(options, user)
-
-    def _verified(self, verifying: Verifying) -> None:
-        """The server has run the bcrypt check: carry on with the CONNECT."""
-        self.verifying = None
-        self._sign_in(verifying.options, verifying.user)
-
-    def _sign_in(self, options: dict[str, Any], user: UserConfig | None) -> None:
         if user is None or options.get("account") or options.get("new_account"):
             self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
             return

@@ -148,7 +148,12 @@ class Server:
             clock=trio.current_time,
             limits=self.config.redis,
         )
-        await self._serve(session, conn, partial(self._redis_timers, conn))
+        await self._serve(
+            session,
+            conn,
+            partial(self._redis_timers, conn),
+            after_input=partial(self._after_input, session, conn),
+        )
 
     async def _refused(self, stream: trio.abc.Stream, refusal: bytes) -> bool:
         """Whether the node is at its connection limit (then the newcomer is told so and cut off)."""
@@ -232,14 +237,16 @@ class Server:
         conn.tls_names = peer_names(stream)
         return True
 
-    async def _after_input(self, session: Session, conn: ClientConnection) -> None:
-        """Run a CONNECT's bcrypt check in a worker thread (the connection reads nothing more
-        meanwhile), then let the connection carry on; and pause for congested consumers."""
-        verifying = conn.verifying
-        if verifying is not None and not verifying.done:
-            verifying.user = await trio.to_thread.run_sync(
-                verifying.check.verify, limiter=self._verifications, abandon_on_cancel=True
+    async def _after_input(self, session: Session, conn: ClientConnection | RespConnection) -> None:
+        """Run a sign-in's bcrypt check in a worker thread (the connection reads nothing more
+        meanwhile), then let the connection carry on with what it has read, which may hold another
+        sign-in; and pause for congested consumers."""
+        while (verifying := conn.verifying) is not None and not verifying.done:
+            check = verifying.check
+            user = await trio.to_thread.run_sync(
+                check.verify, limiter=self._verifications, abandon_on_cancel=True
             )
+            self.broker.auth.remember(check, user)
             verifying.done = True
             self.flusher.process(session, b"")
         await self._stall_if_congested()

@@ -10,13 +10,18 @@ from typing import Any
 
 import bcrypt
 import pytest
+import redis
 import trio
 from nats.aio.client import Client
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from node import config as cfg
 from node.auth import Authenticator, Verification
-from node.config import Config, UserConfig
+from node.config import Config, RedisConfig, UserConfig
 from node.launch import NodeHandle
+from node.resp.connection import WRONGPASS
+from node.resp.writer import error
 from tests.cluster.clients import W, connect
 from tests.node.conftest import in_asyncio, start_node
 
@@ -98,9 +103,10 @@ async def bcrypt_node(nursery: trio.Nursery) -> NodeHandle:
     users = (
         UserConfig(user="alice", password=hashed(b"s3cret", rounds=6)),
         UserConfig(token=hashed(b"t0ken", rounds=6)),
-        UserConfig(user="slow", password=hashed(b"slow", rounds=13)),
+        UserConfig(user="slow", password=hashed(b"slow", rounds=12)),
     )
-    return await start_node(nursery, Config(users=users))
+    redis = RedisConfig(host="127.0.0.1", port=0)
+    return await start_node(nursery, Config(users=users, redis=redis))
 
 
 async def test_clients_sign_in_with_the_secrets_behind_the_hashes(bcrypt_node: NodeHandle) -> None:
@@ -175,3 +181,53 @@ async def test_a_wrong_password_for_a_hash_closes_only_that_client(bcrypt_node: 
         return alive
 
     assert await in_asyncio(scenario)
+
+
+async def test_redis_clients_sign_in_with_the_secrets_behind_the_hashes(
+    bcrypt_node: NodeHandle,
+) -> None:
+    port = bcrypt_node.redis_port
+    assert port is not None
+
+    def scenario() -> list[str]:
+        outcomes = []
+        for protocol in (2, 3):  # AUTH, and HELLO 3 AUTH
+            for password in ("s3cret", "wrong"):
+                client = redis.Redis(
+                    port=port,
+                    username="alice",
+                    password=password,
+                    protocol=protocol,
+                    socket_timeout=W,
+                    retry=Retry(NoBackoff(), 0),  # (a refusal is final)
+                )
+                try:
+                    outcomes.append(f"in: {client.ping()}")
+                except redis.AuthenticationError:
+                    outcomes.append("refused")
+                finally:
+                    client.close()
+        token = redis.Redis(port=port, password="t0ken", protocol=2, socket_timeout=W)  # AUTH t0ken
+        outcomes.append(f"token: {token.ping()}")
+        token.close()
+        return outcomes
+
+    outcomes = await trio.to_thread.run_sync(scenario)
+    assert outcomes == ["in: True", "refused", "in: True", "refused", "token: True"]
+
+
+async def test_redis_requests_after_auth_wait_for_the_check(bcrypt_node: NodeHandle) -> None:
+    assert bcrypt_node.redis_port is not None
+    with trio.fail_after(W):
+        slow = await trio.open_tcp_stream("127.0.0.1", bcrypt_node.redis_port)
+        await slow.send_all(b"AUTH slow slow\r\nPING\r\nAUTH slow nope\r\nPING\r\n")
+        canary = await trio.open_tcp_stream("127.0.0.1", bcrypt_node.redis_port)
+        await canary.send_all(b"AUTH alice s3cret\r\nPING\r\n")
+        assert await read_until(canary, b"PONG\r\n") == b"+OK\r\n+PONG\r\n"
+        with trio.move_on_after(0):
+            early = await slow.receive_some(65536)
+            pytest.fail(f"the slow client was answered before the canary: {early!r}")
+        got = await read_until(slow, b"disabled.\r\n+PONG\r\n")
+        assert got == b"+OK\r\n+PONG\r\n" + error(WRONGPASS) + b"+PONG\r\n"
+        for stream in (slow, canary):
+            await stream.aclose()
