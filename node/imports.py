@@ -93,11 +93,6 @@ class StreamImports:
         for exporter, shadows in gone.items():
             self._broker.unsubscribe(exporter, shadows)
 
-    @property
-    def shadows(self) -> int:
-        """Shadow subscriptions held in exporting accounts."""
-        return sum(map(len, self._shadows.values()))
-
 
 class ServiceImport:
     """Owns the importing account's subscription to one imported service."""
