@@ -347,3 +347,48 @@ async def test_queue_groups_of_the_importer_share_imported_messages(
         f"from_a.public.job {i}" for i in range(100)
     ]
     assert len(first) > 0 < len(second)  # (random picks: both got some of 100)
+
+
+def test_service_imports_chain_and_loops_end() -> None:
+    """C's request passes B's import from A (an import of an import); two accounts importing the
+    same service from each other pass a request back and forth a bounded number of times."""
+    from node.broker import Broker
+
+    def service(account: str, to: str = "q") -> ImportConfig:
+        return ImportConfig(account, "q", to, service=True)
+
+    exports = (ExportConfig("q", service=True),)
+    config = Config(
+        accounts=(
+            AccountConfig("A", exports=exports, imports=(service("B"),)),
+            AccountConfig("B", exports=exports, imports=(service("A"),)),
+            AccountConfig("C", imports=(service("B", to="ask"),)),
+        )
+    )
+    broker = Broker(config)
+    seen: list[tuple[str, Message]] = []
+
+    class Responder:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def deliver(self, sub: Subscription, msg: Message) -> bool:
+            seen.append((self.name, msg))
+            return True
+
+    a = broker.account("A")
+    broker.subscribe(a, Subscription("q", owner=Responder("A")))
+    assert broker.publish(broker.account("C"), Message(b"ask", b"_INBOX.c", None, b"?"))
+    assert [name for name, _ in seen] == ["A", "A"]  # through B to A, and round the loop once more
+    first_reply = seen[0][1].reply
+    assert first_reply is not None
+    inbox: list[Message] = []
+
+    class Requester:
+        def deliver(self, sub: Subscription, msg: Message) -> bool:
+            inbox.append(msg)
+            return True
+
+    broker.subscribe(broker.account("C"), Subscription("_INBOX.c", owner=Requester()))
+    assert broker.publish(a, Message(first_reply, None, None, b"!"))
+    assert inbox == [Message(b"_INBOX.c", None, None, b"!")]
