@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from node.accounts import Account
+from node.auth import Verification, Verifying
 from node.broker import Broker
 from node.config import UserConfig
 from node.permissions import PermissionSet
@@ -167,10 +168,12 @@ class ClientConnection(Outbox):
         # Until CONNECT, a client is anonymous, or (when credentials are required) the configured
         # no_auth_user, or nobody at all, allowed nothing but CONNECT. Where credentials are
         # required, the auth timer runs until a CONNECT, or until the no_auth_user is signed in.
-        self.user: UserConfig | None = broker.auth.authenticate({})
+        self.user: UserConfig | None = broker.auth.without_credentials()
         self.awaiting_connect = broker.auth.required
         self.tls_names: tuple[str, ...] = ()
         """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
+        self.verifying: Verifying[dict[str, Any]] | None = None
+        """A CONNECT whose bcrypt check the server runs off the event loop; input waits for it."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
         self.info_updates = False
         """Whether the client takes INFO updates: it asked (``protocol`` 1 in CONNECT), and has had
@@ -232,6 +235,13 @@ class ClientConnection(Outbox):
         """Act on every complete operation in what the client sent so far."""
         if self.closing:  # (a truth test, so the checks below are not narrowed away)
             return
+        if self.verifying is not None:
+            if self.verifying.done:
+                options, self.verifying = self.verifying.then, None
+                self._sign_in(options)  # (the verdict is known now)
+            if self.closing is not None or self._checking():
+                self.parser.receive_data(data)  # (kept for after the check)
+                return
         self.last_activity_ns = time.time_ns()
         if self.awaiting_connect and data and not self._heard:
             # nats-server decides on the first byte: whatever does not start a CONNECT, even a
@@ -260,6 +270,8 @@ class ClientConnection(Outbox):
                         self.rtt_ns = max(1, int((self._clock() - self.last_ping_sent) * 1e9))
                 elif kind is Connect:
                     self._connect(event)  # type: ignore[arg-type]
+                    if self._checking():
+                        return  # (what follows the CONNECT stays in the parser until then)
                 elif kind is Err:
                     self.close(Reason.PARSE_ERROR)
                 # INFO and +OK from a client are tolerated and ignored.
@@ -282,6 +294,11 @@ class ClientConnection(Outbox):
             fields["connect_info"] = True
             self._send(w.info(fields))
 
+    def _checking(self) -> bool:
+        """Whether a CONNECT waits for its bcrypt check (a call, not an attribute test, so that a
+        check made before signing in is not taken to hold after it)."""
+        return self.verifying is not None
+
     def _sign_in_without_connect(self) -> bool:
         """Whether a client that must authenticate may start with something other than CONNECT:
         only as the configured no_auth_user. Otherwise the connection fails."""
@@ -293,8 +310,13 @@ class ClientConnection(Outbox):
         return True
 
     def _connect(self, event: Connect) -> None:
-        options = {**self.options, **event.options}  # (each of the right type: see node.protocol)
+        self._sign_in({**self.options, **event.options})  # (each of the right type: node.protocol)
+
+    def _sign_in(self, options: dict[str, Any]) -> None:
         user = self.broker.auth.authenticate(options, self.tls_names)
+        if isinstance(user, Verification):
+            self.verifying = Verifying(user, options)
+            return
         if user is None or options.get("account") or options.get("new_account"):
             self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
             return
@@ -515,6 +537,8 @@ class ClientConnection(Outbox):
         if self.closing is not None or self.awaiting_connect:
             return  # (a client yet to sign in does so under the new configuration)
         user = self.broker.auth.authenticate(self.options, self.tls_names)
+        if isinstance(user, Verification):
+            user = self.broker.auth.unchanged(self.user)
         name = self.options.get("user")
         if (user is None and name and not self.broker.auth.knows(name)) or (
             user is not None and user.account != self.account.name

@@ -23,7 +23,8 @@ import attrs
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node import natsconf
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
-from routing import is_valid_subject, subjects_collide
+from node.subjectmap import SubjectMap, is_subset
+from routing import is_valid_subject, subject_is_literal, subjects_collide
 from transport.tls import TlsConfig, client_context, server_context
 
 __all__ = [
@@ -31,6 +32,8 @@ __all__ = [
     "AccountConfig",
     "Config",
     "ConfigError",
+    "ExportConfig",
+    "ImportConfig",
     "Permissions",
     "RedisConfig",
     "StreamConfig",
@@ -79,7 +82,7 @@ _UNSUPPORTED = {
         "max_traced_msg_len", "prof_port", "http_base_path",
         "connect_error_reports", "reconnect_error_reports", "server_tags", "no_header_support",
         "disable_sublist_cache", "max_sub_tokens", "ocsp", "proxy_protocol", "nkey", "nkeys",
-        "imports", "exports", "allow_responses", "allowed_connection_types", "default_permissions",
+        "allow_responses", "allowed_connection_types", "default_permissions",
         "cipher_suites", "curve_preferences", "insecure", "pinned_certs", "write_timeout",
     )
 } | {"authorization": "pubmesh authenticates routes and gateways with 'secret'"}  # fmt: skip
@@ -117,8 +120,35 @@ class UserConfig:
 
 
 @attrs.frozen
+class ExportConfig:
+    """Subjects an account offers to others (``exports``): a stream (messages published in it) or
+    a service (requests its responders answer)."""
+
+    subject: str
+    service: bool = False
+    accounts: tuple[str, ...] | None = None
+    """The accounts that may import it; None: any account."""
+
+
+@attrs.frozen
+class ImportConfig:
+    """Subjects an account takes from another's exports (``imports``)."""
+
+    account: str
+    """The exporting account."""
+    subject: str
+    """The subject in the exporting account."""
+    to: str
+    """The same subject in the importing account: where a stream's messages appear, where a
+    service's requests are published (``prefix`` and ``to`` both end up here)."""
+    service: bool = False
+
+
+@attrs.frozen
 class AccountConfig:
     name: str
+    exports: tuple[ExportConfig, ...] = ()
+    imports: tuple[ImportConfig, ...] = ()
 
 
 @attrs.frozen
@@ -359,9 +389,15 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             streams = _streams(value, f"{where}: streams")
         elif key == "accounts":
             for account, body in _table(value, f"{where}: accounts").items():
-                accounts.append(AccountConfig(account))
                 spot = f"{where}: accounts.{account}"
-                _only(_table(body, spot), {"users"}, spot)
+                _only(_table(body, spot), {"users", "exports", "imports"}, spot)
+                accounts.append(
+                    AccountConfig(
+                        account,
+                        exports=_exports(body.get("exports", []), f"{spot}: exports"),
+                        imports=_imports(body.get("imports", []), f"{spot}: imports"),
+                    )
+                )
                 for user in body.get("users", []):
                     users.append(_user(_table(user, spot), spot, account))
         elif name in _SCALARS:
@@ -377,6 +413,7 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
     if fields.get("appendfsync", "everysec") not in FSYNC_POLICIES:
         raise ConfigError(f"{where}: appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
     known = {"$G", *(a.name for a in accounts)}
+    _check_sharing(accounts, where)
     for stream in streams:
         if stream.account not in known:
             raise ConfigError(f"{where}: streams: {stream.name!r}: unknown account {stream.account!r}")
@@ -753,3 +790,90 @@ def _check_users(users: list[UserConfig], where: str) -> None:
     names = [u.user for u in users if u.user is not None]
     if len(names) != len(set(names)):
         raise ConfigError(f"{where}: duplicate user")
+
+
+def _exports(value: Any, where: str) -> tuple[ExportConfig, ...]:
+    """``exports: [{stream: "a.>"}, {service: "req.x", accounts: [B]}]``."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of exports")
+    exports = []
+    for body in value:
+        body = _table(body, where)
+        _only(body, {"stream", "service", "accounts"}, where)
+        if ("stream" in body) == ("service" in body):
+            raise ConfigError(f"{where}: each export is either a stream or a service")
+        service = "service" in body
+        subject = body["service" if service else "stream"]
+        if not isinstance(subject, str) or not is_valid_subject(subject):
+            raise ConfigError(f"{where}: invalid subject {subject!r}")
+        accounts = body.get("accounts")
+        if accounts is not None and (
+            not isinstance(accounts, list) or not all(isinstance(a, str) for a in accounts)
+        ):
+            raise ConfigError(f"{where}: {subject!r}: accounts must be a list of account names")
+        exports.append(ExportConfig(subject, service, None if accounts is None else tuple(accounts)))
+    return tuple(exports)
+
+
+def _imports(value: Any, where: str) -> tuple[ImportConfig, ...]:
+    """``imports: [{stream: {account: A, subject: "a.>"}, prefix: "p"}, {service: {account: A,
+    subject: "req.x"}, to: "x"}]``: a stream's messages appear under ``prefix`` (or as ``to``), a
+    service is requested on ``to`` (by default its own subject)."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of imports")
+    imports = []
+    for body in value:
+        body = _table(body, where)
+        _only(body, {"stream", "service", "prefix", "to"}, where)
+        if ("stream" in body) == ("service" in body):
+            raise ConfigError(f"{where}: each import is either a stream or a service")
+        service = "service" in body
+        kind = "service" if service else "stream"
+        source = _table(body[kind], f"{where}: {kind}")
+        _only(source, {"account", "subject"}, f"{where}: {kind}")
+        account, subject = source.get("account"), source.get("subject")
+        if not isinstance(account, str) or not account:
+            raise ConfigError(f"{where}: {kind} import needs the exporting account")
+        if not isinstance(subject, str) or not is_valid_subject(subject):
+            raise ConfigError(f"{where}: {kind} import from {account!r}: invalid subject {subject!r}")
+        spot = f"{where}: {kind} import of {subject!r} from {account!r}"
+        prefix, to = body.get("prefix"), body.get("to", subject)
+        if prefix is not None:
+            if service or "to" in body:
+                raise ConfigError(f"{spot}: prefix is for stream imports without 'to'")
+            if not isinstance(prefix, str) or not is_valid_subject(prefix.rstrip(".")):
+                raise ConfigError(f"{spot}: invalid prefix {prefix!r}")
+            if not subject_is_literal(prefix.rstrip(".")):
+                raise ConfigError(f"{spot}: prefix {prefix!r} must not contain wildcards")
+            to = f"{prefix.rstrip('.')}.{subject}"
+        if not isinstance(to, str) or not is_valid_subject(to):
+            raise ConfigError(f"{spot}: invalid subject {to!r} for 'to'")
+        try:
+            SubjectMap(subject, to)
+        except ValueError as exc:
+            raise ConfigError(f"{spot}: {exc}") from None
+        imports.append(ImportConfig(account, subject, to, service))
+    return tuple(imports)
+
+
+def _check_sharing(accounts: list[AccountConfig], where: str) -> None:
+    """Every import names a configured account whose exports allow it (nats-server refuses the
+    others as not authorized)."""
+    by_name = {a.name: a for a in accounts}
+    for account in accounts:
+        for imp in account.imports:
+            kind = "service" if imp.service else "stream"
+            spot = f"{where}: accounts.{account.name}: {kind} import of {imp.subject!r}"
+            spot += f" from {imp.account!r}"
+            exporter = by_name.get(imp.account)
+            if exporter is None:
+                raise ConfigError(f"{spot}: no such account")
+            if exporter is account:
+                raise ConfigError(f"{spot}: an account cannot import from itself")
+            if not any(
+                e.service == imp.service
+                and is_subset(imp.subject, e.subject)
+                and (e.accounts is None or account.name in e.accounts)
+                for e in exporter.exports
+            ):
+                raise ConfigError(f"{spot}: {kind} import not authorized (no export allows it)")

@@ -46,6 +46,8 @@ FIRST_PING = 2.0
 SHUTDOWN_GRACE = 2.0
 KEY_SWEEP_INTERVAL = 0.1
 """Seconds between sweeps for expired Redis keys (redis-server's ``hz`` of 10)."""
+VERIFICATIONS = 2
+"""bcrypt checks run at once (each keeps a core busy for tens of milliseconds); more wait their turn."""
 STALL_MAX = 0.01
 """The longest a producer waits per read for congested consumers to drain (then it carries on,
 and a consumer that never drains reaches its pending limit and is cut off)."""
@@ -102,6 +104,7 @@ class Server:
         self._handler_done = trio.Event()
         self.flusher = Flusher()
         self._tls = server_context(config.tls) if config.tls is not None else None
+        self._verifications = trio.CapacityLimiter(VERIFICATIONS)
 
     async def serve(
         self,
@@ -221,7 +224,13 @@ class Server:
         async def start() -> bool:
             return secure is None or await self._start_tls(secure, conn)
 
-        await self._serve(session, conn, partial(self._timers, conn), start)
+        await self._serve(
+            session,
+            conn,
+            partial(self._timers, conn),
+            start,
+            after_input=partial(self._after_input, session, conn),
+        )
 
     async def handle_redis(self, stream: trio.abc.Stream) -> None:
         """Serve one Redis (RESP) client connection until it closes."""
@@ -238,7 +247,12 @@ class Server:
             clock=trio.current_time,
             limits=self.config.redis,
         )
-        await self._serve(session, conn, partial(self._redis_timers, conn))
+        await self._serve(
+            session,
+            conn,
+            partial(self._redis_timers, conn),
+            after_input=partial(self._after_input, session, conn),
+        )
 
     async def _refused(self, stream: trio.abc.Stream, refusal: bytes) -> bool:
         """Whether the node is at its connection limit (then the newcomer is told so and cut off)."""
@@ -255,6 +269,8 @@ class Server:
         conn: ClientConnection | RespConnection,
         timers: Callable[[], Awaitable[None]],
         start: Callable[[], Awaitable[bool]] | None = None,
+        *,
+        after_input: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Run a client connection of either protocol: counted, served, then retired."""
         session.conn = conn
@@ -268,7 +284,7 @@ class Server:
                 self.flusher,
                 write_deadline=self.config.write_deadline,
                 timers=timers,
-                after_input=self._stall_if_congested,
+                after_input=after_input or self._stall_if_congested,
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
@@ -319,6 +335,20 @@ class Server:
             conn.output_sent(greeting, len(greeting))
         conn.tls_names = peer_names(stream)
         return True
+
+    async def _after_input(self, session: Session, conn: ClientConnection | RespConnection) -> None:
+        """Run a sign-in's bcrypt check in a worker thread (the connection reads nothing more
+        meanwhile), then let the connection carry on with what it has read, which may hold another
+        sign-in; and pause for congested consumers."""
+        while (verifying := conn.verifying) is not None and not verifying.done:
+            check = verifying.check
+            user = await trio.to_thread.run_sync(
+                check.verify, limiter=self._verifications, abandon_on_cancel=True
+            )
+            self.broker.auth.remember(check, user)
+            verifying.done = True
+            self.flusher.process(session, b"")
+        await self._stall_if_congested()
 
     async def _stall_if_congested(self) -> None:
         """Pause a producer whose messages pushed consumers (clients, routes, gateways) past their

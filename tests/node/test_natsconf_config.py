@@ -254,8 +254,8 @@ BAD_FILES = [
         "bad.conf:3: unknown option 'cipher_suites' (a nats-server option",
     ),
     (
-        "accounts {\n  A {\n    users: []\n    exports: []\n  }\n}",
-        "bad.conf:4: unknown option 'exports'",
+        "accounts {\n  A {\n    users: []\n    jetstream: enabled\n  }\n}",
+        "bad.conf:4: unknown option 'jetstream'",
     ),
     (
         "authorization {\n  users: [\n    {user: a, password: b, nkey: x}\n  ]\n}",
