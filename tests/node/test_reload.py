@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import nats
 import pytest
 from nats.aio.client import Client
@@ -21,23 +22,30 @@ pytestmark = pytest.mark.timeout(60)
 
 W = 10.0
 
-USERS_BEFORE = """
-authorization {
+HANK = bcrypt.hashpw(b"h", bcrypt.gensalt(4)).decode()  # (kept as it is by the reload)
+IVY_BEFORE, IVY_AFTER = (bcrypt.hashpw(p, bcrypt.gensalt(4)).decode() for p in (b"i1", b"i2"))
+
+USERS_BEFORE = f"""
+authorization {{
   users = [
-    {user: alice, password: a}
-    {user: bob, password: b, permissions: {subscribe: [">"]}}
-    {user: erin, password: e1}
+    {{user: alice, password: a}}
+    {{user: bob, password: b, permissions: {{subscribe: [">"]}}}}
+    {{user: erin, password: e1}}
+    {{user: hank, password: "{HANK}"}}
+    {{user: ivy, password: "{IVY_BEFORE}"}}
   ]
-}
+}}
 """
-USERS_AFTER = """
-authorization {
+USERS_AFTER = f"""
+authorization {{
   users = [
-    {user: bob, password: b, permissions: {subscribe: "bar"}}
-    {user: erin, password: e2}
-    {user: dave, password: d}
+    {{user: bob, password: b, permissions: {{subscribe: "bar"}}}}
+    {{user: erin, password: e2}}
+    {{user: dave, password: d}}
+    {{user: hank, password: "{HANK}"}}
+    {{user: ivy, password: "{IVY_AFTER}"}}
   ]
-}
+}}
 """
 
 
@@ -88,6 +96,8 @@ def test_reload_adds_and_removes_users_and_changes_permissions(tmp_path: Path) -
         url = node.url()
         alice = await connect(url, user="alice", password="a")
         erin = await connect(url, user="erin", password="e1")
+        hank = await connect(url, user="hank", password="h")
+        ivy = await connect(url, user="ivy", password="i1")
         errors: list[str] = []
 
         async def on_error(exc: Exception) -> None:
@@ -114,6 +124,11 @@ def test_reload_adds_and_removes_users_and_changes_permissions(tmp_path: Path) -
         # erin's password changed: an Authorization Violation
         await asyncio.wait_for(erin.closed_event.wait(), W)  # type: ignore[attr-defined]
         assert isinstance(erin.last_error, AuthorizationError)
+        # so did ivy's (a new bcrypt hash); hank's hash is the same, and he stays
+        await asyncio.wait_for(ivy.closed_event.wait(), W)  # type: ignore[attr-defined]
+        assert isinstance(ivy.last_error, AuthorizationError)
+        await hank.flush(5)
+        assert hank.is_connected
         # bob stays, losing the subscription his new permissions forbid
         await bob.flush(5)
         assert bob.is_connected
@@ -132,7 +147,7 @@ def test_reload_adds_and_removes_users_and_changes_permissions(tmp_path: Path) -
         assert await refused(url, user="alice", password="a")
         assert await refused(url, user="erin", password="e1")
         assert not await refused(url, user="erin", password="e2")
-        for nc in (bob, dave):
+        for nc in (bob, dave, hank):
             await nc.close()
 
     try:
