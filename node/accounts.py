@@ -50,8 +50,10 @@ class Account:
         "_local_genid",
         "_routes",
         "_routes_genid",
+        "closed_traffic",
         "name",
         "patterns",
+        "slow_consumers",
         "sublist",
     )
 
@@ -65,6 +67,11 @@ class Account:
         self._hits = 0
         self.patterns: PatternIndex[Any] | None = None
         """Redis pattern subscriptions (PSUBSCRIBE) on this node, once there are any."""
+        self.closed_traffic = [0, 0, 0, 0]
+        """Messages and bytes in and out of its client connections that have closed (open ones
+        count their own), so /accstatz totals survive them."""
+        self.slow_consumers = 0
+        """Its client connections cut as slow consumers."""
 
     def match(self, subject: bytes) -> Interest:
         """Local and remote interest in ``subject`` (bytes off the wire; not necessarily UTF-8)."""

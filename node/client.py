@@ -259,6 +259,7 @@ class ClientConnection(Outbox):
             return False
         self.awaiting_connect = False
         self.connected = True
+        self.broker.client_connected(self)
         return True
 
     def _connect(self, event: Connect) -> None:
@@ -291,6 +292,7 @@ class ClientConnection(Outbox):
         self._rtt_estimated = True
         if self.verbose:
             self._send(w.OK)
+        self.broker.client_connected(self)
 
     def _publish(self, messages: list[Message]) -> None:
         """Publish a run of PUBs. The loop is the hot path: per-message checks that the client's

@@ -27,6 +27,7 @@ from routing import is_valid_subject, subjects_collide
 from transport.tls import TlsConfig, client_context, server_context
 
 __all__ = [
+    "SYSTEM_ACCOUNT",
     "AccountConfig",
     "Config",
     "ConfigError",
@@ -43,6 +44,8 @@ __all__ = [
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
+SYSTEM_ACCOUNT = "$SYS"
+"""nats-server's default system account, which exists without being configured."""
 FSYNC_POLICIES = ("always", "everysec", "no")
 
 
@@ -71,7 +74,7 @@ _UNSUPPORTED = {
     name: _LACKING
     for name in (
         "jetstream", "leafnodes", "leaf", "mqtt", "websocket", "ws", "operator", "operators",
-        "resolver", "system_account", "system", "trusted", "trusted_keys", "mappings", "maps",
+        "resolver", "trusted", "trusted_keys", "mappings", "maps",
         "logfile", "log_file", "pidfile", "pid_file", "syslog", "remote_syslog", "logtime",
         "logtime_utc", "lame_duck_duration", "lame_duck_grace_period", "trace_verbose",
         "max_traced_msg_len", "prof_port", "ports_file_dir", "client_advertise", "http_base_path",
@@ -192,6 +195,11 @@ class Config:
     rewrite_percentage: int = 100
     """Rewrite the append-only file when it has grown by this many percent (0: only on BGREWRITEAOF)."""
     rewrite_min_size: int = 64 * 1024 * 1024
+    system_account: str = SYSTEM_ACCOUNT
+    """The account the node's own services and events live in (``node.system``): only its users
+    reach them."""
+    no_system_account: bool = False
+    """Run no system account at all (nats-server's ``no_system_account``)."""
 
     @property
     def auth_required(self) -> bool:
@@ -227,6 +235,8 @@ _SCALARS: dict[str, type | str] = {
     "appendfsync": str,
     "rewrite_percentage": int,
     "rewrite_min_size": _SIZE,
+    "system_account": str,
+    "no_system_account": bool,
 }
 _ALIASES = {
     "listen": None,
@@ -238,6 +248,9 @@ _ALIASES = {
     "monitor_port": "http_port",
     "max_conn": "max_connections",
     "max_subs": "max_subscriptions",
+    "system": "system_account",
+    "no_system": "no_system_account",
+    "no_sys_acc": "no_system_account",
 }
 
 
@@ -354,6 +367,12 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
     if fields.get("appendfsync", "everysec") not in FSYNC_POLICIES:
         raise ConfigError(f"{where}: appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
     known = {"$G", *(a.name for a in accounts)}
+    system = fields.get("system_account", SYSTEM_ACCOUNT)
+    if system not in known | {SYSTEM_ACCOUNT}:
+        raise ConfigError(f"{where}: system_account: {system!r} is not an account of accounts")
+    if system == "$G":
+        raise ConfigError(f"{where}: system_account: the global account cannot be the system account")
+    known.add(system)
     for stream in streams:
         if stream.account not in known:
             raise ConfigError(f"{where}: streams: {stream.name!r}: unknown account {stream.account!r}")
