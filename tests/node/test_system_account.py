@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -24,7 +25,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from node.broker import NATS_VERSION
-from node.config import AccountConfig, Config, ConfigError, UserConfig, from_mapping
+from node.config import AccountConfig, Config, ConfigError, UserConfig, from_mapping, load
 from node.launch import NodeHandle
 from node.system import ENDPOINTS, RequestError, decode_options
 from tests.node.conftest import in_asyncio, start_node
@@ -298,6 +299,22 @@ def test_system_account_options() -> None:
         from_mapping({"system_account": "NOPE"})
     with pytest.raises(ConfigError, match="the global account cannot be the system account"):
         from_mapping({"system_account": "$G"})
+
+
+def test_system_account_in_nats_server_format(tmp_path: Path) -> None:
+    conf = tmp_path / "node.conf"
+    conf.write_text(
+        "accounts: {\n"
+        "  SYS: { users: [ {user: admin, password: changeit} ] }\n"
+        "  APP: { users: [ {user: app, password: pw} ] }\n"
+        "}\n"
+        'system_account: "SYS"\n'
+    )
+    config = load(conf)
+    assert config.system_account == "SYS"
+    assert [(u.user, u.account) for u in config.users] == [("admin", "SYS"), ("app", "APP")]
+    conf.write_text('system_account: "$SYS"\n')
+    assert load(conf).system_account == "$SYS"
 
 
 # -- decoding request bodies -----------------------------------------------------------------------
