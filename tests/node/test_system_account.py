@@ -106,6 +106,22 @@ async def test_a_system_user_asks_every_endpoint(node: NodeHandle) -> None:
     assert answers["PING"]["server"]["seq"] > answers["STATSZ"]["server"]["seq"]
 
 
+async def test_a_statsz_request_without_a_reply_is_broadcast(node: NodeHandle) -> None:
+    server_id = node.server.broker.server_id
+
+    async def scenario() -> tuple[str, dict[str, Any]]:
+        sys = await connect(node, "sys")
+        sub = await sys.subscribe("$SYS.SERVER.*.STATSZ")
+        await sys.publish("$SYS.REQ.SERVER.PING", b"")  # (no reply subject)
+        msg = await sub.next_msg(timeout=W)
+        await sys.close()
+        return msg.subject, json.loads(msg.data)
+
+    subject, statsz = await in_asyncio(scenario)
+    assert subject == f"$SYS.SERVER.{server_id}.STATSZ"
+    assert list(statsz) == ["server", "statsz"]
+
+
 async def test_options_in_the_body_shape_the_answer(node: NodeHandle) -> None:
     async def scenario() -> list[dict[str, Any]]:
         clients = [await connect(node, "app") for _ in range(3)]
