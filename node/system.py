@@ -345,10 +345,24 @@ def client_info(client: ClientConnection, *, stop_ns: int = 0) -> dict[str, Any]
     return info | {"name_tag": client.account.name, "kind": "Client", "client_type": "nats"}
 
 
+def _connect_fields(client: ClientConnection) -> dict[str, Any]:
+    return {"client": client_info(client)}
+
+
+def _disconnect_fields(client: ClientConnection) -> dict[str, Any]:
+    """What a disconnect event adds: the client's traffic (``sent`` is what it sent) and why it went."""
+    return {
+        "client": client_info(client, stop_ns=client.stop_ns or time.time_ns()),
+        "sent": {"msgs": client.in_msgs, "bytes": client.in_bytes},
+        "received": {"msgs": client.out_msgs, "bytes": client.out_bytes},
+        "reason": client.closing or "",
+    }
+
+
 @attrs.define
 class _Request:
     endpoint: str
-    reply: str
+    reply: bytes
     body: bytes | None
     """None: too large to keep (answered with an error)."""
 
@@ -367,7 +381,8 @@ class SystemAccount:
 
     def __init__(self, node: Node, monitor: MonitorState) -> None:
         broker = node.broker
-        assert broker.system_account is not None
+        if broker.system_account is None:
+            raise ValueError("the node runs without a system account")
         self.node = node
         self.broker: Broker = broker
         self.account: Account = broker.system_account
@@ -407,33 +422,28 @@ class SystemAccount:
         if len(self._requests) >= REQUESTS_QUEUED:
             self.dropped += 1
             return False
-        reply = msg.reply.decode("utf-8", "replace") if msg.reply else ""
         body = msg.payload if len(msg.payload) <= BODY_MAX else None
-        self._requests.append(_Request(self._endpoints[sub.subject], reply, body))
+        self._requests.append(_Request(self._endpoints[sub.subject], msg.reply or b"", body))
         self._poke()
         return True
 
     def connected(self, client: Client) -> None:
         if isinstance(client, ClientConnection):
-            self._event(CONNECT_EVENT, _CONNECT_TYPE, client, {"client": client_info(client)})
+            self._event(CONNECT_EVENT, _CONNECT_TYPE, client, _connect_fields)
 
     def disconnected(self, client: Client) -> None:
         if isinstance(client, ClientConnection) and client.connected:
-            stop = client.stop_ns or time.time_ns()
-            self._event(
-                DISCONNECT_EVENT,
-                _DISCONNECT_TYPE,
-                client,
-                {
-                    "client": client_info(client, stop_ns=stop),
-                    "sent": {"msgs": client.in_msgs, "bytes": client.in_bytes},
-                    "received": {"msgs": client.out_msgs, "bytes": client.out_bytes},
-                    "reason": client.closing or "",
-                },
-            )
+            self._event(DISCONNECT_EVENT, _DISCONNECT_TYPE, client, _disconnect_fields)
 
-    def _event(self, subject: str, kind: str, client: ClientConnection, fields: dict[str, Any]) -> None:
-        """Queue an event, unless nobody anywhere wants it (the common case costs one lookup)."""
+    def _event(
+        self,
+        subject: str,
+        kind: str,
+        client: ClientConnection,
+        fields: Callable[[ClientConnection], dict[str, Any]],
+    ) -> None:
+        """Queue an event, unless nobody anywhere wants it: then it costs one lookup, nothing is
+        built."""
         subject = subject.format(client.account.name)
         if not is_valid_literal_subject(subject) or not self._wanted(subject):
             return
@@ -441,9 +451,9 @@ class SystemAccount:
             "type": kind,
             "id": self.ids.next(),
             "timestamp": go_time(time.time_ns()),
+            "server": None,  # (filled in when sent, with its sequence number)
         }
-        event["server"] = None  # (filled in when sent, with its sequence number)
-        self._events.append((subject, event | fields))
+        self._events.append((subject, event | fields(client)))
         self._poke()
 
     def _wanted(self, subject: str) -> bool:
@@ -565,8 +575,8 @@ class SystemAccount:
         if not reply:
             if request.endpoint != "STATSZ":
                 return  # (nobody to answer)
-            reply = _STATSZ_BROADCAST.format(self.broker.server_id)
-        if not is_valid_literal_subject(reply):
+            reply = _STATSZ_BROADCAST.format(self.broker.server_id).encode()
+        if not is_valid_literal_subject(reply.decode("utf-8", "surrogateescape")):
             return
         try:
             answer = await self.answer(request.endpoint, request.body)
@@ -579,14 +589,14 @@ class SystemAccount:
         if answer is not None:
             await self._send(reply, answer)
 
-    async def _send(self, subject: str, doc: dict[str, Any]) -> None:
+    async def _send(self, subject: bytes, doc: dict[str, Any]) -> None:
         pace = Pacer()
         pieces: list[str] = []
         for piece in gojson.iterencode(doc):
             pieces.append(piece)
             await pace.tick()
         payload = "".join(pieces).encode()
-        self.broker.publish(self.account, Message(subject.encode(), None, None, payload))
+        self.broker.publish(self.account, Message(subject, None, None, payload))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Publish queued events and answer queued requests, one at a time, until cancelled."""
@@ -599,7 +609,7 @@ class SystemAccount:
                     while self._events:
                         subject, event = self._events.popleft()
                         event["server"] = self.server_info()
-                        await self._send(subject, event)
+                        await self._send(subject.encode(), event)
                     if self._requests:
                         await self._respond(self._requests.popleft())
                 await due.wait()
