@@ -27,7 +27,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from node.broker import NATS_VERSION
 from node.config import AccountConfig, Config, ConfigError, UserConfig, from_mapping, load
 from node.launch import NodeHandle
-from node.system import ENDPOINTS, RequestError, decode_options
+from node.system import ENDPOINTS, REQUESTS_QUEUED, RequestError, decode_options
 from tests.node.conftest import in_asyncio, start_node
 
 pytestmark = pytest.mark.timeout(30)
@@ -181,6 +181,35 @@ async def test_a_malformed_body_gets_an_error_envelope(
     assert bad["error"]["code"] == code
     assert description in bad["error"]["description"]
     assert after["data"]["status"] == "ok"  # (and the service goes on)
+
+
+async def test_a_burst_of_requests_loses_requests_never_memory(node: NodeHandle) -> None:
+    system = node.node.system
+    assert system is not None
+    burst = 4 * REQUESTS_QUEUED
+    stream = await trio.open_tcp_stream("127.0.0.1", node.port)
+    try:
+        await stream.send_all(
+            b'CONNECT {"user":"sys","pass":"pw","verbose":false,"pedantic":false}\r\n'
+            + b"PUB $SYS.REQ.SERVER.PING.VARZ nobody.listens 0\r\n\r\n" * burst
+        )
+        with trio.fail_after(W):
+            while system.dropped + system.seq < burst:  # noqa: ASYNC110 (nothing announces either)
+                await trio.sleep(0.01)
+    finally:
+        await trio.aclose_forcefully(stream)
+    # Every request was either answered (one message each) or dropped, and some were dropped: the
+    # queue is bounded, whatever arrives in one read.
+    assert system.dropped + system.seq == burst
+    assert system.dropped > 0
+
+    async def scenario() -> dict[str, Any]:  # and the service goes on
+        sys = await connect(node, "sys")
+        answer = await ask(sys, "$SYS.REQ.SERVER.PING.HEALTHZ")
+        await sys.close()
+        return answer
+
+    assert (await in_asyncio(scenario))["data"]["status"] == "ok"
 
 
 async def test_filters_in_the_body_select_the_nodes_that_answer(node: NodeHandle) -> None:
