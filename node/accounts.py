@@ -62,8 +62,10 @@ class Account:
         "_routes",
         "_routes_genid",
         "imports",
+        "closed_traffic",
         "name",
         "patterns",
+        "slow_consumers",
         "sublist",
     )
 
@@ -79,6 +81,11 @@ class Account:
         """Redis pattern subscriptions (PSUBSCRIBE) on this node, once there are any."""
         self.imports: Importer | None = None
         """Its stream imports, if it has any: told of every subscription (never of a message)."""
+        self.closed_traffic = [0, 0, 0, 0]
+        """Messages and bytes in and out of its client connections that have closed (open ones
+        count their own), so /accstatz totals survive them."""
+        self.slow_consumers = 0
+        """Its client connections cut as slow consumers."""
 
     def match(self, subject: bytes) -> Interest:
         """Local and remote interest in ``subject`` (bytes off the wire; not necessarily UTF-8)."""

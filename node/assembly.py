@@ -21,8 +21,10 @@ from cluster.routes import RouteManager
 from node.broker import Broker
 from node.capture import Captures
 from node.config import Config
+from node.monitoring_views import MonitorState
 from node.server import Server
 from node.store import Store
+from node.system import SystemAccount
 
 __all__ = ["Listeners", "Node", "assemble"]
 
@@ -51,6 +53,8 @@ class Node:
     store: Store | None = None
     """The append-only file of the Redis keys (``store_dir``)."""
     captures: Captures | None = None
+    system: SystemAccount | None = None
+    """The system account's requests and events (None with ``no_system_account``)."""
 
     @property
     def broker(self) -> Broker:
@@ -103,6 +107,8 @@ class Node:
             links: trio.Nursery = await nursery.start(_open_links)
             if self.captures is not None:
                 await links.start(self.captures.run)
+            if self.system is not None:
+                await links.start(self.system.run)
             if self.routes is not None:
                 await links.start(self.routes.run, listeners.routes)
             if self.gateways is not None:
@@ -114,7 +120,8 @@ class Node:
 
 def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | None = None) -> Node:
     """A node built from ``config``: clustered if it has ``cluster`` settings, joined to other
-    clusters if it has ``gateway`` settings, capturing subjects into the streams it lists.
+    clusters if it has ``gateway`` settings, capturing subjects into the streams it lists, and
+    answering in its system account.
 
     Args:
         dial: how links open connections (the harness passes its memory network's).
@@ -136,6 +143,9 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
     if config.streams:
         node.captures = Captures(server.broker, config.streams)
         node.captures.subscribe()
+    if server.broker.system_account is not None:
+        node.system = SystemAccount(node, MonitorState(node, config.http_host))
+        node.system.subscribe()
     if config.cluster is not None:
         node.routes = RouteManager(server.broker, config.cluster, server.flusher, dial=dial, rng=rng())
         node.routes.on_client_urls = node._cluster_changed

@@ -39,10 +39,26 @@ from routing import (
     subject_channel,
 )
 
-__all__ = ["VERSION", "Broker", "Consumer", "Forwarder", "ReplyMapping", "Subscriber"]
+__all__ = [
+    "NATS_VERSION",
+    "VERSION",
+    "Broker",
+    "ClientEvents",
+    "Consumer",
+    "Forwarder",
+    "ReplyMapping",
+    "Subscriber",
+]
 
 VERSION = "0.1.0"
-"""pubmesh's version, reported in INFO and /varz (semver, which NATS clients parse)."""
+"""pubmesh's own version (``pubmesh --version``, the log, the monitoring index page)."""
+
+NATS_VERSION = "2.10.0"
+"""The nats-server feature level pubmesh speaks, reported as ``version`` in INFO, /varz and the
+system account's answers: client libraries parse it (semver) to decide which features to use.
+2.10 is the last level whose client-visible core protocol pubmesh has in full (headers,
+no-responders, the system account's requests and events); 2.11 added message tracing, which it
+has not. JetStream is not implied: INFO never announces it, whatever the version says."""
 
 RUNTIME = "python" + platform.python_version()
 """What INFO's and /varz's ``go`` field carries here: the runtime, as nats-server reports Go's."""
@@ -98,12 +114,26 @@ class Client(Subscriber, Consumer, Protocol):
     """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
 
     cid: int
+    account: Account
     in_msgs: int
     in_bytes: int
     out_msgs: int
     out_bytes: int
 
     def close(self, reason: str) -> None: ...
+
+
+class ClientEvents(Protocol):
+    """Told when a client signs in (CONNECT accepted) and when one is gone: the system account's
+    advisories (``node.system``). Called on those two occasions only, never per message."""
+
+    def connected(self, client: Client) -> None: ...
+
+    def disconnected(self, client: Client) -> None: ...
+
+
+SLOW_CONSUMER = "Slow Consumer"
+"""How the close reason of every connection cut as a slow consumer begins."""
 
 
 def new_server_id(rng: random.Random | None = None) -> str:
@@ -146,8 +176,14 @@ class Broker:
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}
+        self.system_account: Account | None = None
+        """Where the node's own services answer and its events go; None with ``no_system_account``."""
         for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
             self.account(name)
+        if not config.no_system_account:
+            self.system_account = self.account(config.system_account)
+        self.events: ClientEvents | None = None
+        """Told of clients signing in and leaving (the system account's advisories), if anyone is."""
         self.clients: dict[int, Client] = {}
         self.connect_urls: list[str] = []
         """Where clients may connect across the cluster: INFO's ``connect_urls`` (the server keeps
@@ -176,7 +212,7 @@ class Broker:
         return {
             "server_id": self.server_id,
             "server_name": self.server_name,
-            "version": VERSION,
+            "version": NATS_VERSION,
             "proto": 1,
             "go": RUNTIME,
             "host": self.config.host,
@@ -197,14 +233,26 @@ class Broker:
         self.total_connections += 1
         self.accepted[type(client)] += 1
 
+    def client_connected(self, client: Client) -> None:
+        """A client has signed in (its CONNECT accepted, so its account is known)."""
+        if self.events is not None:
+            self.events.connected(client)
+
     def remove_client(self, client: Client) -> None:
         if self.clients.pop(client.cid, None) is not None:
             self.closed.append(client)
-            traffic = self._closed_traffic.setdefault(type(client), [0, 0, 0, 0])
-            traffic[0] += client.in_msgs
-            traffic[1] += client.in_bytes
-            traffic[2] += client.out_msgs
-            traffic[3] += client.out_bytes
+            for traffic in (
+                self._closed_traffic.setdefault(type(client), [0, 0, 0, 0]),
+                client.account.closed_traffic,
+            ):
+                traffic[0] += client.in_msgs
+                traffic[1] += client.in_bytes
+                traffic[2] += client.out_msgs
+                traffic[3] += client.out_bytes
+            if client.closing is not None and client.closing.startswith(SLOW_CONSUMER):
+                client.account.slow_consumers += 1
+            if self.events is not None:
+                self.events.disconnected(client)
 
     def count_slow_link(self, kind: str) -> None:
         self.slow_links[kind] += 1

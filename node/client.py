@@ -307,6 +307,7 @@ class ClientConnection(Outbox):
             return False
         self.awaiting_connect = False
         self.connected = True
+        self.broker.client_connected(self)
         return True
 
     def _connect(self, event: Connect) -> None:
@@ -344,6 +345,7 @@ class ClientConnection(Outbox):
         self._rtt_estimated = True
         if self.verbose:
             self._send(w.OK)
+        self.broker.client_connected(self)
 
     def _publish(self, messages: list[Message]) -> None:
         """Publish a run of PUBs. The loop is the hot path: per-message checks that the client's

@@ -29,6 +29,7 @@ from transport.tls import TlsConfig, client_context, server_context
 
 __all__ = [
     "RANDOM_PORT",
+    "SYSTEM_ACCOUNT",
     "AccountConfig",
     "Config",
     "ConfigError",
@@ -49,6 +50,8 @@ DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
 RANDOM_PORT = -1
 """A port given as -1 is any free one, as in nats-server (0 works too)."""
+SYSTEM_ACCOUNT = "$SYS"
+"""nats-server's default system account, which exists without being configured."""
 FSYNC_POLICIES = ("always", "everysec", "no")
 
 
@@ -77,7 +80,7 @@ _UNSUPPORTED = {
     name: _LACKING
     for name in (
         "jetstream", "leafnodes", "leaf", "mqtt", "websocket", "ws", "operator", "operators",
-        "resolver", "system_account", "system", "trusted", "trusted_keys", "mappings", "maps",
+        "resolver", "trusted", "trusted_keys", "mappings", "maps",
         "syslog", "remote_syslog", "logtime", "logtime_utc", "trace_verbose",
         "max_traced_msg_len", "prof_port", "http_base_path",
         "connect_error_reports", "reconnect_error_reports", "server_tags", "no_header_support",
@@ -237,6 +240,11 @@ class Config:
     """Seconds over which lame duck mode closes the clients, the grace period included."""
     lame_duck_grace_period: float = 10.0
     """Seconds lame duck mode waits before it starts closing clients."""
+    system_account: str = SYSTEM_ACCOUNT
+    """The account the node's own services and events live in (``node.system``): only its users
+    reach them."""
+    no_system_account: bool = False
+    """Run no system account at all (nats-server's ``no_system_account``)."""
 
     @property
     def auth_required(self) -> bool:
@@ -278,6 +286,8 @@ _SCALARS: dict[str, type | str] = {
     "client_advertise": str,
     "lame_duck_duration": _DURATION,
     "lame_duck_grace_period": _DURATION,
+    "system_account": str,
+    "no_system_account": bool,
 }
 _ALIASES = {
     "listen": None,
@@ -291,6 +301,9 @@ _ALIASES = {
     "monitor_port": "http_port",
     "max_conn": "max_connections",
     "max_subs": "max_subscriptions",
+    "system": "system_account",
+    "no_system": "no_system_account",
+    "no_sys_acc": "no_system_account",
 }
 
 
@@ -414,6 +427,12 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
         raise ConfigError(f"{where}: appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
     known = {"$G", *(a.name for a in accounts)}
     _check_sharing(accounts, where)
+    system = fields.get("system_account", SYSTEM_ACCOUNT)
+    if system not in known | {SYSTEM_ACCOUNT}:
+        raise ConfigError(f"{where}: system_account: {system!r} is not an account of accounts")
+    if system == "$G":
+        raise ConfigError(f"{where}: system_account: the global account cannot be the system account")
+    known.add(system)
     for stream in streams:
         if stream.account not in known:
             raise ConfigError(f"{where}: streams: {stream.name!r}: unknown account {stream.account!r}")

@@ -2,7 +2,8 @@
 
 Operators point ``curl``, ``nats-top``, dashboards and Prometheus at a NATS server's monitoring port,
 so paths, query parameters, status codes and error texts follow nats-server: ``/varz``, ``/connz``,
-``/subsz`` (and its alias ``/subscriptionsz``), ``/routez``, ``/gatewayz``, ``/healthz``, plus
+``/subsz`` (and its alias ``/subscriptionsz``), ``/routez``, ``/gatewayz``, ``/accountz``,
+``/accstatz``, ``/healthz``, plus
 ``/streamz`` (Redis streams) and ``/metrics`` in the Prometheus text format. The server runs in
 the node's own trio run and reads the broker directly; documents are built and encoded a slice at a
 time (``Pacer``), so a large one never holds up the node's connections for long.
@@ -31,6 +32,8 @@ from node.assembly import Node
 from node.broker import VERSION
 from node.monitoring_views import (
     DEFAULT_LIST_SIZE,
+    AccountStatzOptions,
+    AccountzOptions,
     BadRequest,
     ConnState,
     ConnzOptions,
@@ -40,6 +43,8 @@ from node.monitoring_views import (
     RoutezOptions,
     StreamzOptions,
     SubszOptions,
+    accountz,
+    accstatz,
     connz,
     gatewayz,
     routez,
@@ -247,6 +252,16 @@ async def _gatewayz(state: MonitorState, query: Query, pace: Pacer) -> Response:
     return await _listing(state, pace, partial(gatewayz, state.node, opts, pace))
 
 
+async def _accountz(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    opts = AccountzOptions(account=query.text("acc"))
+    return await _json(await accountz(state.broker, opts, pace), pace)
+
+
+async def _accstatz(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    opts = AccountStatzOptions(include_unused=query.boolean("unused"))
+    return await _json(await accstatz(state.broker, opts, pace), pace)
+
+
 async def _streamz(state: MonitorState, query: Query, pace: Pacer) -> Response:
     offset, limit = query.page()
     opts = StreamzOptions(
@@ -278,6 +293,8 @@ _LINKS = (
     ("subsz", "Subscriptions"),
     ("routez", "Routes"),
     ("gatewayz", "Gateways"),
+    ("accountz", "Accounts"),
+    ("accstatz", "Account stats"),
     ("streamz", "Streams"),
     ("healthz", "Health"),
     ("metrics", "Prometheus metrics"),
@@ -299,6 +316,8 @@ _ROUTES: dict[str, tuple[str, Handler]] = {
     "/subscriptionsz": ("/subsz", _subsz),
     "/routez": ("/routez", _routez),
     "/gatewayz": ("/gatewayz", _gatewayz),
+    "/accountz": ("/accountz", _accountz),
+    "/accstatz": ("/accstatz", _accstatz),
     "/streamz": ("/streamz", _streamz),
     "/healthz": ("/healthz", _healthz),
     "/metrics": ("/metrics", _metrics),
@@ -383,7 +402,9 @@ async def serve_monitoring(
 
     Reports the port it listens on through ``task_status`` (the one picked when ``port`` is 0).
     """
-    state = MonitorState(node, host)
+    # (shared with the system account's answers, which then report the same port and request counts)
+    state = node.system.monitor if node.system is not None else MonitorState(node, host)
+    state.http_host = host
     app = _App(state)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(

@@ -22,7 +22,7 @@ import os
 import resource
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import trio
@@ -33,8 +33,7 @@ from cluster.gateways import GatewayManager
 from cluster.link import Link
 from cluster.peer import Gateway, Peer
 from cluster.routes import RouteManager
-from node.accounts import DEFAULT_ACCOUNT
-from node.assembly import Node
+from node.accounts import DEFAULT_ACCOUNT, Account
 from node.broker import Broker
 from node.capture import CAPTURE_DB
 from node.client import ClientConnection
@@ -54,8 +53,13 @@ from routing import (
 )
 from transport.tls import DEFAULT_TIMEOUT as DEFAULT_TLS_TIMEOUT
 
+if TYPE_CHECKING:  # (the node's assembly imports its system account, which uses these views)
+    from node.assembly import Node
+
 __all__ = [
     "DEFAULT_LIST_SIZE",
+    "AccountStatzOptions",
+    "AccountzOptions",
     "BadRequest",
     "ConnState",
     "ConnzOptions",
@@ -66,9 +70,12 @@ __all__ = [
     "RoutezOptions",
     "StreamzOptions",
     "SubszOptions",
+    "accountz",
+    "accstatz",
     "connz",
     "gatewayz",
     "routez",
+    "statsz",
     "streamz",
     "subsz",
     "varz",
@@ -269,6 +276,10 @@ async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
         "subscriptions": _stats(broker).num_subscriptions,
         "http_req_stats": dict(sorted(state.requests.items())),
         "config_load_time": go_time(broker.start_ns),
+    }
+    if broker.system_account is not None:
+        doc["system_account"] = broker.system_account.name
+    doc |= {
         "slow_consumer_stats": slow,
         "stale_connection_stats": {"clients": broker.stale_connections, **_NO_LINKS},
     }
@@ -1119,3 +1130,190 @@ async def streamz(node: Node, opts: StreamzOptions, pace: Pacer) -> dict[str, An
             and opts.db in (None, CAPTURE_DB)
         ],
     }
+
+
+# -- accounts: /accountz, /accstatz ----------------------------------------------------------------
+
+
+@attrs.frozen
+class AccountzOptions:
+    """The /accountz query, decoded: ``acc`` asks for one account's details instead of the list."""
+
+    account: str = ""
+
+
+def _connections_by_account(broker: Broker) -> collections.Counter[str]:
+    """Open client connections (NATS and Redis) per account name."""
+    return collections.Counter(client.account.name for client in list(broker.clients.values()))
+
+
+def _account_info(broker: Broker, account: Account, conns: int) -> dict[str, Any]:
+    """nats-server's ``AccountInfo`` for an account defined in the configuration: no JWT, no
+    mappings, and no imports or exports (which pubmesh's configuration cannot declare), so those
+    fields are left out as there when empty."""
+    stats = account.stats()
+    doc: dict[str, Any] = {"account_name": account.name, "update_time": go_time(broker.start_ns)}
+    if account is broker.system_account:
+        doc["is_system"] = True
+    return doc | {
+        "expired": False,
+        "complete": True,
+        "jetstream_enabled": False,
+        "leafnode_connections": 0,
+        "client_connections": conns,
+        "subscriptions": stats.num_subscriptions,
+        "sublist_stats": attrs.asdict(stats),
+    }
+
+
+async def accountz(broker: Broker, opts: AccountzOptions, pace: Pacer) -> dict[str, Any]:
+    """/accountz: the accounts this node knows, by name, or with ``acc`` that one's details.
+
+    Raises:
+        BadRequest: ``acc`` names no account.
+    """
+    doc: dict[str, Any] = {"server_id": broker.server_id, "now": go_time(time.time_ns())}
+    if broker.system_account is not None:
+        doc["system_account"] = broker.system_account.name
+    if not opts.account:
+        return doc | {"accounts": sorted(broker.accounts)}
+    account = broker.accounts.get(opts.account)
+    if account is None:
+        raise BadRequest(f"Account {opts.account} does not exist")
+    conns = _connections_by_account(broker)[account.name]
+    return doc | {"account_detail": _account_info(broker, account, conns)}
+
+
+@attrs.frozen
+class AccountStatzOptions:
+    """The /accstatz query (``unused``), or a system request's ``accounts`` and ``include_unused``."""
+
+    accounts: tuple[str, ...] = ()
+    """Only these (all when empty)."""
+    include_unused: bool = False
+    """Also accounts without a connection on this node."""
+
+
+def _msg_bytes(msgs: int, size: int) -> dict[str, int]:
+    return {"msgs": msgs, "bytes": size}
+
+
+async def accstatz(broker: Broker, opts: AccountStatzOptions, pace: Pacer) -> dict[str, Any]:
+    """/accstatz: per account, its client connections on this node, their subscriptions, and the
+    messages and bytes its clients published (``received``) and were delivered (``sent``) since
+    start, closed connections included. Traffic over routes and gateways is not counted per
+    account, so nats-server's ``routes``, ``gateways`` and ``leafs`` breakdowns are left out."""
+    traffic: dict[str, list[int]] = {}
+    conns: collections.Counter[str] = collections.Counter()
+    for client in list(broker.clients.values()):
+        name = client.account.name
+        conns[name] += 1
+        totals = traffic.setdefault(name, [0, 0, 0, 0])
+        totals[0] += client.in_msgs
+        totals[1] += client.in_bytes
+        totals[2] += client.out_msgs
+        totals[3] += client.out_bytes
+        await pace.tick()
+    names = opts.accounts or tuple(sorted(broker.accounts))
+    found: list[dict[str, Any]] = []
+    for name in names:
+        account = broker.accounts.get(name)
+        if account is None or not (conns[name] or opts.include_unused):
+            continue
+        live = traffic.get(name, [0, 0, 0, 0])
+        in_msgs, in_bytes, out_msgs, out_bytes = (
+            a + b for a, b in zip(live, account.closed_traffic, strict=True)
+        )
+        found.append(
+            {
+                "acc": name,
+                "name": name,
+                "conns": conns[name],
+                "leafnodes": 0,
+                "total_conns": conns[name],
+                "num_subscriptions": account.stats().num_subscriptions,
+                "sent": _msg_bytes(out_msgs, out_bytes),
+                "received": _msg_bytes(in_msgs, in_bytes),
+                "slow_consumers": account.slow_consumers,
+            }
+        )
+        await pace.tick()
+    return {"server_id": broker.server_id, "now": go_time(time.time_ns()), "account_statz": found}
+
+
+# -- STATSZ, the system account's summary of a node -------------------------------------------------
+
+
+def _route_stat(link: Link) -> dict[str, Any]:
+    """nats-server's ``RouteStat``."""
+    peer: Peer = link.peer
+    stat: dict[str, Any] = {"rid": link.rid}
+    if peer.name:
+        stat["name"] = peer.name
+    return stat | {
+        "sent": _msg_bytes(link.out_msgs, link.out_bytes),
+        "received": _msg_bytes(link.in_msgs, link.in_bytes),
+        "pending": link.pending_bytes,
+    }
+
+
+def _gateway_stats(manager: GatewayManager | None) -> list[dict[str, Any]]:
+    """nats-server's ``GatewayStat``: per remote cluster, the outbound link's traffic out and the
+    inbound links' traffic in."""
+    if manager is None:
+        return []
+    stats = []
+    for name, gateway in sorted(manager.remotes.items()):
+        link = gateway.outbound
+        if link is None or not link.registered:
+            continue
+        inbound = [each for each in gateway.inbound.values() if each.registered]
+        stats.append(
+            {
+                "gwid": link.rid,
+                "name": name,
+                "sent": _msg_bytes(link.out_msgs, link.out_bytes),
+                "received": _msg_bytes(
+                    sum(each.in_msgs for each in inbound), sum(each.in_bytes for each in inbound)
+                ),
+                "inbound_connections": len(inbound),
+            }
+        )
+    return stats
+
+
+async def statsz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
+    """nats-server's ``ServerStats`` (the ``statsz`` of a STATSZ answer). ``sent`` and ``received``
+    count client traffic, as /varz's ``out_msgs`` and ``in_msgs`` do; each route and gateway reports
+    its own in ``routes`` and ``gateways``. Fields nats-server leaves out when empty are left out."""
+    broker = state.broker
+    in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
+    slow = _slow_consumer_stats(broker)
+    doc: dict[str, Any] = {
+        "start": go_time(broker.start_ns),
+        "mem": _resident_bytes(),
+        "cores": os.cpu_count() or 1,
+        "cpu": state.cpu.read(),
+        "connections": len(broker.clients),
+        "total_connections": broker.total_connections,
+        "active_accounts": len(_connections_by_account(broker)),
+        "subscriptions": _stats(broker).num_subscriptions,
+        "sent": _msg_bytes(out_msgs, out_bytes),
+        "sent_to_clients": _msg_bytes(out_msgs, out_bytes),
+        "received": _msg_bytes(in_msgs, in_bytes),
+        "received_from_clients": _msg_bytes(in_msgs, in_bytes),
+        "slow_consumers": sum(slow.values()),
+    }
+    if any(slow.values()):
+        doc["slow_consumer_stats"] = slow
+    if broker.stale_connections:
+        doc["stale_connections"] = broker.stale_connections
+        doc["stale_connection_stats"] = {"clients": broker.stale_connections, **_NO_LINKS}
+    routes = await _paced_map(_route_stat, _links_in_use(state.node.routes), pace)
+    if routes:
+        doc["routes"] = routes
+    gateways = _gateway_stats(state.node.gateways)
+    if gateways:
+        doc["gateways"] = gateways
+    doc["gomaxprocs"] = 1
+    return doc

@@ -24,7 +24,7 @@ import trio
 import trio.testing
 
 from node.assembly import Node as Assembled
-from node.broker import VERSION
+from node.broker import NATS_VERSION
 from node.client import ClientConnection
 from node.config import AccountConfig, Config, UserConfig
 from node.launch import run_node
@@ -638,7 +638,7 @@ async def test_metrics_expose_the_monitoring_numbers(make_node: NodeFactory) -> 
     assert value("gnatsd_varz_max_pending") == 1024
     assert value("gnatsd_varz_start") == broker.start_ns // 10**6
     assert value("gnatsd_varz_http_req_stats_connz") == 1
-    assert value(f"gnatsd_varz_version|{VERSION}") == 1
+    assert value(f"gnatsd_varz_version|{NATS_VERSION}") == 1
     assert (value("gnatsd_connz_num_connections"), value("gnatsd_connz_total")) == (2, 2)
     assert value("gnatsd_connz_subscriptions") == 2
     assert series["gnatsd_connz_in_msgs"] == ("counter", {"server_id": broker.server_id}, 5.0)

@@ -63,7 +63,9 @@ async def start_side(nursery: trio.Nursery, name: str, remote: Side | None = Non
     """A one-node cluster ``name``, configured with ``remote``'s gateway URL if one is given."""
     gateways = ((remote.name, (remote.url,)),) if remote is not None else ()
     gateway = GatewayConfig(name=name, host="127.0.0.1", port=0, gateways=gateways)
-    handle = await start_node(nursery, Config(server_name=name, http_port=0, gateway=gateway))
+    # (no system account: the interest these tests count is their clients' alone)
+    config = Config(server_name=name, http_port=0, gateway=gateway, no_system_account=True)
+    handle = await start_node(nursery, config)
     assert handle.http_port is not None
     return Side(name, handle, Node(handle.server, handle.port, handle.http_port))
 

@@ -27,7 +27,9 @@ HELLO_WORLD = "$R." + b"hello world".hex()
 
 
 async def start_redis_node(nursery: trio.Nursery, config: Config | None = None) -> NodeHandle:
-    config = (config or Config()).evolve(redis=RedisConfig(host="127.0.0.1", port=0), http_port=0)
+    # (no system account: the subscriptions these tests count are their clients' alone)
+    redis = RedisConfig(host="127.0.0.1", port=0)
+    config = (config or Config()).evolve(redis=redis, http_port=0, no_system_account=True)
     return await start_node(nursery, config)
 
 

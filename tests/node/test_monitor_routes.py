@@ -94,7 +94,9 @@ async def start_member(nursery: trio.Nursery, name: str, seed: Member | None = N
     """A node called ``name`` running in ``nursery``, joined to ``seed``'s cluster if one is given."""
     seeds = (f"nats://127.0.0.1:{seed.handle.cluster_port}",) if seed is not None else ()
     cluster = ClusterConfig(name="mesh", host="127.0.0.1", port=0, seeds=seeds, pool_size=POOL)
-    handle = await start_node(nursery, Config(server_name=name, http_port=0, cluster=cluster))
+    # (no system account: the interest these tests count is their clients' alone)
+    config = Config(server_name=name, http_port=0, cluster=cluster, no_system_account=True)
+    handle = await start_node(nursery, config)
     assert handle.http_port is not None
     return Member(handle, Node(handle.server, handle.port, handle.http_port))
 
