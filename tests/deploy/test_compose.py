@@ -242,6 +242,82 @@ def test_redis_clients_meet_across_routes_and_gateways(deployment: tuple[str, li
     publisher.close()
 
 
+HEALTHCHECK = [
+    "python3", "-c",
+    "import urllib.request as u; u.urlopen('http://127.0.0.1:8222/healthz?links=true', timeout=1)",
+]  # fmt: skip
+"""The healthcheck docker-compose.yml gives every node, run by hand."""
+
+
+def routed_to(node: Node) -> set[str]:
+    return {route["remote_name"] for route in node.get("/routez")["routes"]}
+
+
+def wait_until(what: str, ready: Any, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT + 300)
+def test_a_node_restarted_while_the_seed_is_down_rejoins_the_others(
+    deployment: tuple[str, list[Node]],
+) -> None:
+    """Every node seeds every peer: with east1 (once the only seed) down, a restarted east2 routes
+    to east3 again and both are healthy; a node cut off from its cluster is unhealthy, by the
+    healthcheck and by docker's own verdict."""
+    project, nodes = deployment
+    by_name = {n.service: n for n in nodes}
+    east1, east2, east3 = (by_name[name] for name in ("east1", "east2", "east3"))
+    network = f"{project}_mesh"
+    try:
+        docker("stop", "--time", "1", east1.container)
+        docker("restart", "--time", "1", east2.container)
+        wait_until(
+            "east2 and east3 never routed to each other",
+            lambda: _answers(lambda: routed_to(east2) == {"east3"} and routed_to(east3) == {"east2"}),
+        )
+        wait_until(
+            "east2 and east3 not both healthy",
+            lambda: (
+                docker("inspect", "-f", "{{.State.Health.Status}}", east2.container) == "healthy"
+                and healthy(east3)
+            ),
+        )
+        docker("network", "disconnect", network, east3.container)
+        wait_until(
+            "east3 cut off, and still passing its healthcheck",
+            lambda: (
+                subprocess.run(
+                    ["docker", "exec", east3.container, *HEALTHCHECK], capture_output=True, check=False
+                ).returncode
+                != 0
+            ),
+        )
+        wait_until(
+            "docker never found east3 unhealthy",
+            lambda: docker("inspect", "-f", "{{.State.Health.Status}}", east3.container) == "unhealthy",
+            60,
+        )
+    finally:
+        if network not in docker("inspect", "-f", "{{json .NetworkSettings.Networks}}", east3.container):
+            docker("network", "connect", "--alias", "east3", network, east3.container)
+        docker("start", east1.container)
+    wait_until(
+        "the deployment did not converge again",
+        lambda: not disagreements(nodes) and all(healthy(n) for n in nodes),
+    )
+
+
+def _answers(check: Any) -> bool:
+    """``check()``, or False while a node's monitoring port is not answering (it is restarting)."""
+    try:
+        return bool(check())
+    except OSError:
+        return False
+
+
 @pytest.mark.timeout(SETUP_TIMEOUT + 600)
 def test_a_seeded_chaos_run_heals_every_cycle(
     deployment: tuple[str, list[Node]], tmp_path: Path
