@@ -47,6 +47,8 @@ class ClusterConfig:
             consumer.
         tls: TLS for routes in both directions (None: plain TCP); each side presents its
             certificate and checks the other's against ``tls.ca_file``.
+        no_advertise: the node neither gives its client URLs to peers nor tells its clients of
+            theirs (nats-server's ``cluster { no_advertise }``).
     """
 
     name: str = "pubmesh"
@@ -66,6 +68,7 @@ class ClusterConfig:
     write_deadline: float = DEFAULT_WRITE_DEADLINE
     tls: TlsConfig | None = None
     max_accounts: int = 4096
+    no_advertise: bool = False
 
     def evolve(self, **changes: Any) -> ClusterConfig:
         return attrs.evolve(self, **changes)

@@ -21,11 +21,14 @@ Operations, in the order a link opens (see ``cluster.handshake``):
 * ``GOSSIP [{id, name, url}, ...]``: peers the sender knows, so the full mesh can form.
 * ``GATEWAYS {cluster: [url, ...]}``: the gateway URLs of other clusters the sender knows, so
   every node of a cluster dials every cluster any of them has heard of.
+* ``CLIENTS [host:port, ...]``: where the sender now takes clients (its HELLO said so first): an
+  empty list once it stops (lame duck mode), so its peers stop advertising it to their clients.
 * ``ERR text``: why the sender is about to close.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,11 +37,13 @@ import msgpack
 
 __all__ = [
     "HANDSHAKE_FRAME",
+    "MAX_CLIENT_URLS",
     "MAX_CLUSTERS",
     "MAX_PEERS",
     "NONCE_SIZE",
     "SNAPSHOT_BATCH",
     "Challenge",
+    "ClientUrls",
     "Err",
     "Frame",
     "FrameDecoder",
@@ -69,6 +74,11 @@ MAX_PEERS = 256
 """Peers one HELLO or GOSSIP frame may name."""
 MAX_CLUSTERS = 256
 """Clusters one HELLO or GATEWAYS frame may name (and gateway URLs per cluster)."""
+MAX_CLIENT_URLS = 32
+"""Client URLs one node may advertise (in its HELLO or a CLIENTS frame)."""
+MAX_CLIENT_URL = 270
+"""The longest client URL (``host:port``: a DNS name of 253 characters, or a bracketed IPv6
+address with a zone)."""
 MAX_ARRAY = 4096
 """The longest array or map in any frame once a link is open (SNAP batches, queue lists)."""
 MAX_TEXT = 64 * 1024
@@ -97,6 +107,8 @@ class RouteHello:
         connection: the dialer's name for this connection.
         peers: route peers the sender is connected to.
         gateway_url: where the sender accepts gateway links ("" if it does not).
+        client_urls: where the sender takes clients (``host:port``), for its peers to advertise
+            to theirs.
     """
 
     id: str
@@ -109,6 +121,7 @@ class RouteHello:
     gateway_url: str = ""
     slot: int | str | None = None
     connection: str = ""
+    client_urls: tuple[str, ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -198,13 +211,18 @@ class Gateways:
 
 
 @attrs.define(slots=True)
+class ClientUrls:
+    urls: tuple[str, ...]
+
+
+@attrs.define(slots=True)
 class Err:
     text: str
 
 
 Frame = (
     Challenge | Proof | Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | MessageFrame | Gossip
-    | Gateways | Err
+    | Gateways | ClientUrls | Err
 )  # fmt: skip
 
 _PING: bytes = msgpack.packb(["PING"])
@@ -238,6 +256,8 @@ def encode(frame: Frame) -> bytes:
         return _pack(["GOSSIP", [_peer_map(p) for p in frame.peers]])
     if isinstance(frame, Gateways):
         return _pack(["GATEWAYS", {name: list(urls) for name, urls in frame.known.items()}])
+    if isinstance(frame, ClientUrls):
+        return _pack(["CLIENTS", list(frame.urls)])
     return _pack(["ERR", frame.text])
 
 
@@ -264,6 +284,7 @@ def _hello_map(info: RouteHello | GatewayHello) -> dict[str, Any]:
         "kind": "route", "id": info.id, "name": info.name, "cluster": info.cluster,
         "url": info.url, "pool_size": info.pool_size, "pinned": list(info.pinned),
         "peers": [_peer_map(p) for p in info.peers], "gateway_url": info.gateway_url,
+        "client_urls": list(info.client_urls),
     }  # fmt: skip
     if info.slot is not None:
         out["slot"] = info.slot
@@ -346,6 +367,24 @@ def _gateways(value: Any) -> dict[str, tuple[str, ...]]:
     return {_str(name): _strs(urls, MAX_CLUSTERS) for name, urls in known.items()}
 
 
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?\]")
+
+
+def _client_urls(value: Any) -> tuple[str, ...]:
+    """Client URLs as a peer advertises them: each ``host:port``, a name, an IPv4 address or a
+    bracketed IPv6 one (they go into every client's INFO, so nothing else gets through)."""
+    urls = _strs(value, MAX_CLIENT_URLS)
+    for url in urls:
+        host, _, port = url.rpartition(":")
+        if (
+            len(url) > MAX_CLIENT_URL
+            or not _HOST.fullmatch(host)
+            or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)
+        ):
+            raise LinkError(f"bad client URL {url[:64]!r}")
+    return urls
+
+
 def _slot(value: Any) -> int | str | None:
     if value is None or type(value) is str:
         return value
@@ -359,7 +398,7 @@ def _route_hello(fields: dict[Any, Any]) -> RouteHello:
         url=_str(get("url")), pool_size=_int(get("pool_size"), 1, 64),
         pinned=_strs(get("pinned", []), MAX_PEERS), peers=tuple(_peers(get("peers", []))),
         gateway_url=_str(get("gateway_url", "")), slot=_slot(get("slot")),
-        connection=_str(get("connection", "")),
+        connection=_str(get("connection", "")), client_urls=_client_urls(get("client_urls", [])),
     )  # fmt: skip
 
 
@@ -422,6 +461,8 @@ def _decode(obj: Any) -> Frame:
         return Gossip(_peers(obj[1]))
     if op == "GATEWAYS" and n == 2:
         return Gateways(_gateways(obj[1]))
+    if op == "CLIENTS" and n == 2:
+        return ClientUrls(_client_urls(obj[1]))
     if op == "ERR" and n == 2:
         return Err(_str(obj[1]))
     raise LinkError(f"unknown or malformed frame {str(op)[:16]!r}/{n}")

@@ -16,6 +16,10 @@ name), which keeps them in order. A slot that is not up carries nothing: when it
 side sends the other a snapshot of its interest for that slot's accounts, so nothing announced
 meanwhile is missed, and whatever the previous connection had carried is forgotten first.
 
+**Client URLs.** Each HELLO carries where its sender takes clients, and a CLIENTS frame tells
+every peer when that changes (a node in lame duck mode takes no more): the node hears of every
+change among connected peers through ``on_client_urls``, and advertises the lot to its clients.
+
 **Failure.** Any frame counts as a sign of life; heartbeats keep an idle link talking, and a link
 silent for ``ping_max`` intervals is declared dead, because a partition leaves TCP connections open.
 When a connection drops, the interest that arrived over it (its accounts' slices of the peer's
@@ -32,10 +36,11 @@ from typing import Any, Protocol
 
 import trio
 
-from cluster.config import ClusterConfig
+from cluster.config import ClusterConfig, parse_url
 from cluster.connections import Dial, LinkManager
 from cluster.frames import (
     MAX_PEERS,
+    ClientUrls,
     Frame,
     Gateways,
     Gossip,
@@ -80,6 +85,10 @@ class GatewayDirectory(Protocol):
         ...
 
 
+def _nothing() -> None:
+    pass
+
+
 class RouteManager(LinkManager):
     """A node's routes: accepting, dialing, registering and dropping links, and what flows over them.
 
@@ -107,6 +116,8 @@ class RouteManager(LinkManager):
         self.url = config.advertise or f"nats://{config.host}:{config.port}"
         self.peers: dict[str, Peer] = {}
         self._dialing: set[tuple[str, Slot]] = set()
+        self._seeds: dict[str, trio.CancelScope] = {}
+        """The seeds being introduced to, each with what stops that."""
         self.seed_ids: dict[str, str] = {}
         """The server id that last answered at each seed URL (this node's own, for a seed that is
         this node: one configuration can then list every node of the cluster)."""
@@ -116,6 +127,12 @@ class RouteManager(LinkManager):
         """Called as any peer's piece of interest appears (weight 1) or goes (weight 0); the
         gateways count these with local interest into the cluster's own."""
         host.interest_listeners.append(self._on_interest)
+        self.client_urls: tuple[str, ...] = ()
+        """Where this node takes clients, as its HELLO tells peers (see ``advertise_clients``)."""
+        self._peer_client_urls: dict[str, tuple[str, ...]] = {}
+        """Where each connected peer takes clients, by server id."""
+        self.on_client_urls: Callable[[], None] = _nothing
+        """Called when a connected peer's client URLs come, change or go."""
 
     # -- running -----------------------------------------------------------------------------
 
@@ -132,8 +149,38 @@ class RouteManager(LinkManager):
                 partial(trio.serve_listeners, self._accept, list(listeners), handler_nursery=nursery)
             )
             for seed in self.config.seeds:
-                nursery.start_soon(self._seed, seed)
+                self._start_seed(seed)
             task_status.started()
+
+    def set_seeds(self, seeds: Sequence[str]) -> None:
+        """Take a new list of seeds (a configuration reload): introduce this node to the new ones,
+        and for those gone, stop and close the connections to the node at that address, as
+        nats-server closes a route removed from its configuration. (A peer still configured with
+        this node as its own seed, or met through gossip, may connect again.)"""
+        self.config = self.config.evolve(seeds=tuple(seeds))
+        for url in [u for u in self._seeds if u not in seeds]:
+            self._seeds.pop(url).cancel()
+            self.seed_ids.pop(url, None)
+            address = parse_url(url)
+            for peer in list(self.peers.values()):
+                if _address(peer.url) == address:
+                    del self.peers[peer.server_id]
+                    for link in list(peer.slots.values()):
+                        link.close("Route Removed")
+            log.info("Removed route %s", url)
+        for url in seeds:
+            if url not in self._seeds:
+                self._start_seed(url)
+
+    def _start_seed(self, url: str) -> None:
+        assert self._nursery is not None
+        scope = self._seeds[url] = trio.CancelScope()
+
+        async def introduce() -> None:
+            with scope:
+                await self._seed(url)
+
+        self._nursery.start_soon(introduce)
 
     async def _accept(self, stream: trio.abc.Stream) -> None:
         await self._serve(stream, solicited=False)
@@ -158,6 +205,8 @@ class RouteManager(LinkManager):
         elif kind is Gateways:
             if self.gateways is not None:
                 self.gateways.learn(frame.known)  # type: ignore[union-attr]
+        elif kind is ClientUrls:
+            self._peer_clients(link.peer, frame.urls)  # type: ignore[union-attr]
         else:
             raise LinkError(f"unexpected {kind.__name__} frame on a route")
 
@@ -212,6 +261,7 @@ class RouteManager(LinkManager):
             gateway_url=self.gateways.url if self.gateways is not None else "",
             slot=link.slot,
             connection=link.connection if link.slot is not None else "",
+            client_urls=self.client_urls,
         )
 
     def _known_peers(self) -> list[PeerInfo]:
@@ -246,6 +296,7 @@ class RouteManager(LinkManager):
             current.registered = False  # replaced: its interest is reset below, not dropped
             current.close("Replaced by a newer route")
         self._register(peer, slot, link, current)
+        self._peer_clients(peer, info.client_urls)
         for known in info.peers:
             self._learn(known)
 
@@ -308,7 +359,32 @@ class RouteManager(LinkManager):
             for account in {entry.account for entry in self.host.route_interest.entries(peer)}:
                 self._forget(peer, account)
             peer.disconnected.set()
+            self._peer_clients(peer, ())
         self._dial_missing(peer)
+
+    # -- client URLs -------------------------------------------------------------------------
+
+    def peer_client_urls(self) -> list[str]:
+        """Where the connected peers take clients, each URL once, in the order they came."""
+        return list(dict.fromkeys(url for urls in self._peer_client_urls.values() for url in urls))
+
+    def advertise_clients(self, urls: tuple[str, ...]) -> None:
+        """Tell every peer (now, and in later HELLOs) where this node takes clients."""
+        self.client_urls = urls
+        frame = encode(ClientUrls(urls))
+        for peer in self.peers.values():
+            for link in peer.slots.values():
+                link.send_bytes(frame)
+                break
+
+    def _peer_clients(self, peer: Peer, urls: tuple[str, ...]) -> None:
+        if self._peer_client_urls.get(peer.server_id, ()) == urls:
+            return
+        if urls:
+            self._peer_client_urls[peer.server_id] = urls
+        else:
+            del self._peer_client_urls[peer.server_id]
+        self.on_client_urls()
 
     # -- dialing -----------------------------------------------------------------------------
 
@@ -418,3 +494,10 @@ class RouteManager(LinkManager):
             for link in peer.slots.values():
                 link.send_bytes(frame)
                 break
+
+
+def _address(url: str) -> tuple[str, int] | None:
+    try:
+        return parse_url(url)
+    except ValueError:
+        return None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from collections.abc import Collection
+from typing import Any, Protocol, TypeAlias
 
 import attrs
 
@@ -14,9 +15,10 @@ from routing import (
     SubList,
     SubListResult,
     SubListStats,
+    Subscription,
 )
 
-__all__ = ["DEFAULT_ACCOUNT", "Account", "Interest"]
+__all__ = ["DEFAULT_ACCOUNT", "Account", "Importer", "Interest"]
 
 DEFAULT_ACCOUNT = "$G"
 """nats-server's global account, used when no accounts are configured."""
@@ -26,6 +28,15 @@ _CACHE_MAX = 4096
 # (A string, because compiled generic classes cannot be subscripted at run time.)
 Interest: TypeAlias = "tuple[SubListResult, RemoteMatch[Any], RemoteMatch[Any]]"
 """Who wants a subject: local subscribers, routes, gateways."""
+
+
+class Importer(Protocol):
+    """What an account that imports streams does as its subscriptions come and go
+    (``node.imports``)."""
+
+    def subscribed(self, sub: Subscription) -> None: ...
+
+    def unsubscribed(self, subs: Collection[Subscription]) -> None: ...
 
 
 class Account:
@@ -50,6 +61,7 @@ class Account:
         "_local_genid",
         "_routes",
         "_routes_genid",
+        "imports",
         "name",
         "patterns",
         "sublist",
@@ -65,6 +77,8 @@ class Account:
         self._hits = 0
         self.patterns: PatternIndex[Any] | None = None
         """Redis pattern subscriptions (PSUBSCRIBE) on this node, once there are any."""
+        self.imports: Importer | None = None
+        """Its stream imports, if it has any: told of every subscription (never of a message)."""
 
     def match(self, subject: bytes) -> Interest:
         """Local and remote interest in ``subject`` (bytes off the wire; not necessarily UTF-8)."""

@@ -56,6 +56,24 @@ class Node:
     def broker(self) -> Broker:
         return self.server.broker
 
+    def set_client_urls(self, urls: tuple[str, ...]) -> None:
+        """Where this node takes clients: what it advertises to them, and (unless the cluster
+        settings say ``no_advertise``) to its route peers for theirs."""
+        self.server.own_urls = urls
+        if self.routes is not None and not self.routes.config.no_advertise:
+            self.routes.advertise_clients(urls)
+        self._cluster_changed()
+
+    def lame_duck(self) -> None:
+        """Enter lame duck mode (SIGUSR2): peers stop advertising this node to their clients, and
+        the server moves its own clients away before it stops (see ``Server.lame_duck``)."""
+        if self.routes is not None and self.routes.client_urls:
+            self.routes.advertise_clients(())
+        self.server.lame_duck()
+
+    def _cluster_changed(self) -> None:
+        self.server.advertise(self.routes.peer_client_urls() if self.routes is not None else [])
+
     @property
     def config(self) -> Config:
         return self.server.config
@@ -120,6 +138,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
         node.captures.subscribe()
     if config.cluster is not None:
         node.routes = RouteManager(server.broker, config.cluster, server.flusher, dial=dial, rng=rng())
+        node.routes.on_client_urls = node._cluster_changed
     if config.gateway is not None:
         node.gateways = GatewayManager(
             server.broker, config.gateway, server.flusher, routes=node.routes, dial=dial, rng=rng()

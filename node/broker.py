@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from node.accounts import DEFAULT_ACCOUNT, Account
 from node.auth import Authenticator
 from node.config import Config
+from node.imports import install_imports
 from node.keyspace import Keyspaces
 from routing import (
     EMPTY_MATCH,
@@ -148,6 +149,9 @@ class Broker:
         for name in (DEFAULT_ACCOUNT, *(a.name for a in config.accounts)):
             self.account(name)
         self.clients: dict[int, Client] = {}
+        self.connect_urls: list[str] = []
+        """Where clients may connect across the cluster: INFO's ``connect_urls`` (the server keeps
+        it as route peers come and go; empty on a node alone)."""
         self.congested: set[Consumer] = set()
         """Consumers past their stall threshold since the last producer paused for them."""
         self.closed: collections.deque[Client] = collections.deque(maxlen=CLOSED_KEPT)
@@ -165,6 +169,7 @@ class Broker:
         publisher that wants it sets it to 0 first, since a publish nobody wants skips the count."""
         # Traffic of connections that have closed, by class, so totals survive them.
         self._closed_traffic: dict[type, list[int]] = {}
+        install_imports(self)
 
     def identity(self) -> dict[str, Any]:
         """Who this node is, in the fields (and order) INFO and /varz both start with."""
@@ -247,6 +252,8 @@ class Broker:
         change = self.interest.update(account.name, sub.subject, sub.queue)
         if change is not None:
             self._announce(change)
+        if account.imports is not None:
+            account.imports.subscribed(sub)
 
     def unsubscribe(self, account: Account, subs: Collection[Subscription]) -> None:
         """Remove local subscriptions (one, or all of a closing connection's), telling peers about
@@ -262,6 +269,8 @@ class Broker:
             deltas[key] = deltas.get(key, 0) - 1
         for change in self.interest.update_batch(account.name, deltas):
             self._announce(change)
+        if account.imports is not None:
+            account.imports.unsubscribed(subs)
 
     def _announce(self, change: InterestChange) -> None:
         for listener in self.interest_listeners:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
+from functools import partial
 
 import attrs
 import trio
@@ -26,30 +25,23 @@ from node.config import (
     ConfigError,
     RedisConfig,
     UserConfig,
+    check_lame_duck,
     check_tls,
     check_urls,
     load,
     reconcile_names,
 )
-from node.launch import run_node
+from node.launch import NodeHandle, StartupError, run_node
+from node.logs import LogOutput
+from node.natsconf import parse_duration
+from node.process import COMMANDS, Bound, ProcessFiles, SignalError, ports_info, send_signal
+from node.reload import Reloader
 from node.store import StoreError
 from transport.tls import TlsConfig
 
 __all__ = ["command_line_config", "main"]
 
 log = logging.getLogger("pubmesh")
-
-_LEVELS = {"DEBUG": "DBG", "INFO": "INF", "WARNING": "WRN", "ERROR": "ERR", "CRITICAL": "FTL"}
-
-
-class _ServerLogFormat(logging.Formatter):
-    """``[pid] 2026/11/22 07:05:00.123456 [INF] text``, the shape of nats-server's log lines."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(record.created))
-        micros = int(record.msecs * 1000)
-        level = _LEVELS.get(record.levelname, record.levelname[:3])
-        return f"[{os.getpid()}] {stamp}.{micros:06d} [{level}] {record.getMessage()}"
 
 
 def _serve_parser(prog: str) -> argparse.ArgumentParser:
@@ -60,7 +52,7 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
         "otherwise TOML when it parses as TOML and nats-server's format when not",
     )  # fmt: skip
     p.add_argument("-a", "--addr", "--net", dest="host", help="client listen address")
-    p.add_argument("-p", "--port", type=int, help="client port (0 picks a free one)")
+    p.add_argument("-p", "--port", type=int, help="client port (-1 or 0 picks a free one)")
     p.add_argument("-n", "--name", "--server_name", dest="server_name", help="server name")
     p.add_argument("-m", "--http_port", type=int, help="HTTP monitoring port")
     p.add_argument(
@@ -83,6 +75,19 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--routes", help="comma-separated route URLs to dial (seeds)")
     p.add_argument("--cluster_name", help="the cluster's name (all its nodes must agree)")
     p.add_argument("--cluster_advertise", help="the route URL to give peers")
+    p.add_argument(
+        "--no_advertise", action="store_true",
+        help="give clients no URLs of the cluster's nodes, nor peers this node's",
+    )  # fmt: skip
+    p.add_argument("--client_advertise", metavar="HOST:PORT", help="the client URL to advertise")
+    p.add_argument(
+        "--lame_duck_duration", type=_duration, metavar="DURATION",
+        help="time over which lame duck mode (SIGUSR2) closes clients (default: 2m)",
+    )  # fmt: skip
+    p.add_argument(
+        "--lame_duck_grace_period", type=_duration, metavar="DURATION",
+        help="wait before lame duck mode starts closing clients (default: 10s)",
+    )  # fmt: skip
     p.add_argument("--gateway_name", help="this cluster's name among gateways")
     p.add_argument(
         "--gateway_listen", "--gateway", dest="gateway_listen", metavar="URL",
@@ -101,6 +106,17 @@ def _serve_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument(
         "-V", "--trace", action="store_true", help="trace logging (as verbose as debug logging here)"
     )
+    p.add_argument("-l", "--log", dest="log_file", metavar="FILE", help="log to this file")
+    p.add_argument("-P", "--pid", dest="pid_file", metavar="FILE", help="write the process id here")
+    p.add_argument(
+        "--ports_file_dir", metavar="DIR",
+        help="write the URLs listened on to DIR/pubmesh_<pid>.ports (JSON)",
+    )  # fmt: skip
+    p.add_argument("-t", dest="check", action="store_true", help="check the configuration and exit")
+    p.add_argument(
+        "-sl", "--signal", metavar="SIGNAL[=PID]",
+        help=f"signal a running pubmesh ({', '.join(COMMANDS)}); PID may be a pid file's path",
+    )  # fmt: skip
     p.add_argument("-v", "--version", action="version", version=f"pubmesh {VERSION}")
     return p
 
@@ -121,7 +137,8 @@ def serve_config(args: argparse.Namespace) -> Config:
         key: getattr(args, key)
         for key in (
             *("host", "port", "server_name", "http_port", "https_port", "max_payload"),
-            *("store_dir", "appendfsync"),
+            *("store_dir", "appendfsync", "log_file", "pid_file", "ports_file_dir"),
+            *("client_advertise", "lame_duck_duration", "lame_duck_grace_period"),
         )
         if getattr(args, key) is not None
     }
@@ -153,6 +170,8 @@ def serve_config(args: argparse.Namespace) -> Config:
         if args.cluster_advertise:
             cluster = attrs.evolve(cluster, advertise=args.cluster_advertise)
         changes["cluster"] = cluster
+    if args.no_advertise and cluster is not None:
+        changes["cluster"] = attrs.evolve(cluster, no_advertise=True)
     gateway = _gateway_flags(args, config.gateway)
     if gateway is not None:
         changes["gateway"] = gateway
@@ -167,7 +186,19 @@ def serve_config(args: argparse.Namespace) -> Config:
         changes["debug"] = True
     config = reconcile_names(config.evolve(**changes))
     check_tls(config, "command line")
+    check_lame_duck(config, "command line")
     return config
+
+
+def _duration(text: str) -> float:
+    """A duration flag: seconds, or Go's syntax (``30s``, ``2m``)."""
+    seconds = parse_duration(text)
+    if seconds is None:
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r}") from None
+    return seconds
 
 
 def _tls_flags(args: argparse.Namespace, tls: TlsConfig | None) -> TlsConfig | None:
@@ -211,22 +242,64 @@ def _gateway_flags(args: argparse.Namespace, gateway: GatewayConfig | None) -> G
     return gateway
 
 
-def _configure_logging(config: Config) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_ServerLogFormat())
-    log.handlers[:] = [handler]
-    log.propagate = False
-    log.setLevel(logging.DEBUG if config.debug else logging.INFO)
+async def _serve(args: argparse.Namespace, config: Config, logs: LogOutput) -> None:
+    """Run the node until SIGINT or SIGTERM; SIGHUP reloads the configuration, SIGUSR1
+    reopens the log file and SIGUSR2 enters lame duck mode (after which the node stops by
+    itself), as with nats-server."""
+    files = ProcessFiles()
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+    try:
+        with trio.open_signal_receiver(*watched) as signals:
+            try:
+                files.write_pid(config.pid_file)
+            except OSError as exc:
+                raise StartupError(f"Could not write pidfile: {exc}") from exc
+            async with trio.open_nursery() as nursery:
+                handle: NodeHandle = await nursery.start(run_node, config)
+                h = handle
+                bound = Bound(h.host, h.port, h.http_port, h.cluster_port, h.redis_port)
+                try:
+                    files.write_ports(config.ports_file_dir, ports_info(h.node.config, bound))
+                except OSError as exc:
+                    log.error("Error writing ports file: %s", exc)
+                reloader = Reloader(h.node, config, partial(_reread, args), logs, files, bound)
+                nursery.start_soon(_stop_listening, handle, nursery.cancel_scope)
+                async for signum in signals:
+                    log.info("Trapped %r signal", signal.Signals(signum).name)
+                    if signum == signal.SIGHUP:
+                        reloader.reload()
+                    elif signum == signal.SIGUSR1:
+                        _reopen(logs)
+                    elif signum == signal.SIGUSR2:
+                        handle.lame_duck()
+                    else:
+                        log.info("Initiating Shutdown...")
+                        handle.shutdown()
+                        break
+    finally:
+        files.remove()
 
 
-async def _serve(config: Config) -> None:
-    async with trio.open_nursery() as nursery:
-        handle = await nursery.start(run_node, config)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                log.info("Trapped %r signal", signal.Signals(signum).name)
-                handle.shutdown()
-                break
+def _reread(args: argparse.Namespace) -> Config:
+    """The configuration again, for a reload: the file, with the command line's flags on top."""
+    if not args.config:
+        raise ConfigError("can only reload config when a file is provided using -c or --config")
+    return serve_config(args)
+
+
+def _reopen(logs: LogOutput) -> None:
+    try:
+        logs.reopen()
+    except OSError as exc:
+        log.error("Unable to reopen the log file: %s", exc)
+    else:
+        log.info("File log re-opened")
+
+
+async def _stop_listening(handle: NodeHandle, signals: trio.CancelScope) -> None:
+    """Stop waiting for signals once the node has stopped by itself (after lame duck mode)."""
+    await handle.finished.wait()
+    signals.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -241,21 +314,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         return local_main(argv[1:])
     if argv and argv[0] == "serve":
         argv = argv[1:]
+    args = _serve_parser("pubmesh serve").parse_args(argv)
+    if args.signal:
+        try:
+            send_signal(args.signal)
+        except SignalError as exc:
+            print(f"pubmesh: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    logs = LogOutput()
     try:
-        config = command_line_config(argv)
-    except (ConfigError, ValueError) as exc:
-        print(f"pubmesh: {exc}", file=sys.stderr)
-        return 2
-    _configure_logging(config)
+        config = serve_config(args)
+        if args.check:
+            print(f"pubmesh: configuration file {args.config or ''} is valid", file=sys.stderr)
+            return 0
+        logs.use(config.log_file)
+    except (ConfigError, ValueError, OSError) as exc:
+        if args.check:
+            print(f"pubmesh: {exc}", file=sys.stderr)
+        else:
+            log.critical("%s", exc)
+        return 1
+    logs.set_debug(config.debug)
     log.info("Starting pubmesh %s", VERSION)
-    damaged: list[BaseException] = []
     try:
-        trio.run(_serve, config)
-    except* StoreError as group:
-        damaged += _leaves(group)
-    for error in damaged:
-        log.error("%s", error)
-    return 1 if damaged else 0
+        trio.run(_serve, args, config, logs)
+    except BaseException as exc:  # (whatever stopped the node ends the process)
+        errors = [e for e in _leaves(exc) if not isinstance(e, KeyboardInterrupt)]
+        if not errors:
+            return 0
+        log.debug("Fatal error", exc_info=errors[0])
+        log.critical("%s", _fatal_text(errors[0]))
+        return 1
+    finally:
+        logs.close()
+    return 0
+
+
+def _fatal_text(error: BaseException) -> str:
+    """What a fatal error's one log line says: its message, with its kind when that is a bug."""
+    if isinstance(error, StartupError | StoreError | ConfigError | OSError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -26,11 +26,13 @@ far from the connection that sent it. So text is made at this edge, by one rule:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
 from node.accounts import Account
+from node.auth import Verification, Verifying
 from node.broker import Broker
 from node.config import UserConfig
 from node.permissions import PermissionSet
@@ -52,6 +54,8 @@ from transport.outbox import Outbox
 from transport.sessions import Hangup
 
 __all__ = ["HANGUP_REASONS", "KEEPS_OUTPUT", "ClientConnection", "Reason"]
+
+log = logging.getLogger("pubmesh")
 
 
 class Reason:
@@ -164,11 +168,17 @@ class ClientConnection(Outbox):
         # Until CONNECT, a client is anonymous, or (when credentials are required) the configured
         # no_auth_user, or nobody at all, allowed nothing but CONNECT. Where credentials are
         # required, the auth timer runs until a CONNECT, or until the no_auth_user is signed in.
-        self.user: UserConfig | None = broker.auth.authenticate({})
+        self.user: UserConfig | None = broker.auth.without_credentials()
         self.awaiting_connect = broker.auth.required
         self.tls_names: tuple[str, ...] = ()
         """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
+        self.verifying: Verifying[dict[str, Any]] | None = None
+        """A CONNECT whose bcrypt check the server runs off the event loop; input waits for it."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
+        self.info_updates = False
+        """Whether the client takes INFO updates: it asked (``protocol`` 1 in CONNECT), and has had
+        the PONG to its first PING, as nats-server requires (no INFO comes between the two)."""
+        self._ponged = False
         self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
         self.account: Account = broker.account(self.user.account if self.user else "$G")
         self.perms: PermissionSet | None = (
@@ -195,7 +205,8 @@ class ClientConnection(Outbox):
         self._send(w.info(self.info()))
 
     def info(self) -> dict[str, Any]:
-        fields = self.broker.identity()
+        broker = self.broker
+        fields = broker.identity()
         fields["headers"] = True
         fields["max_payload"] = self.broker.config.max_payload
         fields["client_id"] = self.cid
@@ -207,12 +218,30 @@ class ClientConnection(Outbox):
             fields["tls_required"] = True
             if tls.verify or tls.verify_and_map:
                 fields["tls_verify"] = True
+        if broker.connect_urls:
+            fields["connect_urls"] = broker.connect_urls
         return fields
+
+    def update_info(self, *, lame_duck: bool = False) -> None:
+        """Send the INFO again (its cluster's URLs changed, or the node is entering lame duck
+        mode), if this client takes updates."""
+        if self.info_updates and self.closing is None:
+            fields = self.info()
+            if lame_duck:
+                fields["ldm"] = True
+            self._send(w.info(fields))
 
     def receive_data(self, data: bytes) -> None:
         """Act on every complete operation in what the client sent so far."""
         if self.closing:  # (a truth test, so the checks below are not narrowed away)
             return
+        if self.verifying is not None:
+            if self.verifying.done:
+                options, self.verifying = self.verifying.then, None
+                self._sign_in(options)  # (the verdict is known now)
+            if self.closing is not None or self._checking():
+                self.parser.receive_data(data)  # (kept for after the check)
+                return
         self.last_activity_ns = time.time_ns()
         if self.awaiting_connect and data and not self._heard:
             # nats-server decides on the first byte: whatever does not start a CONNECT, even a
@@ -233,12 +262,16 @@ class ClientConnection(Outbox):
                 elif kind is Ping:
                     self.active_since_ping = True
                     self._send(w.PONG)
+                    if not self._ponged and self.connected:
+                        self._first_pong()
                 elif kind is Pong:
                     self.pings_out = 0
                     if self.last_ping_sent:
                         self.rtt_ns = max(1, int((self._clock() - self.last_ping_sent) * 1e9))
                 elif kind is Connect:
                     self._connect(event)  # type: ignore[arg-type]
+                    if self._checking():
+                        return  # (what follows the CONNECT stays in the parser until then)
                 elif kind is Err:
                     self.close(Reason.PARSE_ERROR)
                 # INFO and +OK from a client are tolerated and ignored.
@@ -251,6 +284,21 @@ class ClientConnection(Outbox):
             }.get(exc.message or "", Reason.PROTOCOL_VIOLATION)
             self._fail(exc.message, reason)
 
+    def _first_pong(self) -> None:
+        """After the first PONG, a client that takes INFO updates gets one at once: it may have
+        missed a change of the cluster since its greeting (nats-server's ``connect_info``)."""
+        self._ponged = True
+        if self.options.get("protocol", 0) >= 1:
+            self.info_updates = True
+            fields = self.info()
+            fields["connect_info"] = True
+            self._send(w.info(fields))
+
+    def _checking(self) -> bool:
+        """Whether a CONNECT waits for its bcrypt check (a call, not an attribute test, so that a
+        check made before signing in is not taken to hold after it)."""
+        return self.verifying is not None
+
     def _sign_in_without_connect(self) -> bool:
         """Whether a client that must authenticate may start with something other than CONNECT:
         only as the configured no_auth_user. Otherwise the connection fails."""
@@ -262,8 +310,13 @@ class ClientConnection(Outbox):
         return True
 
     def _connect(self, event: Connect) -> None:
-        options = {**self.options, **event.options}  # (each of the right type: see node.protocol)
+        self._sign_in({**self.options, **event.options})  # (each of the right type: node.protocol)
+
+    def _sign_in(self, options: dict[str, Any]) -> None:
         user = self.broker.auth.authenticate(options, self.tls_names)
+        if isinstance(user, Verification):
+            self.verifying = Verifying(user, options)
+            return
         if user is None or options.get("account") or options.get("new_account"):
             self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
             return
@@ -469,6 +522,51 @@ class ClientConnection(Outbox):
         if message is not None:
             self._send(w.err(message))
         self.close(reason)
+
+    # -- configuration reload --------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """The node's configuration was reloaded: take its limits, and sign in again as
+        nats-server does. A client whose user is gone or now leads into another account is
+        closed (it reconnects to find out), one whose credentials no longer pass gets an
+        Authorization Violation, and the others keep only the subscriptions the new permissions
+        allow, each one dropped with a Permissions Violation naming its sid."""
+        config = self.broker.config
+        self.parser.max_payload = config.max_payload
+        self.parser.max_control_line = config.max_control_line
+        if self.closing is not None or self.awaiting_connect:
+            return  # (a client yet to sign in does so under the new configuration)
+        user = self.broker.auth.authenticate(self.options, self.tls_names)
+        if isinstance(user, Verification):
+            user = self.broker.auth.unchanged(self.user)
+        name = self.options.get("user")
+        if (user is None and name and not self.broker.auth.knows(name)) or (
+            user is not None and user.account != self.account.name
+        ):
+            self.close(Reason.CLIENT_CLOSED)
+            return
+        if user is None:
+            self._fail(AUTH_VIOLATION, Reason.AUTH_VIOLATION)
+            return
+        self.user = user
+        self.perms = perms = PermissionSet(user.permissions) if user.permissions else None
+        self._filtered = {
+            sub
+            for sub in self.subs.values()
+            if sub.subject.partition(".")[0] in ("*", ">")
+            or (perms is not None and perms.filters_deliveries(sub.subject, sub.queue))
+        }
+        if perms is None:
+            return
+        refused = [s for s in self.subs.values() if not perms.can_subscribe(s.subject, s.queue)]
+        if refused:
+            self._drop_subs(refused)
+        for sub in refused:
+            sid = sub.sid.decode("utf-8", "replace")
+            queue = f' using queue "{sub.queue}"' if sub.queue is not None else ""
+            text = f'"{sub.subject}"{queue} (sid "{sid}")'
+            self._error(f"Permissions Violation for Subscription to {text}")
+            log.info("Removed sub %s for %s - not authorized", text, self.describe())
 
     # -- timers (driven by the I/O side) ---------------------------------------------------------
 

@@ -23,13 +23,17 @@ import attrs
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node import natsconf
 from node.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
-from routing import is_valid_subject, subjects_collide
+from node.subjectmap import SubjectMap, is_subset
+from routing import is_valid_subject, subject_is_literal, subjects_collide
 from transport.tls import TlsConfig, client_context, server_context
 
 __all__ = [
+    "RANDOM_PORT",
     "AccountConfig",
     "Config",
     "ConfigError",
+    "ExportConfig",
+    "ImportConfig",
     "Permissions",
     "RedisConfig",
     "StreamConfig",
@@ -43,6 +47,8 @@ __all__ = [
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222
 DEFAULT_HTTP_PORT = 8222
+RANDOM_PORT = -1
+"""A port given as -1 is any free one, as in nats-server (0 works too)."""
 FSYNC_POLICIES = ("always", "everysec", "no")
 
 
@@ -72,12 +78,11 @@ _UNSUPPORTED = {
     for name in (
         "jetstream", "leafnodes", "leaf", "mqtt", "websocket", "ws", "operator", "operators",
         "resolver", "system_account", "system", "trusted", "trusted_keys", "mappings", "maps",
-        "logfile", "log_file", "pidfile", "pid_file", "syslog", "remote_syslog", "logtime",
-        "logtime_utc", "lame_duck_duration", "lame_duck_grace_period", "trace_verbose",
-        "max_traced_msg_len", "prof_port", "ports_file_dir", "client_advertise", "http_base_path",
+        "syslog", "remote_syslog", "logtime", "logtime_utc", "trace_verbose",
+        "max_traced_msg_len", "prof_port", "http_base_path",
         "connect_error_reports", "reconnect_error_reports", "server_tags", "no_header_support",
         "disable_sublist_cache", "max_sub_tokens", "ocsp", "proxy_protocol", "nkey", "nkeys",
-        "imports", "exports", "allow_responses", "allowed_connection_types", "default_permissions",
+        "allow_responses", "allowed_connection_types", "default_permissions",
         "cipher_suites", "curve_preferences", "insecure", "pinned_certs", "write_timeout",
     )
 } | {"authorization": "pubmesh authenticates routes and gateways with 'secret'"}  # fmt: skip
@@ -115,8 +120,35 @@ class UserConfig:
 
 
 @attrs.frozen
+class ExportConfig:
+    """Subjects an account offers to others (``exports``): a stream (messages published in it) or
+    a service (requests its responders answer)."""
+
+    subject: str
+    service: bool = False
+    accounts: tuple[str, ...] | None = None
+    """The accounts that may import it; None: any account."""
+
+
+@attrs.frozen
+class ImportConfig:
+    """Subjects an account takes from another's exports (``imports``)."""
+
+    account: str
+    """The exporting account."""
+    subject: str
+    """The subject in the exporting account."""
+    to: str
+    """The same subject in the importing account: where a stream's messages appear, where a
+    service's requests are published (``prefix`` and ``to`` both end up here)."""
+    service: bool = False
+
+
+@attrs.frozen
 class AccountConfig:
     name: str
+    exports: tuple[ExportConfig, ...] = ()
+    imports: tuple[ImportConfig, ...] = ()
 
 
 @attrs.frozen
@@ -185,6 +217,12 @@ class Config:
     """Streams this node holds, capturing subjects."""
     no_auth_user: str | None = None
     debug: bool = False
+    log_file: str | None = None
+    """Where the log goes (appended to; reopened on SIGUSR1); None: stderr."""
+    pid_file: str | None = None
+    """A file holding the process id while the node runs."""
+    ports_file_dir: str | None = None
+    """A directory to write ``pubmesh_<pid>.ports`` into: the URLs the node listens on, as JSON."""
     store_dir: str | None = None
     """Where Redis keys are kept across restarts (an append-only file); None keeps them in memory."""
     appendfsync: str = "everysec"
@@ -192,6 +230,13 @@ class Config:
     rewrite_percentage: int = 100
     """Rewrite the append-only file when it has grown by this many percent (0: only on BGREWRITEAOF)."""
     rewrite_min_size: int = 64 * 1024 * 1024
+    client_advertise: str | None = None
+    """``host[:port]`` this node gives clients (in ``connect_urls``) and peers to give theirs;
+    by default the address it listens on."""
+    lame_duck_duration: float = 120.0
+    """Seconds over which lame duck mode closes the clients, the grace period included."""
+    lame_duck_grace_period: float = 10.0
+    """Seconds lame duck mode waits before it starts closing clients."""
 
     @property
     def auth_required(self) -> bool:
@@ -223,10 +268,16 @@ _SCALARS: dict[str, type | str] = {
     "write_deadline": _DURATION,
     "no_auth_user": str,
     "debug": bool,
+    "log_file": str,
+    "pid_file": str,
+    "ports_file_dir": str,
     "store_dir": str,
     "appendfsync": str,
     "rewrite_percentage": int,
     "rewrite_min_size": _SIZE,
+    "client_advertise": str,
+    "lame_duck_duration": _DURATION,
+    "lame_duck_grace_period": _DURATION,
 }
 _ALIASES = {
     "listen": None,
@@ -235,6 +286,8 @@ _ALIASES = {
     "http": None,
     "https": None,
     "trace": "debug",
+    "logfile": "log_file",
+    "pidfile": "pid_file",
     "monitor_port": "http_port",
     "max_conn": "max_connections",
     "max_subs": "max_subscriptions",
@@ -336,9 +389,15 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             streams = _streams(value, f"{where}: streams")
         elif key == "accounts":
             for account, body in _table(value, f"{where}: accounts").items():
-                accounts.append(AccountConfig(account))
                 spot = f"{where}: accounts.{account}"
-                _only(_table(body, spot), {"users"}, spot)
+                _only(_table(body, spot), {"users", "exports", "imports"}, spot)
+                accounts.append(
+                    AccountConfig(
+                        account,
+                        exports=_exports(body.get("exports", []), f"{spot}: exports"),
+                        imports=_imports(body.get("imports", []), f"{spot}: imports"),
+                    )
+                )
                 for user in body.get("users", []):
                     users.append(_user(_table(user, spot), spot, account))
         elif name in _SCALARS:
@@ -354,12 +413,56 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
     if fields.get("appendfsync", "everysec") not in FSYNC_POLICIES:
         raise ConfigError(f"{where}: appendfsync must be one of {', '.join(FSYNC_POLICIES)}")
     known = {"$G", *(a.name for a in accounts)}
+    _check_sharing(accounts, where)
     for stream in streams:
         if stream.account not in known:
             raise ConfigError(f"{where}: streams: {stream.name!r}: unknown account {stream.account!r}")
     config = Config(**fields, users=tuple(users), accounts=tuple(accounts), streams=streams)
     check_tls(config, where)
+    check_lame_duck(config, where)
     return config
+
+
+def check_lame_duck(config: Config, where: str) -> None:
+    """The client URL to advertise must be one, and lame duck mode's grace period must end
+    before its duration does (nats-server's rules; its 30 s least duration is not enforced).
+
+    Raises:
+        ConfigError: if not.
+    """
+    if config.client_advertise is not None:
+        parse_advertise(config.client_advertise, config.port, f"{where}: client_advertise")
+    if config.lame_duck_grace_period < 0 or config.lame_duck_duration <= 0:
+        raise ConfigError(f"{where}: lame duck duration and grace period cannot be negative")
+    if config.lame_duck_grace_period >= config.lame_duck_duration:
+        raise ConfigError(
+            f"{where}: lame_duck_grace_period ({config.lame_duck_grace_period:g}s) must be "
+            f"shorter than lame_duck_duration ({config.lame_duck_duration:g}s)"
+        )
+
+
+def parse_advertise(advertise: str, port: int, where: str = "client_advertise") -> tuple[str, int]:
+    """``host[:port]`` (or ``[ipv6]:port``), the port defaulting to ``port``, as nats-server reads
+    ``client_advertise``.
+
+    Raises:
+        ConfigError: no host, or a port that is not one.
+    """
+    text = advertise.strip().split("://", 1)[-1]
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.removeprefix(":")
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if port_text:
+        if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
+            raise ConfigError(f"{where}: bad port in {advertise!r}")
+        port = int(port_text)
+    if not host or any(c.isspace() or c in "/@" for c in host):
+        raise ConfigError(f"{where}: bad host in {advertise!r}")
+    return host, port
 
 
 _TLS_OPTIONS: dict[str, type | str] = {
@@ -424,6 +527,7 @@ _CLUSTER_OPTIONS: dict[str, tuple[str, type | str]] = {
     "max_pending": ("max_pending", _SIZE),
     "write_deadline": ("write_deadline", _DURATION),
     "max_accounts": ("max_accounts", int),
+    "no_advertise": ("no_advertise", bool),
 }
 
 
@@ -628,12 +732,12 @@ def _scalar(value: Any, kind: type | str, where: str) -> Any:
 
 
 def _host_port(value: Any, where: str) -> dict[str, Any]:
-    """``"host:port"`` or a bare port, as nats-server's ``listen`` accepts."""
+    """``"host:port"`` or a bare port, as nats-server's ``listen`` accepts (-1: a random port)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return {"host": "0.0.0.0", "port": value}
     if isinstance(value, str):
         host, sep, port = value.rpartition(":")
-        if sep and port.isdigit():
+        if sep and (port.isdigit() or port == str(RANDOM_PORT)):
             return {"host": host or "0.0.0.0", "port": int(port)}
     raise ConfigError(f"{where}: expected host:port, got {value!r}")
 
@@ -686,3 +790,90 @@ def _check_users(users: list[UserConfig], where: str) -> None:
     names = [u.user for u in users if u.user is not None]
     if len(names) != len(set(names)):
         raise ConfigError(f"{where}: duplicate user")
+
+
+def _exports(value: Any, where: str) -> tuple[ExportConfig, ...]:
+    """``exports: [{stream: "a.>"}, {service: "req.x", accounts: [B]}]``."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of exports")
+    exports = []
+    for body in value:
+        body = _table(body, where)
+        _only(body, {"stream", "service", "accounts"}, where)
+        if ("stream" in body) == ("service" in body):
+            raise ConfigError(f"{where}: each export is either a stream or a service")
+        service = "service" in body
+        subject = body["service" if service else "stream"]
+        if not isinstance(subject, str) or not is_valid_subject(subject):
+            raise ConfigError(f"{where}: invalid subject {subject!r}")
+        accounts = body.get("accounts")
+        if accounts is not None and (
+            not isinstance(accounts, list) or not all(isinstance(a, str) for a in accounts)
+        ):
+            raise ConfigError(f"{where}: {subject!r}: accounts must be a list of account names")
+        exports.append(ExportConfig(subject, service, None if accounts is None else tuple(accounts)))
+    return tuple(exports)
+
+
+def _imports(value: Any, where: str) -> tuple[ImportConfig, ...]:
+    """``imports: [{stream: {account: A, subject: "a.>"}, prefix: "p"}, {service: {account: A,
+    subject: "req.x"}, to: "x"}]``: a stream's messages appear under ``prefix`` (or as ``to``), a
+    service is requested on ``to`` (by default its own subject)."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of imports")
+    imports = []
+    for body in value:
+        body = _table(body, where)
+        _only(body, {"stream", "service", "prefix", "to"}, where)
+        if ("stream" in body) == ("service" in body):
+            raise ConfigError(f"{where}: each import is either a stream or a service")
+        service = "service" in body
+        kind = "service" if service else "stream"
+        source = _table(body[kind], f"{where}: {kind}")
+        _only(source, {"account", "subject"}, f"{where}: {kind}")
+        account, subject = source.get("account"), source.get("subject")
+        if not isinstance(account, str) or not account:
+            raise ConfigError(f"{where}: {kind} import needs the exporting account")
+        if not isinstance(subject, str) or not is_valid_subject(subject):
+            raise ConfigError(f"{where}: {kind} import from {account!r}: invalid subject {subject!r}")
+        spot = f"{where}: {kind} import of {subject!r} from {account!r}"
+        prefix, to = body.get("prefix"), body.get("to", subject)
+        if prefix is not None:
+            if service or "to" in body:
+                raise ConfigError(f"{spot}: prefix is for stream imports without 'to'")
+            if not isinstance(prefix, str) or not is_valid_subject(prefix.rstrip(".")):
+                raise ConfigError(f"{spot}: invalid prefix {prefix!r}")
+            if not subject_is_literal(prefix.rstrip(".")):
+                raise ConfigError(f"{spot}: prefix {prefix!r} must not contain wildcards")
+            to = f"{prefix.rstrip('.')}.{subject}"
+        if not isinstance(to, str) or not is_valid_subject(to):
+            raise ConfigError(f"{spot}: invalid subject {to!r} for 'to'")
+        try:
+            SubjectMap(subject, to)
+        except ValueError as exc:
+            raise ConfigError(f"{spot}: {exc}") from None
+        imports.append(ImportConfig(account, subject, to, service))
+    return tuple(imports)
+
+
+def _check_sharing(accounts: list[AccountConfig], where: str) -> None:
+    """Every import names a configured account whose exports allow it (nats-server refuses the
+    others as not authorized)."""
+    by_name = {a.name: a for a in accounts}
+    for account in accounts:
+        for imp in account.imports:
+            kind = "service" if imp.service else "stream"
+            spot = f"{where}: accounts.{account.name}: {kind} import of {imp.subject!r}"
+            spot += f" from {imp.account!r}"
+            exporter = by_name.get(imp.account)
+            if exporter is None:
+                raise ConfigError(f"{spot}: no such account")
+            if exporter is account:
+                raise ConfigError(f"{spot}: an account cannot import from itself")
+            if not any(
+                e.service == imp.service
+                and is_subset(imp.subject, e.subject)
+                and (e.accounts is None or account.name in e.accounts)
+                for e in exporter.exports
+            ):
+                raise ConfigError(f"{spot}: {kind} import not authorized (no export allows it)")

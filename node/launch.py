@@ -8,6 +8,7 @@ ports (port 0 picks a free one), reports what it bound through ``task_status``, 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from functools import partial
 
@@ -17,12 +18,17 @@ import trio
 from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
 from node.assembly import Listeners, Node, assemble
-from node.config import Config
+from node.config import RANDOM_PORT, Config
+from node.discovery import own_urls
 from node.server import Server
 
-__all__ = ["NodeHandle", "run_node"]
+__all__ = ["NodeHandle", "StartupError", "run_node"]
 
 log = logging.getLogger("pubmesh")
+
+
+class StartupError(Exception):
+    """The node could not start (a port it cannot bind); the message says so as nats-server would."""
 
 
 @attrs.define
@@ -61,12 +67,16 @@ class NodeHandle:
         """Ask the node to stop; ``run_node`` returns once it has."""
         self.server.shutdown()
 
+    def lame_duck(self) -> None:
+        """Enter lame duck mode; ``run_node`` returns once every client has been moved away."""
+        self.node.lame_duck()
+
 
 async def run_node(
     config: Config, *, task_status: trio.TaskStatus[NodeHandle] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Run a node until its handle's ``shutdown`` is called (or this task is cancelled)."""
-    clients = await trio.open_tcp_listeners(config.port, host=config.host)
+    clients = await _bind(config.host, config.port)
     port = clients[0].socket.getsockname()[1]
     listeners = Listeners(clients)
     cluster_port = gateway_port = None
@@ -85,12 +95,13 @@ async def run_node(
     redis_port = None
     if config.redis is not None:
         redis_host = config.redis.host or config.host
-        redis = await trio.open_tcp_listeners(config.redis.port, host=redis_host)
+        redis = await _bind(redis_host, config.redis.port)
         redis_port = redis[0].socket.getsockname()[1]
         listeners = attrs.evolve(listeners, redis=redis)
         config = config.evolve(redis=config.redis.evolve(host=redis_host, port=redis_port))
     node = assemble(config)
     node.broker.port = port
+    node.set_client_urls(own_urls(config.host, port, config.client_advertise))
     handle = NodeHandle(
         node,
         config.host,
@@ -113,7 +124,7 @@ async def run_node(
                         serve_monitoring,
                         node,
                         config.http_host,
-                        monitor_port,
+                        max(monitor_port, 0),
                         shutdown=node.server.stopping,
                         tls=config.tls if https else None,
                     )
@@ -159,7 +170,20 @@ async def _listen(
     host: str, port: int, advertise: str | None
 ) -> tuple[list[trio.SocketListener], int, str]:
     """Bind links' listeners: (listeners, the port bound, the URL to give peers)."""
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await _bind(host, port)
     port = listeners[0].socket.getsockname()[1]
     name = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
     return listeners, port, advertise or f"nats://{name}:{port}"
+
+
+async def _bind(host: str, port: int) -> list[trio.SocketListener]:
+    """Listen on ``host:port`` (``RANDOM_PORT`` or 0: a free port).
+
+    Raises:
+        StartupError: the port cannot be bound (in use, say).
+    """
+    try:
+        return await trio.open_tcp_listeners(0 if port == RANDOM_PORT else port, host=host)
+    except OSError as exc:
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise StartupError(f'Error listening on port: {host}:{port}, "bind: {reason}"') from exc

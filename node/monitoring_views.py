@@ -223,6 +223,8 @@ async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
         doc["tls_required"] = True
         if tls.verify or tls.verify_and_map:
             doc["tls_verify"] = True
+    if broker.connect_urls:
+        doc["connect_urls"] = list(broker.connect_urls)
     doc["max_connections"] = config.max_connections
     if config.max_subscriptions:
         doc["max_subscriptions"] = config.max_subscriptions

@@ -73,6 +73,8 @@ _FLOAT = re.compile(r"-?[0-9]+\.[0-9]+")
 _DATETIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 _INT64 = 2**63
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", '"': '"', "\\": "\\"}
+_BCRYPT = ("$2a$", "$2b$", "$2y$")
+"""What begins a bcrypt hash (a password or token), which is no variable."""
 _VALUE_END = frozenset(" \t\r\n,;]}")
 _KEY_END = frozenset(" \t\r\n:={[")
 
@@ -366,7 +368,7 @@ class _Parser:
         word = self.text[start : self.at]
         if word.lower() in _BOOLEANS:
             return _BOOLEANS[word.lower()]
-        if word.startswith("$") and not word.startswith("$2a$"):  # $2a$ begins a bcrypt hash
+        if word.startswith("$") and not word.startswith(_BCRYPT):
             return self.variable(word[1:])
         if word[0] not in "-0123456789":
             return word

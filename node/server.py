@@ -5,6 +5,11 @@ node's ``Flusher``, which writes what that input produced straight to the socket
 writer for output that had to wait, and its timers (ping, auth timeout). The protocol decisions all
 live in ``node.client``; this module only moves bytes and keeps time.
 
+The server also keeps what its INFO says of the cluster (``connect_urls``, see ``node.discovery``),
+telling the clients that take INFO updates whenever it changes, and runs lame duck mode: it stops
+accepting, tells its clients (``ldm``) so they can move elsewhere, and after a grace period closes
+them a few at a time, spread over ``lame_duck_duration``, before it stops for good.
+
 With TLS configured, a client gets its INFO in the clear and then starts TLS, as nats-server's clients
 expect; the handshake runs in the connection's own task, with a deadline.
 """
@@ -12,24 +17,27 @@ expect; the handshake runs in the connection's own task, with a deadline.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
+import attrs
 import trio
 
 from node.broker import Broker
 from node.client import ClientConnection, Reason
 from node.config import Config
+from node.discovery import connect_urls
 from node.protocol import writer as w
 from node.resp.connection import RespConnection
 from node.resp.writer import error
 from transport.sessions import Flusher, Session
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 
-__all__ = ["Server"]
+__all__ = ["ClosingPace", "Server", "closing_pace"]
 
 log = logging.getLogger("pubmesh")
 
@@ -38,9 +46,37 @@ FIRST_PING = 2.0
 SHUTDOWN_GRACE = 2.0
 KEY_SWEEP_INTERVAL = 0.1
 """Seconds between sweeps for expired Redis keys (redis-server's ``hz`` of 10)."""
+VERIFICATIONS = 2
+"""bcrypt checks run at once (each keeps a core busy for tens of milliseconds); more wait their turn."""
 STALL_MAX = 0.01
 """The longest a producer waits per read for congested consumers to drain (then it carries on,
 and a consumer that never drains reaches its pending limit and is cut off)."""
+LAME_DUCK_MIN_PAUSE = 0.001
+"""The shortest pause between batches of clients closed in lame duck mode: with more clients than
+that allows, several close at each step."""
+LAME_DUCK_MAX_PAUSE = 1.0
+"""The longest pause between clients closed in lame duck mode (a few clients need not wait for
+the whole duration)."""
+
+
+@attrs.frozen
+class ClosingPace:
+    """How lame duck mode closes clients: ``batch`` at a time, with pauses of ``pause`` seconds
+    between batches (each a random time from half of it to all of it)."""
+
+    batch: int
+    pause: float
+
+
+def closing_pace(clients: int, duration: float, grace: float) -> ClosingPace:
+    """Spread closing ``clients`` over what is left of ``duration`` after ``grace`` (at least a
+    second), as nats-server does."""
+    spread = duration - grace if duration > grace else 1.0
+    pause = spread / max(clients, 1)
+    if pause < LAME_DUCK_MIN_PAUSE:
+        steps = max(1, int(spread / LAME_DUCK_MIN_PAUSE))
+        return ClosingPace(math.ceil(clients / steps), LAME_DUCK_MIN_PAUSE)
+    return ClosingPace(1, min(pause, LAME_DUCK_MAX_PAUSE))
 
 
 class Server:
@@ -56,10 +92,19 @@ class Server:
         self.broker = broker or Broker(config)
         self.stopping = trio.Event()
         """Set once ``shutdown`` is called."""
+        self.in_lame_duck = False
+        self._stop_accepting = trio.Event()
+        self._lame_duck_scope: trio.CancelScope | None = None
+        self.own_urls: tuple[str, ...] = ()
+        """Where this node takes clients (``host:port``), as it advertises itself to them."""
+        self._peer_urls: list[str] = []
+        self._clustered = False
+        """Whether peers ever advertised client URLs (only then does INFO carry the node's own)."""
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
         self.flusher = Flusher()
         self._tls = server_context(config.tls) if config.tls is not None else None
+        self._verifications = trio.CapacityLimiter(VERIFICATIONS)
 
     async def serve(
         self,
@@ -85,8 +130,12 @@ class Server:
                     )
                     acceptors.start_soon(self._expire_keys)
                 task_status.started(listeners)
-                await self.stopping.wait()
+                await self._stop_accepting.wait()
                 acceptors.cancel_scope.cancel()
+            if not self.stopping.is_set():
+                with trio.CancelScope() as self._lame_duck_scope:
+                    await self._close_gradually()
+                self.stopping.set()
             for client in list(self.broker.clients.values()):
                 client.close(Reason.SHUTDOWN)
             # Give connections a moment to flush what they still hold, then cut them off.
@@ -99,6 +148,59 @@ class Server:
     def shutdown(self) -> None:
         """Stop accepting, close every connection (flushing what it had), and let ``serve`` return."""
         self.stopping.set()
+        self._stop_accepting.set()
+        if self._lame_duck_scope is not None:
+            self._lame_duck_scope.cancel()
+
+    def lame_duck(self) -> None:
+        """Enter lame duck mode: stop accepting clients, tell those connected (INFO with ``ldm``
+        and without this node's URLs) to go elsewhere, close them gradually, then shut down."""
+        if self.in_lame_duck or self.stopping.is_set():
+            return
+        log.info("Entering lame duck mode, stop accepting new clients")
+        self.in_lame_duck = True
+        self._stop_accepting.set()
+
+    async def _close_gradually(self) -> None:
+        config = self.config
+        clients = list(self.broker.clients.values())
+        if not clients:
+            return
+        self._set_connect_urls()
+        for client in clients:
+            if isinstance(client, ClientConnection):
+                client.update_info(lame_duck=True)
+        await trio.sleep(config.lame_duck_grace_period)
+        log.info("Closing existing clients")
+        pace = closing_pace(len(clients), config.lame_duck_duration, config.lame_duck_grace_period)
+        for done, client in enumerate(clients, 1):
+            client.close(Reason.SHUTDOWN)
+            if done < len(clients) and done % pace.batch == 0:
+                await trio.sleep(pace.pause * random.uniform(0.5, 1.0))
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    def advertise(self, peer_urls: list[str]) -> None:
+        """The cluster's other nodes now take clients at ``peer_urls``: tell the clients that take
+        INFO updates, if that changes what they are told."""
+        self._peer_urls = peer_urls
+        if self._set_connect_urls():
+            for client in list(self.broker.clients.values()):
+                if isinstance(client, ClientConnection):
+                    client.update_info()
+
+    def _set_connect_urls(self) -> bool:
+        """Work out INFO's ``connect_urls`` again: whether they changed. A node that never had
+        peers to advertise, or is told not to, gives none; in lame duck mode, only the others'."""
+        cluster = self.config.cluster
+        self._clustered = self._clustered or bool(self._peer_urls)
+        if cluster is None or cluster.no_advertise or not self._clustered:
+            urls = []
+        else:
+            urls = connect_urls(() if self.in_lame_duck else self.own_urls, self._peer_urls)
+        changed = urls != self.broker.connect_urls
+        self.broker.connect_urls = urls
+        return changed
 
     async def handle(self, stream: trio.abc.Stream) -> None:
         """Serve one NATS client connection until it closes."""
@@ -122,7 +224,13 @@ class Server:
         async def start() -> bool:
             return secure is None or await self._start_tls(secure, conn)
 
-        await self._serve(session, conn, partial(self._timers, conn), start)
+        await self._serve(
+            session,
+            conn,
+            partial(self._timers, conn),
+            start,
+            after_input=partial(self._after_input, session, conn),
+        )
 
     async def handle_redis(self, stream: trio.abc.Stream) -> None:
         """Serve one Redis (RESP) client connection until it closes."""
@@ -139,7 +247,12 @@ class Server:
             clock=trio.current_time,
             limits=self.config.redis,
         )
-        await self._serve(session, conn, partial(self._redis_timers, conn))
+        await self._serve(
+            session,
+            conn,
+            partial(self._redis_timers, conn),
+            after_input=partial(self._after_input, session, conn),
+        )
 
     async def _refused(self, stream: trio.abc.Stream, refusal: bytes) -> bool:
         """Whether the node is at its connection limit (then the newcomer is told so and cut off)."""
@@ -156,6 +269,8 @@ class Server:
         conn: ClientConnection | RespConnection,
         timers: Callable[[], Awaitable[None]],
         start: Callable[[], Awaitable[bool]] | None = None,
+        *,
+        after_input: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Run a client connection of either protocol: counted, served, then retired."""
         session.conn = conn
@@ -169,7 +284,7 @@ class Server:
                 self.flusher,
                 write_deadline=self.config.write_deadline,
                 timers=timers,
-                after_input=self._stall_if_congested,
+                after_input=after_input or self._stall_if_congested,
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
@@ -220,6 +335,20 @@ class Server:
             conn.output_sent(greeting, len(greeting))
         conn.tls_names = peer_names(stream)
         return True
+
+    async def _after_input(self, session: Session, conn: ClientConnection | RespConnection) -> None:
+        """Run a sign-in's bcrypt check in a worker thread (the connection reads nothing more
+        meanwhile), then let the connection carry on with what it has read, which may hold another
+        sign-in; and pause for congested consumers."""
+        while (verifying := conn.verifying) is not None and not verifying.done:
+            check = verifying.check
+            user = await trio.to_thread.run_sync(
+                check.verify, limiter=self._verifications, abandon_on_cancel=True
+            )
+            self.broker.auth.remember(check, user)
+            verifying.done = True
+            self.flusher.process(session, b"")
+        await self._stall_if_congested()
 
     async def _stall_if_congested(self) -> None:
         """Pause a producer whose messages pushed consumers (clients, routes, gateways) past their

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from node.accounts import Account
+from node.auth import Verification, Verifying
 from node.broker import VERSION, Broker
 from node.client import HANGUP_REASONS, KEEPS_OUTPUT, Reason
 from node.config import RedisConfig, UserConfig
@@ -178,7 +179,7 @@ class RespConnection(Outbox):
         self._over_soft_since = -1.0
         self._channel = self._subject = b""  # the last channel published to, and its subject
         self.writer: Writer = RESP2
-        self.user: UserConfig | None = broker.auth.authenticate({})
+        self.user: UserConfig | None = broker.auth.without_credentials()
         self.parser = RequestParser(authenticated=self.user is not None)
         self.account: Account = broker.account(self.user.account if self.user else "$G")
         self.perms: PermissionSet | None = None
@@ -206,6 +207,9 @@ class RespConnection(Outbox):
         self.blocked: _Blocked | None = None
         """The blocking read waiting for a write to one of its keys (XREAD ... BLOCK)."""
         self._retry_deadline = -1.0
+        self.verifying: Verifying[list[bytes]] | None = None
+        """An AUTH (or HELLO AUTH) whose bcrypt check the server runs off the event loop; it runs
+        again once the verdict is in, and the requests after it wait for it."""
         self.on_deadline: Callable[[], None] = _ignore
         """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
@@ -238,12 +242,16 @@ class RespConnection(Outbox):
             return
         self.last_activity_ns = time.time_ns()
         self.parser.receive_data(data)
+        verifying = self.verifying
+        if verifying is not None and verifying.done:
+            self.verifying = None
+            self._execute(verifying.then)
         self._run_buffered()
 
     def _waiting(self) -> bool:
-        """Whether a blocked read holds up this connection's requests (a call, not an attribute
-        test, so that a check before running a request is not taken to hold after it)."""
-        return self.blocked is not None
+        """Whether a blocked read or a bcrypt check holds up this connection's requests (a call, not
+        an attribute test, so that a check before running a request is not taken to hold after it)."""
+        return self.blocked is not None or self.verifying is not None
 
     def _run_buffered(self) -> None:
         """Run the requests buffered so far, until one blocks (the rest wait for it)."""
@@ -591,17 +599,29 @@ class RespConnection(Outbox):
 
     # -- authentication --------------------------------------------------------------------------
 
-    def sign_in(self, name: bytes | None, password: bytes) -> bool:
+    def sign_in(self, name: bytes | None, password: bytes, command: list[bytes]) -> bool | None:
         """AUTH's check: a user and password, or (no user name) a token or the ``default`` user's
-        password. Switching to another account drops the subscriptions of the old one."""
+        password. Switching to another account drops the subscriptions of the old one.
+
+        None: a bcrypt check is under way in a worker thread; ``command`` runs again when it is done
+        (inside EXEC, which cannot wait, the check runs at once)."""
         auth = self.broker.auth
         secret = _text(password)
         if name is not None:
-            user = auth.authenticate({"user": _text(name), "pass": secret})
+            attempts = [{"user": _text(name), "pass": secret}]
         else:
-            user = auth.authenticate({"auth_token": secret}) or auth.authenticate(
-                {"user": "default", "pass": secret}
-            )
+            attempts = [{"auth_token": secret}, {"user": "default", "pass": secret}]
+        user = None
+        for options in attempts:
+            found = auth.authenticate(options)
+            if isinstance(found, Verification):
+                if self.may_block:
+                    self.verifying = Verifying(found, list(map(bytes, command)))
+                    return None
+                found = auth.check_now(options)
+            if found is not None:
+                user = found
+                break
         if user is None:
             return False
         account = self.broker.account(user.account)
@@ -621,7 +641,7 @@ class RespConnection(Outbox):
         self.db = 0
         self.options["name"] = ""
         self._reply_off = self._skip_next = False
-        user = self.broker.auth.authenticate({})
+        user = self.broker.auth.without_credentials()
         account = self.broker.account(user.account if user else "$G")
         self.account = account
         self._set_user(user)
@@ -749,10 +769,10 @@ def _auth(conn: RespConnection, args: list[bytes]) -> None:
             "AUTH <password> called without any password configured for the default user. "
             "Are you sure your configuration is correct?"
         )
-    elif conn.sign_in(args[1] if len(args) == 3 else None, args[-1]):
-        conn._reply(OK)
     else:
-        conn._reply(error(WRONGPASS))
+        signed_in = conn.sign_in(args[1] if len(args) == 3 else None, args[-1], args)
+        if signed_in is not None:  # (else it is answered when it runs again)
+            conn._reply(OK if signed_in else error(WRONGPASS))
 
 
 def _hello(conn: RespConnection, args: list[bytes]) -> None:
@@ -781,9 +801,13 @@ def _hello(conn: RespConnection, args: list[bytes]) -> None:
         else:
             conn._error(f"Syntax error in HELLO option '{_text(args[i])}'")
             return
-    if credentials is not None and not conn.sign_in(*credentials):
-        conn._reply(error(WRONGPASS))
-        return
+    if credentials is not None:
+        signed_in = conn.sign_in(*credentials, args)
+        if signed_in is None:
+            return  # (answered when it runs again)
+        if not signed_in:
+            conn._reply(error(WRONGPASS))
+            return
     if conn.user is None:
         conn._reply(error(HELLO_NOAUTH))
         return

@@ -1,0 +1,72 @@
+"""A raw NATS client that watches INFO lines, for the discovery and lame duck tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import trio
+
+W = 10.0
+"""The bound on every wait."""
+
+
+@attrs.define
+class Watcher:
+    """A client that said ``protocol`` 1 and had its first PONG: the node sends it INFO updates."""
+
+    stream: trio.SocketStream
+    greeting: dict[str, Any]
+    buffer: bytes = b""
+
+    @classmethod
+    async def connect(cls, port: int, protocol: int = 1) -> Watcher:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        watcher = cls(stream, {})
+        watcher.greeting = await watcher.next_info()
+        connect = json.dumps({"verbose": False, "protocol": protocol}).encode()
+        await stream.send_all(b"CONNECT " + connect + b"\r\nPING\r\n")
+        assert await watcher.line() == b"PONG"
+        return watcher
+
+    async def line(self) -> bytes:
+        """The next line (b"" once the node has closed the connection)."""
+        with trio.fail_after(W):
+            while b"\r\n" not in self.buffer:
+                try:
+                    chunk = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    chunk = b""
+                if not chunk:
+                    return b""
+                self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\r\n")
+        return line
+
+    async def next_info(self) -> dict[str, Any]:
+        """The next INFO's fields, skipping PINGs (answered) and anything else."""
+        while True:
+            line = await self.line()
+            assert line, "closed while an INFO was awaited"
+            if line.startswith(b"INFO "):
+                fields: dict[str, Any] = json.loads(line[5:])
+                return fields
+            if line == b"PING":
+                await self.stream.send_all(b"PONG\r\n")
+
+    async def info_where(self, check: Any) -> dict[str, Any]:
+        """The first INFO from now on whose fields pass ``check``."""
+        while True:
+            info = await self.next_info()
+            if check(info):
+                return info
+
+    async def closed(self) -> bool:
+        """Whether the node closes the connection (reading whatever comes first)."""
+        while await self.line():
+            pass
+        return True
+
+    async def aclose(self) -> None:
+        await trio.aclose_forcefully(self.stream)
