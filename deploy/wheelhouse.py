@@ -21,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -28,8 +29,6 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("routing", "transport", "node", "cluster", "pipeline")
-"""What pyproject.toml's package list includes."""
 SKIPPED = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
 """dist-info files an installer writes, not part of a wheel."""
 
@@ -113,12 +112,19 @@ def _metadata(egg_info: Path) -> bytes:
     return "\n".join([headers, *extra]).encode() + b"\n\n" + body.encode()
 
 
+def packages() -> list[str]:
+    """The top-level packages pyproject.toml's package list includes (``name*`` patterns)."""
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        patterns = tomllib.load(file)["tool"]["setuptools"]["packages"]["find"]["include"]
+    return [pattern.rstrip("*") for pattern in patterns]
+
+
 def build_pubmesh(out: Path) -> Path:
     """pubmesh's wheel, built in a copy of the checkout (so the build leaves nothing behind in it)."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "src"
         ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info")
-        for package in PACKAGES:
+        for package in packages():
             shutil.copytree(ROOT / package, tree / package, ignore=ignore)
         for name in ("setup.py", "pyproject.toml", "README.md"):
             shutil.copy2(ROOT / name, tree / name)

@@ -9,7 +9,7 @@ import importlib.metadata as metadata
 import zipfile
 from pathlib import Path
 
-from deploy.wheelhouse import _metadata, _tag, dependencies, repack
+from deploy.wheelhouse import ROOT, _metadata, _tag, dependencies, packages, repack
 
 
 def test_the_dependencies_are_the_runtime_closure_without_extras() -> None:
@@ -56,3 +56,8 @@ def test_egg_info_requirements_become_requires_dist(tmp_path: Path) -> None:
         'Requires-Dist: pytest>=8; extra == "dev"\n'
         "\nThe description.\n"
     )
+
+
+def test_the_packages_built_are_those_pyproject_lists() -> None:
+    assert {"routing", "transport", "node", "cluster"} <= set(packages())
+    assert all((ROOT / package / "__init__.py").exists() for package in packages())
