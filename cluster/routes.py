@@ -118,6 +118,9 @@ class RouteManager(LinkManager):
         self._dialing: set[tuple[str, Slot]] = set()
         self._seeds: dict[str, trio.CancelScope] = {}
         """The seeds being introduced to, each with what stops that."""
+        self.seed_ids: dict[str, str] = {}
+        """The server id that last answered at each seed URL (this node's own, for a seed that is
+        this node: one configuration can then list every node of the cluster)."""
         self.gateways: GatewayDirectory | None = None
         """The node's gateways, if it has any: routes tell peers about them."""
         self.interest_listeners: list[Callable[[InterestChange], None]] = []
@@ -157,6 +160,7 @@ class RouteManager(LinkManager):
         self.config = self.config.evolve(seeds=tuple(seeds))
         for url in [u for u in self._seeds if u not in seeds]:
             self._seeds.pop(url).cancel()
+            self.seed_ids.pop(url, None)
             address = parse_url(url)
             for peer in list(self.peers.values()):
                 if _address(peer.url) == address:
@@ -456,9 +460,14 @@ class RouteManager(LinkManager):
             if stream is None:
                 continue
             link = await self._dial_link(stream, 0)
+            if link.remote is None:
+                continue
+            self.seed_ids[url] = link.remote.id
+            if link.remote.id == self.server_id:
+                return  # the seed is this node: nobody to introduce it to
             # Refused or replaced, the link still said who is there: while that node is connected
             # (over links its side dialed, say), there is nothing to introduce.
-            peer = self.peers.get(link.remote.id) if link.remote is not None else None
+            peer = self.peers.get(link.remote.id)
             if peer is not None and peer.slots:
                 delay = 0.0
                 await peer.disconnected.wait()

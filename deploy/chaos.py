@@ -1,23 +1,38 @@
 """Chaos against a running docker-compose deployment of pubmesh (see docker-compose.yml).
 
-    python deploy/chaos.py [--project NAME] [--seed N] [--cycles N] [--json FILE]
+    python deploy/chaos.py [--project NAME] [--seed N] [--cycles N] [--down start|skip] [--json FILE]
 
-Each cycle picks (from the seed) a node and a fault, and applies it for a few seconds while real NATS
-clients publish across clusters:
+Each cycle picks (from the seed) a fault and where, and applies it for a few seconds while real NATS
+clients publish from one cluster to the other:
 
-* ``disconnect``: the node's container leaves the compose network (routes, gateways and its clients
+* ``disconnect``: a node's container leaves the compose network (routes, gateways and its clients
   all break at once), then rejoins it;
-* ``pause``: the container is frozen (a partition: connections stay open, nothing answers);
-* ``kill``: SIGKILL, then the container is started again.
+* ``pause``: a container is frozen (a partition: connections stay open, nothing answers);
+* ``kill``: SIGKILL, then the container is started again;
+* ``disconnect-two``, ``pause-two``: the same to two nodes of one cluster at once;
+* ``gateway-cut``: only the gateway links between the clusters go silent (packets to and from the
+  gateway port dropped by iptables in the network namespace of every node of one cluster; routes
+  and clients are untouched, and no route may drop meanwhile). This needs root, ``nsenter`` and
+  ``iptables`` on the host; without them the fault becomes ``cluster-pause`` (every node of one
+  cluster frozen), which is what the report then names.
 
 After each heal it waits (bounded) until the deployment has converged, judged only from the nodes'
-monitoring endpoints: every node routed to every other node of its cluster and holding an outbound
-gateway to the other cluster; each node's remote interest from each route peer exactly that peer's
-local subscriptions (``/routez`` against ``/subsz``), and from each gateway exactly the other
-cluster's (``/gatewayz``). Then it checks traffic with fresh clients on every node: a plain
-subscriber on each node gets every message published from every node once, and a queue group with a
-member on each node gets each message exactly once. Traffic during the fault may be lost (delivery is
-at most once), but never duplicated.
+monitoring endpoints: every node routed to every other node of its cluster over its whole pool of
+connections; every node's outbound gateway to each other cluster answered by an inbound link from it
+on the node it names (and no inbound link left over); every one of these connections heard from
+within the last ``FRESH`` seconds on both ends (so a connection that carries frames one way only,
+as a TCP connection can for a while after a partition heals, is not taken for a healthy one); each
+node's remote interest from each route peer exactly that peer's local subscriptions (``/routez``
+against ``/subsz``), and from each gateway exactly the other cluster's (``/gatewayz``). Then it
+checks traffic with fresh clients on every node: a plain subscriber on each node gets every message
+published from every node once, and a queue group with a member on each node gets each message
+exactly once; duplicates are counted after a grace period for late ones. Traffic during the fault
+may be lost (delivery is at most once), but never duplicated.
+
+Subjects carry a run id, so runs never see each other's messages. Whatever a run broke is healed
+when it ends, however it ends (Ctrl-C and SIGTERM included). Nodes found down at the start (exited,
+paused, off the network, or with rules of an interrupted run left) are repaired and started
+(``--down start``, the default) or left out of the run (``--down skip``), saying which.
 
 It prints a table and, with ``--json``, writes the report; the exit status is 1 on any violation.
 Only the containers of the deployment and 127.0.0.1 are touched.
@@ -32,13 +47,19 @@ import json
 import os
 import random
 import re
+import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import nats
@@ -46,13 +67,27 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-FAULTS = ("disconnect", "pause", "kill")
+SINGLE_FAULTS = ("disconnect", "pause", "kill")
+PAIR_FAULTS = ("disconnect-two", "pause-two")
+GATEWAY_FAULT = "gateway-cut"
+FALLBACK_FAULT = "cluster-pause"
+FAULTS = (*SINGLE_FAULTS, *PAIR_FAULTS, GATEWAY_FAULT)
 CONVERGE_TIMEOUT = 90.0
 TRAFFIC_TIMEOUT = 20.0
+GRACE = 1.0
+"""Seconds to go on counting after the last message expected, for late duplicates."""
+FRESH = 2.0
+"""Seconds within which both ends of every link must have heard from the other (the deployment's
+links ping every second and give up after three silent ones)."""
 PROBES = 20
 """Messages each node publishes to each probe subject per check."""
-
-SERVICE_LABEL = '{{index .Config.Labels "com.docker.compose.service"}}'
+GATEWAY_PORT = 7222
+CHAIN_RULES = [
+    [chain, "-p", "tcp", flag, str(GATEWAY_PORT)]
+    for chain in ("INPUT", "OUTPUT")
+    for flag in ("--dport", "--sport")
+]
+RULE_TAG = ["-m", "comment", "--comment", "pubmesh-chaos", "-j", "DROP"]
 
 Interest = set[tuple[str, str, str]]
 """(account, subject, queue group or "")."""
@@ -81,6 +116,7 @@ class Cycle:
     number: int
     fault: str
     node: str
+    """The node faulted ("east1"), the nodes ("east1+east2"), or the cluster ("west")."""
     seconds: float
     during_sent: int = 0
     during_received: int = 0
@@ -105,42 +141,176 @@ def docker(*args: str) -> str:
     return done.stdout.strip()
 
 
-def discover(project: str) -> tuple[list[Node], str]:
-    """The deployment's nodes (by service name) and its network."""
+def _inspect(container: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(docker("inspect", container))[0]
+    return doc
+
+
+def _host_port(info: dict[str, Any], port: str) -> int:
+    """The 127.0.0.1 port published for a container port (from the bindings asked for, if the
+    container is not running and so has none in effect)."""
+    bound = (info["NetworkSettings"].get("Ports") or {}).get(port) or info["HostConfig"][
+        "PortBindings"
+    ].get(port)
+    return int(bound[0]["HostPort"])
+
+
+@dataclass
+class Deployment:
+    project: str
+    network: str
+    nodes: list[Node]
+    """The nodes taking part (running, or started by ``repair``)."""
+    left_out: list[str] = field(default_factory=list)
+
+    @property
+    def clusters(self) -> list[str]:
+        return sorted({n.cluster for n in self.nodes})
+
+    def node(self, service: str) -> Node:
+        return next(n for n in self.nodes if n.service == service)
+
+
+def containers(project: str) -> dict[str, dict[str, Any]]:
+    """The deployment's containers by service name, as ``docker inspect`` shows them."""
     label = f"label=com.docker.compose.project={project}"
-    nodes = []
+    found = {}
     for container in docker("ps", "-a", "--filter", label, "--format", "{{.ID}}").split():
-        service = docker(
-            "inspect", "-f", '{{index .Config.Labels "com.docker.compose.service"}}', container
-        )
-        client = docker("port", container, "4222/tcp").splitlines()[0].rsplit(":", 1)[1]
-        http = docker("port", container, "8222/tcp").splitlines()[0].rsplit(":", 1)[1]
-        cluster = service.rstrip("0123456789")
-        nodes.append(Node(service, cluster, container, int(client), int(http)))
-    if not nodes:
+        info = _inspect(container)
+        found[info["Config"]["Labels"]["com.docker.compose.service"]] = info
+    if not found:
         raise SystemExit(f"chaos: no containers of compose project {project!r} (is it up?)")
+    return found
+
+
+def discover(project: str, skip: frozenset[str] = frozenset()) -> tuple[list[Node], str]:
+    """The deployment's nodes (by service name, leaving out ``skip``) and its network."""
+    nodes = [
+        Node(
+            service,
+            service.rstrip("0123456789"),
+            info["Id"][:12],
+            _host_port(info, "4222/tcp"),
+            _host_port(info, "8222/tcp"),
+        )
+        for service, info in containers(project).items()
+        if service not in skip
+    ]
     return sorted(nodes, key=lambda n: n.service), f"{project}_mesh"
 
 
-def apply(fault: str, node: Node, network: str) -> None:
-    if fault == "disconnect":
-        docker("network", "disconnect", network, node.container)
-    elif fault == "pause":
-        docker("pause", node.container)
-    else:
-        docker("kill", node.container)
+def _gateway_rules(container: str, action: str) -> None:
+    """Insert (``-I``) or delete (``-D``) the rules dropping gateway traffic, inside the
+    container's own network namespace."""
+    pid = docker("inspect", "-f", "{{.State.Pid}}", container)
+    for rule in CHAIN_RULES:
+        command = ["nsenter", "-t", pid, "-n", "iptables", action, *rule, *RULE_TAG]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0 and action == "-I":
+            raise RuntimeError(f"{' '.join(command)}: {done.stderr.strip()}")
 
 
-def heal(fault: str, node: Node, network: str) -> None:
-    if fault == "disconnect":
-        docker("network", "connect", "--alias", node.service, network, node.container)
-    elif fault == "pause":
-        docker("unpause", node.container)
-    else:
-        docker("start", node.container)
+def gateway_cut_possible() -> bool:
+    return (
+        os.geteuid() == 0
+        and shutil.which("nsenter") is not None
+        and shutil.which("iptables") is not None
+    )
+
+
+def _has_gateway_rules(container: str) -> bool:
+    pid = docker("inspect", "-f", "{{.State.Pid}}", container)
+    done = subprocess.run(
+        ["nsenter", "-t", pid, "-n", "iptables", "-S"], capture_output=True, text=True, check=False
+    )
+    return "pubmesh-chaos" in done.stdout
+
+
+def repair(project: str, start_down: bool) -> Deployment:
+    """The deployment as a run starts: what an interrupted run or an operator left broken is put
+    right (paused thawed, rules removed, network rejoined) and stopped nodes are started, or with
+    ``start_down`` False left out of the run. Says what it did."""
+    network = f"{project}_mesh"
+    skip = set()
+    for service, info in sorted(containers(project).items()):
+        state, container = info["State"], info["Id"][:12]
+        if state.get("Paused"):
+            print(f"chaos: {service} was paused: unpausing it", file=sys.stderr)
+            docker("unpause", container)
+        if not state.get("Running"):
+            if not start_down:
+                print(f"chaos: {service} is {state.get('Status')}: left out", file=sys.stderr)
+                skip.add(service)
+                continue
+            print(f"chaos: {service} was {state.get('Status')}: starting it", file=sys.stderr)
+            docker("start", container)
+            continue
+        if network not in (info["NetworkSettings"].get("Networks") or {}):
+            print(f"chaos: {service} was off {network}: reconnecting it", file=sys.stderr)
+            docker("network", "connect", "--alias", service, network, container)
+        if gateway_cut_possible() and _has_gateway_rules(container):
+            print(f"chaos: {service} had gateway rules of a run left: removing them", file=sys.stderr)
+            _gateway_rules(container, "-D")
+    nodes, network = discover(project, frozenset(skip))
+    return Deployment(project, network, nodes, sorted(skip))
+
+
+@dataclass
+class Breakage:
+    """What a run has broken and not yet healed, so that it is healed however the run ends."""
+
+    network: str
+    open: list[tuple[str, list[Node]]] = field(default_factory=list)
+
+    def apply(self, fault: str, nodes: list[Node]) -> None:
+        self.open.append((fault, nodes))  # (first: a half-applied fault is healed too)
+        for node in nodes:
+            if fault.startswith("disconnect"):
+                docker("network", "disconnect", self.network, node.container)
+            elif fault.startswith("pause") or fault == FALLBACK_FAULT:
+                docker("pause", node.container)
+            elif fault == GATEWAY_FAULT:
+                _gateway_rules(node.container, "-I")
+            else:
+                docker("kill", node.container)
+
+    def heal(self) -> list[str]:
+        """Undo everything still broken, newest first; what could not be undone, as problems."""
+        problems = []
+        while self.open:
+            fault, nodes = self.open.pop()
+            for node in nodes:
+                try:
+                    if fault.startswith("disconnect"):
+                        if self.network not in docker(
+                            "inspect", "-f", "{{json .NetworkSettings.Networks}}", node.container
+                        ):
+                            docker("network", "connect", "--alias", node.service, self.network,
+                                   node.container)  # fmt: skip
+                    elif fault.startswith("pause") or fault == FALLBACK_FAULT:
+                        if docker("inspect", "-f", "{{.State.Paused}}", node.container) == "true":
+                            docker("unpause", node.container)
+                    elif fault == GATEWAY_FAULT:
+                        _gateway_rules(node.container, "-D")
+                    elif docker("inspect", "-f", "{{.State.Running}}", node.container) != "true":
+                        docker("start", node.container)
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    problems.append(f"could not heal {fault} of {node.service}: {exc}")
+        return problems
 
 
 # -- convergence, from the monitoring endpoints ------------------------------------------------
+
+_GO_TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z")
+
+
+def go_seconds(text: str) -> float:
+    """A Go time (as the endpoints write ``now`` and ``last_activity``), in seconds since the epoch."""
+    match = _GO_TIME.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not a Go time: {text!r}")
+    whole = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return whole.timestamp() + float(f"0.{match[2] or 0}")
 
 
 def local_interest(node: Node) -> Interest:
@@ -149,45 +319,103 @@ def local_interest(node: Node) -> Interest:
     return {(s["account"], s["subject"], s.get("qgroup", "")) for s in subs}
 
 
+def _stale(owner: str, what: str, doc: dict[str, Any], connection: dict[str, Any]) -> Iterator[str]:
+    idle = go_seconds(doc["now"]) - go_seconds(connection["last_activity"])
+    if idle > FRESH:
+        yield f"{owner}'s {what} has heard nothing for {idle:.1f} s"
+
+
 def disagreements(nodes: list[Node]) -> list[str]:
     """What keeps the deployment from having converged; empty once it has."""
-    problems = []
+    problems: list[str] = []
     try:
         local = {n.service: local_interest(n) for n in nodes}
+        varz = {n.service: n.get("/varz") for n in nodes}
         routez = {n.service: n.get("/routez?subs=detail") for n in nodes}
         gatewayz = {n.service: n.get("/gatewayz?accs=1&subs=detail") for n in nodes}
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         return [f"monitoring not answering: {exc}"]
+    by_id = {routez[n.service]["server_id"]: n for n in nodes}
     clusters = {n.cluster for n in nodes}
     for node in nodes:
+        name = node.service
         peers = {n.service for n in nodes if n.cluster == node.cluster and n is not node}
+        pool = varz[name].get("cluster", {}).get("pool_size", 1)
         heard: dict[str, Interest] = {}
-        for route in routez[node.service]["routes"]:
-            got = heard.setdefault(route["remote_name"], set())
+        pooled: Counter[str] = Counter()
+        for route in routez[name]["routes"]:
+            peer = route["remote_name"]
+            got = heard.setdefault(peer, set())
             got |= {
                 (s["account"], s["subject"], s.get("qgroup", ""))
                 for s in route.get("subscriptions_list_detail", [])
             }
+            pooled[peer] += "account" not in route  # (a pinned account's own connection aside)
+            problems += _stale(name, f"route to {peer}", routez[name], route)
         if set(heard) != peers:
-            problems.append(f"{node.service} routes to {sorted(heard)}, not {sorted(peers)}")
-        for peer in peers & set(heard):
+            problems.append(f"{name} routes to {sorted(heard)}, not {sorted(peers)}")
+        for peer in sorted(peers & set(heard)):
+            if pooled[peer] != pool:
+                problems.append(f"{name} has {pooled[peer]} of {pool} pooled routes to {peer}")
             if heard[peer] != local[peer]:
-                problems.append(f"{node.service} holds {len(heard[peer])} entries from {peer}, "
+                problems.append(f"{name} holds {len(heard[peer])} entries from {peer}, "
                                 f"which has {len(local[peer])}")  # fmt: skip
-        outbound = gatewayz[node.service]["outbound_gateways"]
-        for other in clusters - {node.cluster}:
-            if other not in outbound:
-                problems.append(f"{node.service} has no gateway to {other}")
-                continue
-            announced = {
-                (s["account"], s["subject"], s.get("qgroup", ""))
-                for account in outbound[other].get("accounts", [])
-                for s in account.get("subscriptions_list_detail", [])
-            }
-            wanted = set().union(*(local[n.service] for n in nodes if n.cluster == other))
-            if announced != wanted:
-                problems.append(f"{node.service} sees {len(announced)} entries from {other}, "
-                                f"which has {len(wanted)}")  # fmt: skip
+        problems += _gateway_disagreements(node, nodes, clusters, local, gatewayz, by_id)
+    return problems
+
+
+def _gateway_disagreements(
+    node: Node,
+    nodes: list[Node],
+    clusters: set[str],
+    local: dict[str, Interest],
+    gatewayz: dict[str, dict[str, Any]],
+    by_id: dict[str, Node],
+) -> list[str]:
+    """A node's outbound gateways: one to each other cluster, answered by an inbound link on the
+    node it names, both ends fresh, carrying that cluster's interest; and no inbound link to the
+    node that its dialer no longer uses."""
+    problems: list[str] = []
+    name, doc = node.service, gatewayz[node.service]
+    outbound = doc["outbound_gateways"]
+    for other in sorted(clusters - {node.cluster}):
+        if other not in outbound:
+            problems.append(f"{name} has no gateway to {other}")
+            continue
+        connection = outbound[other]["connection"]
+        remote = by_id.get(connection.get("name", ""))
+        if remote is None or remote.cluster != other:
+            problems.append(f"{name}'s gateway to {other} reaches no node of it")
+            continue
+        problems += _stale(name, f"gateway to {remote.service}", doc, connection)
+        mine = doc["server_id"]
+        answering = [
+            inbound["connection"]
+            for inbound in gatewayz[remote.service]["inbound_gateways"].get(node.cluster, [])
+            if inbound["connection"].get("name") == mine
+        ]
+        if not answering:
+            problems.append(f"{remote.service} has no inbound gateway from {name}, which uses one")
+        for inbound in answering:
+            problems += _stale(remote.service, f"gateway from {name}", gatewayz[remote.service], inbound)
+        announced = {
+            (s["account"], s["subject"], s.get("qgroup", ""))
+            for account in outbound[other].get("accounts", [])
+            for s in account.get("subscriptions_list_detail", [])
+        }
+        wanted = set().union(*(local[n.service] for n in nodes if n.cluster == other))
+        if announced != wanted:
+            problems.append(f"{name} sees {len(announced)} entries from {other}, "
+                            f"which has {len(wanted)}")  # fmt: skip
+    for inbounds in doc["inbound_gateways"].values():
+        for inbound in inbounds:
+            dialer = by_id.get(inbound["connection"].get("name", ""))
+            if dialer is None:
+                continue  # (a node left out of the run)
+            used = gatewayz[dialer.service]["outbound_gateways"].get(node.cluster, {})
+            if used.get("connection", {}).get("name") != doc["server_id"]:
+                problems.append(f"{name} holds an inbound gateway from {dialer.service}, "
+                                "which no longer uses it")  # fmt: skip
     return problems
 
 
@@ -202,6 +430,15 @@ async def converge(nodes: list[Node]) -> tuple[float | None, list[str]]:
     return None, problems
 
 
+def route_connections(nodes: list[Node]) -> set[tuple[str, str, int, str]]:
+    """Every route connection in use: (node, peer, rid, start); one that was replaced changes."""
+    found = set()
+    for node in nodes:
+        for route in node.get("/routez")["routes"]:
+            found.add((node.service, route["remote_name"], route["rid"], route["start"]))
+    return found
+
+
 # -- traffic -----------------------------------------------------------------------------------
 
 
@@ -213,17 +450,28 @@ async def connect(node: Node) -> Client:
     return await asyncio.wait_for(nats.connect(node.url, allow_reconnect=False, error_cb=_ignore), 10)
 
 
-async def during(nodes: list[Node], cycle: Cycle, stop: asyncio.Event, rng: random.Random) -> None:
-    """Publish from one cluster to a subscriber in the other while the fault lasts."""
+def _duplicates(box: Counter[bytes]) -> int:
+    return sum(count - 1 for count in box.values())
+
+
+async def during(
+    nodes: list[Node],
+    cycle: Cycle,
+    subject: str,
+    stop: asyncio.Event,
+    settled: asyncio.Event,
+    rng: random.Random,
+) -> None:
+    """Publish from one cluster to a subscriber in the other while the fault lasts; count what
+    arrived once the deployment has settled and a grace period for late duplicates has passed."""
     clusters = sorted({n.cluster for n in nodes})
     source = rng.choice([n for n in nodes if n.cluster == clusters[0]])
-    sink = rng.choice([n for n in nodes if n.cluster == clusters[1]])
+    sink = rng.choice([n for n in nodes if n.cluster == clusters[-1]])
     seen: Counter[bytes] = Counter()
 
     async def take(msg: Msg) -> None:
         seen[msg.data] += 1
 
-    subject = f"chaos.during.{cycle.number}"
     clients: list[Client] = []
     try:
         clients += [await connect(sink), await connect(source)]
@@ -234,19 +482,20 @@ async def during(nodes: list[Node], cycle: Cycle, stop: asyncio.Event, rng: rand
             await publisher.publish(subject, b"%d" % cycle.during_sent)
             cycle.during_sent += 1
             await asyncio.sleep(0.01)
-        await asyncio.sleep(1)
-    except Exception:
+    except Exception:  # a client the fault broke: what was lost is counted
         await stop.wait()
+    await settled.wait()
+    await asyncio.sleep(GRACE)
     cycle.during_received = len(seen)
-    cycle.duplicates = sum(count - 1 for count in seen.values())
+    cycle.duplicates = _duplicates(seen)
     for client in clients:
         with contextlib.suppress(Exception):
             await client.close()
 
 
-async def check_traffic(nodes: list[Node], cycle: Cycle) -> bool:
+async def check_traffic(nodes: list[Node], cycle: Cycle, prefix: str) -> bool:
     """Fresh subscribers everywhere; every node publishes; plain once each, queue exactly once."""
-    plain_subject, queue_subject = f"chaos.plain.{cycle.number}", f"chaos.queue.{cycle.number}"
+    plain_subject, queue_subject = f"{prefix}.plain", f"{prefix}.queue"
     clients: dict[str, Client] = {}
     plain: dict[str, Counter[bytes]] = {n.service: Counter() for n in nodes}
     queued: Counter[bytes] = Counter()
@@ -279,18 +528,22 @@ async def check_traffic(nodes: list[Node], cycle: Cycle) -> bool:
             all(set(box) == expected for box in plain.values()) and set(queued) == expected
         ):
             await asyncio.sleep(0.05)
-        for client in clients.values():
-            await client.flush()
+        await asyncio.sleep(GRACE)  # late duplicates
         ok = True
         for name, box in plain.items():
-            if set(box) != expected or any(c != 1 for c in box.values()):
+            if set(box) != expected or _duplicates(box):
+                missing = Counter(m.split()[0].decode() for m in expected - set(box))
+                lost = f" (missing: {dict(sorted(missing.items()))} by sender)" if missing else ""
                 cycle.problems.append(f"{name}: {len(box)} of {len(expected)} plain messages, "
-                                      f"{sum(c - 1 for c in box.values())} duplicates")  # fmt: skip
+                                      f"{_duplicates(box)} duplicates{lost}")  # fmt: skip
                 ok = False
-        if set(queued) != expected or any(c != 1 for c in queued.values()):
+        if set(queued) != expected or _duplicates(queued):
             cycle.problems.append(f"queue group: {len(queued)} of {len(expected)} messages, "
-                                  f"{sum(c - 1 for c in queued.values())} duplicates")  # fmt: skip
+                                  f"{_duplicates(queued)} duplicates")  # fmt: skip
             ok = False
+        if not ok:  # what the links looked like just after: the evidence for the report
+            after = await asyncio.to_thread(disagreements, nodes)
+            cycle.problems += [f"after the check: {p}" for p in after[:5]]
         return ok
     finally:
         for client in clients.values():
@@ -301,39 +554,80 @@ async def check_traffic(nodes: list[Node], cycle: Cycle) -> bool:
 # -- the run -----------------------------------------------------------------------------------
 
 
-async def run(project: str, seed: int, cycles: int) -> list[Cycle]:
-    nodes, network = discover(project)
+def pick(rng: random.Random, deployment: Deployment, faults: tuple[str, ...]) -> tuple[str, list[Node]]:
+    """A fault and the nodes it strikes."""
+    fault = rng.choice(faults)
+    nodes = deployment.nodes
+    if fault in SINGLE_FAULTS:
+        return fault, [rng.choice(nodes)]
+    cluster = rng.choice(
+        [c for c in deployment.clusters if sum(n.cluster == c for n in nodes) >= 2]
+        if fault in PAIR_FAULTS
+        else deployment.clusters
+    )
+    members = [n for n in nodes if n.cluster == cluster]
+    if fault in PAIR_FAULTS:
+        return fault, sorted(rng.sample(members, 2), key=lambda n: n.service)
+    return (fault if gateway_cut_possible() else FALLBACK_FAULT), members
+
+
+def _label(fault: str, struck: list[Node]) -> str:
+    if fault in (GATEWAY_FAULT, FALLBACK_FAULT):
+        return struck[0].cluster
+    return "+".join(n.service for n in struck)
+
+
+async def run(
+    deployment: Deployment, seed: int, cycles: int, breakage: Breakage, run_id: str
+) -> list[Cycle]:
     rng = random.Random(seed)
-    converged, problems = await converge(nodes)
+    converged, problems = await converge(deployment.nodes)
     if converged is None:
         raise SystemExit(
             "chaos: the deployment has not converged to begin with:\n  " + "\n  ".join(problems)
         )
+    clusters = deployment.clusters
+    faults = FAULTS if len(clusters) > 1 else (*SINGLE_FAULTS, *PAIR_FAULTS)
     report = []
     for number in range(1, cycles + 1):
-        cycle = Cycle(number, rng.choice(FAULTS), rng.choice(nodes).service, round(rng.uniform(2, 6), 1))
+        fault, struck = pick(rng, deployment, faults)
+        cycle = Cycle(number, fault, _label(fault, struck), round(rng.uniform(2, 6), 1))
         print(f"cycle {number}: {cycle.fault} {cycle.node} for {cycle.seconds} s", file=sys.stderr)
-        node = next(n for n in nodes if n.service == cycle.node)
-        stop = asyncio.Event()
-        traffic = asyncio.create_task(during(nodes, cycle, stop, rng))
-        await asyncio.sleep(0.5)
-        apply(cycle.fault, node, network)
-        await asyncio.sleep(cycle.seconds)
-        heal(cycle.fault, node, network)
-        healed = time.monotonic()
-        stop.set()
-        await traffic
-        if cycle.fault == "kill":  # a restarted container may be given other host ports
-            nodes, network = discover(project)
-        waited = time.monotonic() - healed
-        converged, problems = await converge(nodes)
-        cycle.converged_after = None if converged is None else round(waited + converged, 2)
+        prefix = f"chaos.{run_id}.{number}"
+        routes_before = route_connections(deployment.nodes) if fault == GATEWAY_FAULT else set()
+        stop, settled = asyncio.Event(), asyncio.Event()
+        traffic = asyncio.create_task(
+            during(deployment.nodes, cycle, f"{prefix}.during", stop, settled, rng)
+        )
+        try:
+            await asyncio.sleep(0.5)
+            breakage.apply(fault, struck)
+            await asyncio.sleep(cycle.seconds)
+            cycle.problems += breakage.heal()
+            healed = time.monotonic()
+            stop.set()
+            if fault == "kill":  # a restarted container may be given other host ports
+                deployment.nodes, _ = discover(deployment.project, frozenset(deployment.left_out))
+            converged, problems = await converge(deployment.nodes)
+            settled.set()
+            await traffic
+        finally:
+            stop.set()
+            settled.set()
+            if not traffic.done():
+                traffic.cancel()
+        cycle.converged_after = None if converged is None else round(time.monotonic() - healed, 2)
         cycle.problems += problems[:5]
         if cycle.duplicates:
             cycle.problems.append(f"{cycle.duplicates} duplicate deliveries during the fault")
-        if cycle.converged_after is not None:
+        if fault == GATEWAY_FAULT:
+            replaced = routes_before - route_connections(deployment.nodes)
+            if replaced:
+                cycle.problems.append(f"route connections dropped in a gateway-only fault: "
+                                      f"{sorted({(n, p) for n, p, _, _ in replaced})}")  # fmt: skip
+        if converged is not None:
             try:
-                cycle.traffic_ok = await check_traffic(nodes, cycle)
+                cycle.traffic_ok = await check_traffic(deployment.nodes, cycle, f"{prefix}.check")
             except (OSError, TimeoutError, nats.errors.Error) as exc:  # a node refusing clients
                 cycle.problems.append(f"traffic check failed: {exc!r}")
         report.append(cycle)
@@ -364,6 +658,10 @@ def default_project() -> str:
     return re.sub(r"[^a-z0-9_-]", "", name.lower())
 
 
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # (SIGTERM ends a run as Ctrl-C does: healing what it broke)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -373,13 +671,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument(
+        "--down",
+        choices=("start", "skip"),
+        default="start",
+        help="nodes found stopped: start them (default), or leave them out of the run",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the report here as JSON")
     args = parser.parse_args(argv)
-    report = asyncio.run(run(args.project, args.seed, args.cycles))
+    signal.signal(signal.SIGTERM, _terminate)
+    deployment = repair(args.project, args.down == "start")
+    breakage = Breakage(deployment.network)
+    run_id = secrets.token_hex(4)
+    print(f"chaos: run {run_id}, subjects chaos.{run_id}.*", file=sys.stderr)
+    if not gateway_cut_possible():
+        print(f"chaos: no nsenter/iptables as root: {GATEWAY_FAULT} is replaced by "
+              f"{FALLBACK_FAULT} (every node of one cluster paused)", file=sys.stderr)  # fmt: skip
+    try:
+        report = asyncio.run(run(deployment, args.seed, args.cycles, breakage, run_id))
+    except KeyboardInterrupt:
+        print("chaos: interrupted; healing what this run broke", file=sys.stderr)
+        return 130
+    finally:
+        for problem in breakage.heal():
+            print(f"chaos: {problem}", file=sys.stderr)
     print(table(report, args.seed))
     if args.json:
         doc = {
             "seed": args.seed,
+            "run": run_id,
+            "left_out": deployment.left_out,
             "ok": all(c.ok for c in report),
             "cycles": [asdict(c) | {"ok": c.ok} for c in report],
         }

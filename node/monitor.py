@@ -47,6 +47,7 @@ from node.monitoring_views import (
     accstatz,
     connz,
     gatewayz,
+    link_problems,
     routez,
     streamz,
     subsz,
@@ -284,7 +285,23 @@ async def _index(state: MonitorState, query: Query, pace: Pacer) -> Response:
 
 
 async def _healthz(state: MonitorState, query: Query, pace: Pacer) -> Response:
-    return Response(200, _HEALTHY, _JSON_HEADERS)
+    """Up means healthy, as in nats-server; with ``links=true`` (pubmesh's own option), only while
+    the node is not cut off from its cluster or from a configured cluster (``link_problems``):
+    503 otherwise, saying why, each problem listed under ``errors`` with ``details=true``."""
+    details = query.boolean("details")
+    if not query.boolean("links"):
+        return Response(200, _HEALTHY, _JSON_HEADERS)
+    problems = link_problems(state.node)
+    if not problems:
+        return Response(200, _HEALTHY, _JSON_HEADERS)
+    doc: dict[str, Any] = {
+        "status": "unavailable",
+        "status_code": 503,
+        "error": "; ".join(text for _, text in problems),
+    }
+    if details:
+        doc["errors"] = [{"type": kind, "error": text} for kind, text in problems]
+    return Response(503, (gojson.dumps(doc).encode(),), _JSON_HEADERS)
 
 
 _LINKS = (

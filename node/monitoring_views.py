@@ -74,6 +74,7 @@ __all__ = [
     "accstatz",
     "connz",
     "gatewayz",
+    "link_problems",
     "routez",
     "statsz",
     "streamz",
@@ -956,6 +957,39 @@ async def gatewayz(node: Node, opts: GatewayzOptions, pace: Pacer) -> dict[str, 
                 for each in links
             ]
     return doc | {"outbound_gateways": outbound, "inbound_gateways": inbound}
+
+
+# -- /healthz?links=1 ------------------------------------------------------------------------------
+
+
+def link_problems(node: Node) -> list[tuple[str, str]]:
+    """Why this node is cut off, as (``route`` or ``gateway``, what): empty while it is linked to
+    a majority of its cluster (the other nodes its seeds name, counting itself) and holds an
+    outbound gateway to every configured cluster.
+
+    A majority, not every node: with one node of three down the other two are well, while a node
+    left alone, or on the small side of a split, is not. A seed that answered as this node does not
+    count, so one configuration can list every node of the cluster.
+    """
+    problems: list[tuple[str, str]] = []
+    routes, gateways = node.routes, node.gateways
+    if routes is not None:
+        own = routes.server_id
+        others = [
+            url for url in routes.config.seeds if url != routes.url and routes.seed_ids.get(url) != own
+        ]
+        linked = sum(1 for peer in routes.peers.values() if peer.slots)
+        if others and 2 * (linked + 1) <= len(others) + 1:
+            problems.append(
+                ("route", f"routed to {linked} of the {len(others)} other nodes of cluster "
+                          f"{routes.config.name!r}: not a majority")
+            )  # fmt: skip
+    if gateways is not None:
+        for name, _ in gateways.config.gateways:
+            remote = gateways.remotes.get(name)
+            if remote is None or remote.outbound is None or not remote.outbound.registered:
+                problems.append(("gateway", f"no outbound gateway to cluster {name!r}"))
+    return problems
 
 
 # -- streams: /varz's block and /streamz -----------------------------------------------------------

@@ -1,5 +1,6 @@
 """How the chaos tool judges convergence from monitoring documents (no Docker needed): what each
-node says it holds from its route peers and gateways is compared with what those peers hold."""
+node says it holds from its route peers and gateways is compared with what those peers hold, each
+outbound gateway is paired with its inbound end, and both ends of every link must be fresh."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from deploy.chaos import Node, disagreements
+from deploy.chaos import Node, disagreements, go_seconds
 
 Sub = tuple[str, str, str]
+NOW = "2026-11-23T15:00:10.5Z"
+RECENT = "2026-11-23T15:00:10.123456789Z"
+LONG_AGO = "2026-11-23T15:00:08Z"
 
 
 class Documented(Node):
@@ -34,26 +38,53 @@ LOCAL: dict[str, set[Sub]] = {
     "west1": {("$G", "audit.*", "")},
 }
 CLUSTERS = {"east": ["east1", "east2"], "west": ["west1"]}
+DIALS = {"east1": "west1", "east2": "west1", "west1": "east2"}
+"""Where each node's outbound gateway goes."""
+
+
+def sid(name: str) -> str:
+    return f"ID-{name}"
+
+
+def conn(name: str) -> dict[str, str]:
+    return {"name": sid(name), "last_activity": RECENT}
 
 
 def documents() -> dict[str, dict[str, dict[str, Any]]]:
-    """Documents of a converged super-cluster: east (east1, east2) and west (west1)."""
+    """Documents of a converged super-cluster: east (east1, east2) and west (west1), pools of 2."""
     docs: dict[str, dict[str, dict[str, Any]]] = {}
     for cluster, members in CLUSTERS.items():
         for name in members:
             peers = [p for p in members if p != name]
-            routes = [{"remote_name": p, "subscriptions_list_detail": detail(LOCAL[p])} for p in peers]
-            routes += [{"remote_name": p} for p in peers]  # a pooled connection that carried none
+            routes = [
+                {
+                    "remote_name": p,
+                    "last_activity": RECENT,
+                    "subscriptions_list_detail": detail(LOCAL[p]),
+                }
+                for p in peers
+            ]
+            routes += [{"remote_name": p, "last_activity": RECENT} for p in peers]  # (carried none)
             outbound = {}
             for other, others in CLUSTERS.items():
                 if other != cluster:
                     wanted = set().union(*(LOCAL[o] for o in others))
                     accounts = [{"name": "$G", "subscriptions_list_detail": detail(wanted)}]
-                    outbound[other] = {"accounts": accounts}
+                    outbound[other] = {"connection": conn(DIALS[name]), "accounts": accounts}
+            inbound: dict[str, list[dict[str, Any]]] = {}
+            for dialer, target in DIALS.items():
+                if target == name:
+                    inbound.setdefault(dialer.rstrip("12"), []).append({"connection": conn(dialer)})
             docs[name] = {
                 "/subsz": {"subscriptions_list": detail(LOCAL[name])},
-                "/routez": {"routes": routes},
-                "/gatewayz": {"outbound_gateways": outbound},
+                "/varz": {"cluster": {"pool_size": 2}},
+                "/routez": {"server_id": sid(name), "now": NOW, "routes": routes},
+                "/gatewayz": {
+                    "server_id": sid(name),
+                    "now": NOW,
+                    "outbound_gateways": outbound,
+                    "inbound_gateways": inbound,
+                },
             }
     return docs
 
@@ -64,6 +95,13 @@ def judge(docs: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
 
 def test_a_converged_deployment_has_nothing_to_say() -> None:
     assert judge(documents()) == []
+
+
+def test_go_times_are_read_to_the_nanosecond_place_given() -> None:
+    assert go_seconds(NOW) - go_seconds(LONG_AGO) == pytest.approx(2.5)
+    assert go_seconds(RECENT) - go_seconds(LONG_AGO) == pytest.approx(2.123456789)
+    with pytest.raises(ValueError, match="not a Go time"):
+        go_seconds("yesterday")
 
 
 def test_stale_route_interest_is_a_disagreement() -> None:
@@ -80,14 +118,56 @@ def test_missing_gateway_interest_is_a_disagreement() -> None:
     assert judge(docs) == ["west1 sees 0 entries from east, which has 2"]
 
 
+def test_a_short_pool_is_a_disagreement() -> None:
+    docs = documents()
+    docs["east1"]["/routez"]["routes"].pop()
+    assert judge(docs) == ["east1 has 1 of 2 pooled routes to east2"]
+
+
+def test_an_outbound_gateway_its_far_end_has_dropped_is_a_disagreement() -> None:
+    """The shape of a half-dead link after a partition: the dialer still holds the link and the
+    interest that came over it, but the node it dialed has closed its end, so whatever the dialer
+    sends on it is lost."""
+    docs = documents()
+    docs["east2"]["/gatewayz"]["inbound_gateways"] = {}
+    assert judge(docs) == ["east2 has no inbound gateway from west1, which uses one"]
+
+
+def test_a_gateway_heard_one_way_only_is_a_disagreement() -> None:
+    """Both ends still hold the link and the dialer hears the far end (pings, interest), but the far
+    end has heard nothing from the dialer for longer than a few pings: the dialer's messages are not
+    getting through."""
+    docs = documents()
+    docs["east2"]["/gatewayz"]["inbound_gateways"]["west"][0]["connection"]["last_activity"] = LONG_AGO
+    assert judge(docs) == ["east2's gateway from west1 has heard nothing for 2.5 s"]
+
+
+def test_an_inbound_gateway_its_dialer_no_longer_uses_is_a_disagreement() -> None:
+    docs = documents()
+    docs["east1"]["/gatewayz"]["inbound_gateways"]["west"] = [{"connection": conn("west1")}]
+    assert judge(docs) == ["east1 holds an inbound gateway from west1, which no longer uses it"]
+
+
+def test_a_silent_route_is_a_disagreement() -> None:
+    docs = documents()
+    docs["east2"]["/routez"]["routes"][1]["last_activity"] = LONG_AGO
+    assert judge(docs) == ["east2's route to east1 has heard nothing for 2.5 s"]
+
+
 @pytest.mark.parametrize(
-    ("broken", "problem"),
+    ("broken", "problems"),
     [
-        (lambda d: d["east2"]["/routez"].update(routes=[]), "east2 routes to [], not ['east1']"),
-        (lambda d: d["east1"]["/gatewayz"].update(outbound_gateways={}), "east1 has no gateway to west"),
+        (lambda d: d["east2"]["/routez"].update(routes=[]), ["east2 routes to [], not ['east1']"]),
+        (
+            lambda d: d["east1"]["/gatewayz"].update(outbound_gateways={}),
+            [
+                "east1 has no gateway to west",
+                "west1 holds an inbound gateway from east1, which no longer uses it",
+            ],
+        ),
     ],
 )
-def test_missing_links_are_disagreements(broken: Any, problem: str) -> None:
+def test_missing_links_are_disagreements(broken: Any, problems: list[str]) -> None:
     docs = copy.deepcopy(documents())
     broken(docs)
-    assert judge(docs) == [problem]
+    assert judge(docs) == problems

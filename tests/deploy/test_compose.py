@@ -1,6 +1,7 @@
 """The docker-compose super-cluster, built offline and run for real (routes and gateways over TLS,
 with certificates from deploy/make-certs): traffic across its clusters (NATS and Redis clients), and
-a seeded chaos run of network disconnects, pauses and kills that must heal every time.
+a seeded chaos run (disconnects and pauses of one or two nodes, kills, gateway-only cuts) that must
+heal every time, and that heals what it broke when interrupted.
 
 Without a Docker engine these tests are skipped, saying so; with PUBMESH_REQUIRE_DOCKER=1 (as CI
 sets) that is a failure instead. Traffic goes only to the containers made here, over 127.0.0.1.
@@ -13,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +28,7 @@ import pytest
 import redis
 from nats.aio.msg import Msg
 
-from deploy.chaos import Node, disagreements, discover
+from deploy.chaos import FALLBACK_FAULT, FAULTS, Node, disagreements, discover
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("east1", "east2", "east3", "west1", "west2")
@@ -242,6 +244,118 @@ def test_redis_clients_meet_across_routes_and_gateways(deployment: tuple[str, li
     publisher.close()
 
 
+HEALTHCHECK = [
+    "python3", "-c",
+    "import urllib.request as u; u.urlopen('http://127.0.0.1:8222/healthz?links=true', timeout=1)",
+]  # fmt: skip
+"""The healthcheck docker-compose.yml gives every node, run by hand."""
+
+
+def routed_to(node: Node) -> set[str]:
+    return {route["remote_name"] for route in node.get("/routez")["routes"]}
+
+
+def wait_until(what: str, ready: Any, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT + 300)
+def test_a_node_restarted_while_the_seed_is_down_rejoins_the_others(
+    deployment: tuple[str, list[Node]],
+) -> None:
+    """Every node seeds every peer: with east1 (once the only seed) down, a restarted east2 routes
+    to east3 again and both are healthy; a node cut off from its cluster is unhealthy, by the
+    healthcheck and by docker's own verdict."""
+    project, nodes = deployment
+    by_name = {n.service: n for n in nodes}
+    east1, east2, east3 = (by_name[name] for name in ("east1", "east2", "east3"))
+    network = f"{project}_mesh"
+    try:
+        docker("stop", "--time", "1", east1.container)
+        docker("restart", "--time", "1", east2.container)
+        wait_until(
+            "east2 and east3 never routed to each other",
+            lambda: _answers(lambda: routed_to(east2) == {"east3"} and routed_to(east3) == {"east2"}),
+        )
+        wait_until(
+            "east2 and east3 not both healthy",
+            lambda: (
+                docker("inspect", "-f", "{{.State.Health.Status}}", east2.container) == "healthy"
+                and healthy(east3)
+            ),
+        )
+        docker("network", "disconnect", network, east3.container)
+        wait_until(
+            "east3 cut off, and still passing its healthcheck",
+            lambda: (
+                subprocess.run(
+                    ["docker", "exec", east3.container, *HEALTHCHECK], capture_output=True, check=False
+                ).returncode
+                != 0
+            ),
+        )
+        wait_until(
+            "docker never found east3 unhealthy",
+            lambda: docker("inspect", "-f", "{{.State.Health.Status}}", east3.container) == "unhealthy",
+            60,
+        )
+    finally:
+        if network not in docker("inspect", "-f", "{{json .NetworkSettings.Networks}}", east3.container):
+            docker("network", "connect", "--alias", "east3", network, east3.container)
+        docker("start", east1.container)
+    wait_until(
+        "the deployment did not converge again",
+        lambda: not disagreements(nodes) and all(healthy(n) for n in nodes),
+    )
+
+
+def _answers(check: Any) -> bool:
+    """``check()``, or False while a node's monitoring port is not answering (it is restarting)."""
+    try:
+        return bool(check())
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(SETUP_TIMEOUT + 300)
+def test_an_interrupted_chaos_run_heals_what_it_broke(deployment: tuple[str, list[Node]]) -> None:
+    """A node already down is started (and said so); Ctrl-C in the middle of a pause leaves
+    nothing paused."""
+    project, nodes = deployment
+    west2 = next(n for n in nodes if n.service == "west2")
+    docker("stop", "--time", "1", west2.container)
+    chaos = subprocess.Popen(
+        [sys.executable, str(ROOT / "deploy" / "chaos.py"), "--project", project, "--seed", "17",
+         "--cycles", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert chaos.stderr is not None
+    said = []
+    for line in chaos.stderr:  # seed 17 begins with pause-two of west1 and west2
+        said.append(line)
+        if line.startswith("cycle 1: pause-two"):
+            break
+    time.sleep(2)  # (the fault comes 0.5 s after the cycle is announced)
+    paused = docker("ps", "--filter", f"label=com.docker.compose.project={project}",
+                    "--filter", "status=paused", "--format", "{{.Names}}")  # fmt: skip
+    chaos.send_signal(signal.SIGINT)
+    _, rest = chaos.communicate(timeout=60)
+    said.append(rest)
+    assert chaos.returncode == 130, "".join(said)
+    assert "chaos: west2 was exited: starting it\n" in said
+    assert "interrupted; healing what this run broke" in rest
+    assert len(paused.split()) == 2, paused  # it was in the middle of the fault
+    assert docker("ps", "--filter", f"label=com.docker.compose.project={project}",
+                  "--filter", "status=paused", "--format", "{{.Names}}") == ""  # fmt: skip
+    wait_until(
+        "the deployment did not converge again",
+        lambda: not disagreements(nodes) and all(healthy(n) for n in nodes),
+    )
+
+
 @pytest.mark.timeout(SETUP_TIMEOUT + 600)
 def test_a_seeded_chaos_run_heals_every_cycle(
     deployment: tuple[str, list[Node]], tmp_path: Path
@@ -251,13 +365,16 @@ def test_a_seeded_chaos_run_heals_every_cycle(
     report_path = tmp_path / "chaos.json"
     run = subprocess.run(
         [sys.executable, str(ROOT / "deploy" / "chaos.py"), "--project", project,
-         "--seed", "7", "--cycles", cycles, "--json", str(report_path)],
+         "--seed", "36", "--cycles", cycles, "--json", str(report_path)],
         capture_output=True, text=True, timeout=540, cwd=ROOT,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
     assert report["ok"] is True
     assert len(report["cycles"]) == int(cycles)
-    assert {c["fault"] for c in report["cycles"]} <= {"disconnect", "pause", "kill"}
+    kinds = {c["fault"] for c in report["cycles"]}
+    assert kinds <= {*FAULTS, FALLBACK_FAULT}
+    if int(cycles) >= 8:
+        assert len(kinds) == len(FAULTS)  # seed 36: every kind of fault (or its stand-in) by cycle 8
     assert all(c["converged_after"] is not None and c["traffic_ok"] for c in report["cycles"])
     assert "cycles healed cleanly" in run.stdout
