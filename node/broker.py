@@ -184,6 +184,9 @@ class Broker:
             self.system_account = self.account(config.system_account)
         self.events: ClientEvents | None = None
         """Told of clients signing in and leaving (the system account's advisories), if anyone is."""
+        self.internal_subscriptions: list[Subscription] = []
+        """Subscriptions the node holds itself (the system account's requests), which /subsz lists
+        beside clients' ones, as nats-server does: they are interest routes and gateways carry."""
         self.clients: dict[int, Client] = {}
         self.connect_urls: list[str] = []
         """Where clients may connect across the cluster: INFO's ``connect_urls`` (the server keeps

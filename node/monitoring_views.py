@@ -550,8 +550,8 @@ class SubszOptions:
 
 
 async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer) -> list[Subscription]:
-    """The subscriptions of client connections that the query asks for (local ones only, as
-    nats-server lists them), from each connection's own table.
+    """The subscriptions of client connections, and the node's own, that the query asks for
+    (local ones only, as nats-server lists them), from each connection's own table.
 
     Only the subscriptions themselves are collected, never a record per subscription that refers to
     one: records that hold references would be tracked by the garbage collector, and a hundred
@@ -566,6 +566,11 @@ async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer)
             if not opts.test or subject_matches(sub.subject, opts.test):
                 found.append(sub)
             await pace.tick()
+    for sub in broker.internal_subscriptions:
+        if (not opts.account or sub.owner.account.name == opts.account) and (
+            not opts.test or subject_matches(sub.subject, opts.test)
+        ):
+            found.append(sub)
     return found
 
 

@@ -379,6 +379,9 @@ class SystemAccount:
             so both report the same request counts and monitoring port).
     """
 
+    cid = 0
+    """The connection id /subsz lists the node's own subscriptions under."""
+
     def __init__(self, node: Node, monitor: MonitorState) -> None:
         broker = node.broker
         if broker.system_account is None:
@@ -413,6 +416,7 @@ class SystemAccount:
         clients signing in and leaving."""
         for sub in self.subscriptions:
             self.broker.subscribe(self.account, sub)
+        self.broker.internal_subscriptions.extend(self.subscriptions)
         self.broker.events = self
 
     # -- in the publish path, and where connections open and close: queue, nothing more -----------
