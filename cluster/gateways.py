@@ -14,11 +14,12 @@ nothing is sent. When an outbound link drops, everything learned over it is forg
 
 **Discovery.** Configured URLs get a node started; each HELLO carries the sender's cluster's gateway
 URLs (its own and those its route peers told it) and the clusters it knows. A node that is dialed by
-a cluster it has not heard of dials back (an implicit gateway), and what a node learns of new
-clusters it passes to its route peers, so every node of a cluster ends up with a link to every
-cluster. News is taken only from peers that proved they know the secret, and only so many clusters
-are kept; a cluster only heard of is dialed with growing pauses and forgotten after a few failures
-(a configured one, or one ever reached, is redialed for good).
+a cluster it has not heard of dials back (an implicit gateway), and what a node learns of other
+clusters (new ones, and new URLs of known ones) it passes to its route peers, so every node of a
+cluster ends up with a link to every cluster and knows every URL any of them heard. News is taken
+only from peers that proved they know the secret, and only so many clusters are kept; a cluster
+only heard of is dialed with growing pauses and forgotten after a few failures (a configured one,
+or one ever reached, is redialed for good).
 
 **Replies** leaving through a gateway are mapped (see ``cluster.replies``) so the first reply to a
 request cannot be lost to interest still on its way.
@@ -272,9 +273,10 @@ class GatewayManager(LinkManager):
 
     def _remote(self, name: str, urls: Sequence[str], *, reported: bool = False) -> Gateway:
         """The cluster called ``name``, created on first mention (then dialed, and its news passed
-        to route peers); ``urls`` are added to what is known of it (up to ``MAX_CLUSTERS`` of
-        them), or, when one of its own nodes ``reported`` them, replace all but the configured
-        ones."""
+        to route peers); ``urls`` are added to what is known of it, up to ``MAX_CLUSTERS`` of them
+        beside the configured ones. What one of its own nodes ``reported`` goes first, so fresh
+        news outlives stale (a node's HELLO lists only the peers it had routes to when it sent it,
+        so it adds to what is known and never replaces it)."""
         gateway = self.remotes.get(name)
         if gateway is None:
             gateway = Gateway(name, self.replies.prefix)
@@ -282,11 +284,13 @@ class GatewayManager(LinkManager):
             self.replies.gateways[short_hash(name)] = gateway
             if self._nursery is not None:
                 self._nursery.start_soon(self._keep_outbound, gateway)
-            if self.routes is not None and urls:
-                self.routes.tell_gateways({name: tuple(urls)})
+        known = set(gateway.urls)
         configured = dict(self.config.gateways).get(name, ())
-        base = list(configured) if reported else gateway.urls
-        gateway.urls = list(dict.fromkeys([*base, *urls]))[: max(MAX_CLUSTERS, len(configured))]
+        order = [*configured, *urls, *gateway.urls] if reported else [*gateway.urls, *urls]
+        gateway.urls = list(dict.fromkeys(order))[: max(MAX_CLUSTERS, len(configured))]
+        news = tuple(url for url in gateway.urls if url not in known)
+        if self.routes is not None and news:  # (a gateway links to one node of a cluster: its
+            self.routes.tell_gateways({name: news})  # route peers may have heard of others)
         return gateway
 
     def _forget(self, gateway: Gateway) -> None:

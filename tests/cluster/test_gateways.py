@@ -309,12 +309,10 @@ async def test_accounts_stay_apart_across_gateways(autojump_clock: MockClock) ->
 async def test_clusters_are_learned_from_the_links(autojump_clock: MockClock) -> None:
     """Only east is configured (with west1's URL); every node learns the rest."""
     remotes = {"east": {"west": ["nats://west1:7222"]}, "west": {}}
-    # A remote cluster's URLs are those the latest HELLO from one of its nodes listed, and a HELLO
-    # sent before that node's route formed lists only itself: this holds only while west's route
-    # forms before its gateway links, an ordering the system account's interest changes (hence
-    # nodes without one here).
+    # (A HELLO sent before its node's route formed lists only that node: what is known of a
+    # cluster is added to, never replaced, whatever order the links form in.)
     async with open_supercluster(
-        {"east": 2, "west": 2}, config=CLUSTER, gateway=GATEWAY, remotes=remotes, node_config=PLAIN
+        {"east": 2, "west": 2}, config=CLUSTER, gateway=GATEWAY, remotes=remotes
     ) as sc:
         await converged(sc)
         for node in sc.nodes:
