@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -101,15 +103,15 @@ class Endpoint:
         return client
 
 
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    value = options.get(name, "false").strip().lower()
+def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
+    value = options.get(name.lower(), str(default)).strip().lower()
     if value not in ("true", "false"):
         raise OptionError(name, f"expected true or false, not {value!r}")
     return value == "true"
 
 
 def _positive(options: Mapping[str, str], name: str, default: int) -> int:
-    text = options.get(name, str(default)).strip()
+    text = options.get(name.lower(), str(default)).strip()
     if not text.isdigit() or int(text) < 1:
         raise OptionError(name, f"expected a positive integer, not {text!r}")
     return int(text)
@@ -133,13 +135,35 @@ class WriteOptions:
     stream: str
 
 
-KNOWN = {"url", "stream", "start", "end", "partitions", "binary", "pagesize", "path"}
+MODES: dict[str, tuple[str, ...]] = {
+    "batch read": ("url", "stream", "start", "end", "partitions", "binary", "pageSize"),
+    "streaming read": (
+        "url",
+        "stream",
+        "partitions",
+        "binary",
+        "pageSize",
+        "startingOffsets",
+        "maxRecordsPerTrigger",
+        "failOnDataLoss",
+    ),
+    "batch write": ("url", "stream"),
+    # Spark adds the query's checkpointLocation and queryName to a streaming write's options.
+    "streaming write": ("url", "stream", "commitKey", "checkpointLocation", "queryName"),
+}
+"""The options each mode takes (``path`` is ``stream``'s alias); Spark hands them over lowercase."""
 
 
-def _common(options: Mapping[str, str]) -> tuple[Endpoint, tuple[str, ...]]:
-    unknown = sorted(set(options) - KNOWN)
-    if unknown:
-        raise OptionError(unknown[0], f"unknown option (known: {', '.join(sorted(KNOWN - {'path'}))})")
+def _common(options: Mapping[str, str], mode: str) -> tuple[Endpoint, tuple[str, ...]]:
+    allowed = {name.lower() for name in MODES[mode]} | {"path"}
+    for given in sorted(set(options) - allowed):
+        owners = [other for other, names in MODES.items() if given in {n.lower() for n in names}]
+        name = next((n for names in MODES.values() for n in names if n.lower() == given), given)
+        if not owners:
+            known = sorted({n for names in MODES.values() for n in names}, key=str.lower)
+            raise OptionError(name, f"unknown option (known: {', '.join(known)})")
+        takes = ", ".join(sorted(MODES[mode], key=str.lower))
+        raise OptionError(name, f"is a {' and '.join(owners)} option; a {mode} takes {takes}")
     if "url" not in options:
         raise OptionError("url", "missing (redis://[user:pass@]host:port[/db])")
     streams = tuple(s.strip() for s in options.get("stream", options.get("path", "")).split(","))
@@ -148,8 +172,13 @@ def _common(options: Mapping[str, str]) -> tuple[Endpoint, tuple[str, ...]]:
     return Endpoint.parse(options["url"]), streams
 
 
-def read_options(options: Mapping[str, str]) -> ReadOptions:
-    endpoint, streams = _common(options)
+def binary(options: Mapping[str, str]) -> bool:
+    """The one option the schema depends on."""
+    return _flag(options, "binary")
+
+
+def read_options(options: Mapping[str, str], mode: str = "batch read") -> ReadOptions:
+    endpoint, streams = _common(options, mode)
     start = parse_bound("start", options.get("start", "-"), upper=False)
     end = parse_bound("end", options.get("end", "+"), upper=True)
     if start > end:
@@ -160,16 +189,91 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         start=start,
         end=end,
         partitions=_positive(options, "partitions", 1),
-        binary=_flag(options, "binary"),
-        page=_positive(options, "pagesize", 1000),
+        binary=binary(options),
+        page=_positive(options, "pageSize", 1000),
     )
 
 
-def write_options(options: Mapping[str, str]) -> WriteOptions:
-    endpoint, streams = _common(options)
-    extra = sorted(set(options) & {"start", "end", "partitions", "binary"})
-    if extra:
-        raise OptionError(extra[0], "is a read option; writes take url and stream")
+def write_options(options: Mapping[str, str], mode: str = "batch write") -> WriteOptions:
+    endpoint, streams = _common(options, mode)
     if len(streams) != 1:
         raise OptionError("stream", f"a write goes to one stream, not {len(streams)}")
     return WriteOptions(endpoint=endpoint, stream=streams[0])
+
+
+Position = StreamId | Literal["earliest", "latest"]
+"""Where a streaming read starts in one stream: after this ID, before the first entry, or after the
+last one."""
+
+
+@attrs.frozen
+class StreamReadOptions:
+    read: ReadOptions
+    starting: Mapping[str, Position]
+    max_records: int | None
+    """Entries per micro-batch, across all streams (``maxRecordsPerTrigger``); None: all there are."""
+    fail_on_data_loss: bool
+
+
+def _starting(text: str, streams: tuple[str, ...]) -> dict[str, Position]:
+    """``startingOffsets``: ``earliest``, ``latest``, or a JSON object naming every stream, each
+    with ``earliest``, ``latest`` or the ID after which to start (the form of the query's offsets)."""
+    name = "startingOffsets"
+    if text.strip() in ("earliest", "latest"):
+        keyword: Position = "earliest" if text.strip() == "earliest" else "latest"
+        return dict.fromkeys(streams, keyword)
+    try:
+        given = json.loads(text)
+    except ValueError:
+        given = None
+    if not isinstance(given, dict):
+        expected = 'earliest, latest or {"stream": "ms-seq", ...}'
+        raise OptionError(name, f"expected {expected}, not {text!r}")
+    if set(given) != set(streams):
+        odd = sorted(set(given) ^ set(streams))
+        raise OptionError(name, f"names other streams than the stream option: {', '.join(odd)}")
+    out: dict[str, Position] = {}
+    for stream, value in given.items():
+        if value in ("earliest", "latest"):
+            out[stream] = value
+        elif isinstance(value, str):
+            out[stream] = parse_bound(name, value, upper=True)
+        else:
+            raise OptionError(name, f"the position of {stream!r} is not a string: {value!r}")
+    return out
+
+
+def stream_read_options(options: Mapping[str, str]) -> StreamReadOptions:
+    read = read_options(options, "streaming read")
+    limit = "maxRecordsPerTrigger"
+    return StreamReadOptions(
+        read=read,
+        starting=_starting(options.get("startingoffsets", "earliest"), read.streams),
+        max_records=_positive(options, limit, 1) if limit.lower() in options else None,
+        fail_on_data_loss=_flag(options, "failOnDataLoss", default=True),
+    )
+
+
+@attrs.frozen
+class StreamWriteOptions:
+    endpoint: Endpoint
+    stream: str
+    commit_key: str
+    """Names the query in the target's commit marker: stable across restarts of one checkpoint."""
+
+
+def stream_write_options(options: Mapping[str, str]) -> StreamWriteOptions:
+    """The commit key is ``commitKey`` if given, else the query's ``checkpointLocation``, else its
+    ``queryName`` (when checkpoints go under ``spark.sql.streaming.checkpointLocation``)."""
+    write = write_options(options, "streaming write")
+    if "commitkey" in options and not options["commitkey"].strip():
+        raise OptionError("commitKey", "is empty")
+    for name in ("commitkey", "checkpointlocation", "queryname"):
+        key = options.get(name, "").strip()
+        if key:
+            return StreamWriteOptions(write.endpoint, write.stream, key)
+    raise OptionError(
+        "checkpointLocation",
+        "a streaming write needs a key that survives restarts: give the query a checkpointLocation "
+        "(or a queryName, or the commitKey option)",
+    )

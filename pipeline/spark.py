@@ -11,12 +11,16 @@ doubles a row and a failed job adds nothing. What is not covered: a server failu
 during that commit leaves a prefix of the partitions appended (the job then fails, and its remaining
 staging streams, ``<stream>:pubmesh-write:<job>:*``, stay for inspection).
 
-Streaming reads will keep offsets as the last-read ID per stream, so ``Slice`` ranges serve them too.
+Streaming reads (``spark.readStream.format("pubmesh")``) plan each micro-batch as the same ``Slice``
+ranges, between offsets that hold the last ID read per stream (see ``pipeline.offsets``); they need
+PySpark 4.2 or later, whose Python sources get admission control (``maxRecordsPerTrigger``) and
+Trigger.AvailableNow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -26,9 +30,16 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
     BinaryType,
@@ -39,8 +50,22 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipeline.options import OptionError, ReadOptions, StreamId, read_options, write_options
+from pipeline.offsets import Json, Offsets, advance, from_json, initial, latest, losses, slices, to_json
+from pipeline.options import (
+    Endpoint,
+    OptionError,
+    ReadOptions,
+    StreamId,
+    StreamReadOptions,
+    binary,
+    read_options,
+    stream_read_options,
+    write_options,
+)
+from pipeline.resp import RespClient
 from pipeline.streams import Slice, StagedWrite, check_stream, field_pairs, plan, read_pages
+
+log = logging.getLogger(__name__)
 
 
 def _schema(binary: bool) -> StructType:
@@ -64,10 +89,13 @@ class PubmeshDataSource(DataSource):
         return "pubmesh"
 
     def schema(self) -> StructType:
-        return _schema(read_options(self.options).binary)
+        return _schema(binary(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return PubmeshReader(read_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return PubmeshStreamReader(stream_read_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
@@ -105,28 +133,101 @@ class PubmeshReader(DataSourceReader):
         return [SlicePartition(part) for part in parts] or [SlicePartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """One Arrow batch per XRANGE page: Spark takes columns several times faster than rows."""
-        assert isinstance(partition, SlicePartition)
-        part = partition.part
-        if part is None:
-            return
-        schema = _arrow_schema(self.options.binary)
-        with self.options.endpoint.connect() as client:
-            for page in read_pages(client, part, self.options.page):
-                ids = [entry_id.decode() for entry_id, _ in page]
-                offsets = [0]
-                for _, pairs in page:
-                    offsets.append(offsets[-1] + len(pairs))
-                names = _text([k for _, pairs in page for k, _ in pairs])
-                raw = [v for _, pairs in page for _, v in pairs]
-                values = pa.array(raw, pa.binary()) if self.options.binary else _text(raw)
-                columns = [
-                    pa.array([part.stream] * len(page), pa.string()),
-                    pa.array(ids, pa.string()),
-                    pa.array([StreamId.parse(i).ms * 1000 for i in ids], schema.field("timestamp").type),
-                    pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), names, values),
-                ]
-                yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        o = self.options
+        return _read_slice(partition, o.endpoint, o.binary, o.page)
+
+
+def _read_slice(
+    partition: InputPartition, endpoint: Endpoint, binary: bool, page: int
+) -> Iterator[pa.RecordBatch]:
+    """One Arrow batch per XRANGE page: Spark takes columns several times faster than rows."""
+    assert isinstance(partition, SlicePartition)
+    part = partition.part
+    if part is None:
+        return
+    schema = _arrow_schema(binary)
+    with endpoint.connect() as client:
+        for batch in read_pages(client, part, page):
+            ids = [entry_id.decode() for entry_id, _ in batch]
+            offsets = [0]
+            for _, pairs in batch:
+                offsets.append(offsets[-1] + len(pairs))
+            names = _text([k for _, pairs in batch for k, _ in pairs])
+            raw = [v for _, pairs in batch for _, v in pairs]
+            values = pa.array(raw, pa.binary()) if binary else _text(raw)
+            columns = [
+                pa.array([part.stream] * len(batch), pa.string()),
+                pa.array(ids, pa.string()),
+                pa.array([StreamId.parse(i).ms * 1000 for i in ids], schema.field("timestamp").type),
+                pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), names, values),
+            ]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class PubmeshStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of ID ranges per stream. Offsets (``{"stream": "ms-seq"}``) are the last ID read
+    or skipped; ``maxRecordsPerTrigger`` caps the entries of one micro-batch, and under
+    Trigger.AvailableNow the query ends at the last IDs generated when it started."""
+
+    def __init__(self, options: StreamReadOptions) -> None:
+        self.options = options
+        self.target: Offsets | None = None
+        """Under Trigger.AvailableNow: the end of the last micro-batch."""
+        with options.read.endpoint.connect() as client:
+            for stream in options.read.streams:
+                check_stream(client, stream)
+
+    def _connect(self) -> RespClient:
+        return self.options.read.endpoint.connect()
+
+    def _from_spark(self, offset: dict[str, object]) -> Offsets:
+        return from_json(offset, self.options.read.streams)
+
+    def initialOffset(self) -> Json:
+        with self._connect() as client:
+            return to_json(initial(client, self.options.starting))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self._connect() as client:
+            self.target = latest(client, self.options.read.streams)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        cap = self.options.max_records
+        return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
+
+    def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> Json:
+        begin = self._from_spark(start)
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        with self._connect() as client:
+            ceiling = self.target or latest(client, begin)
+            return to_json(advance(client, begin, ceiling, budget, self.options.read.page))
+
+    def reportLatestOffset(self) -> Json:
+        with self._connect() as client:
+            return to_json(latest(client, self.options.read.streams))
+
+    def partitions(self, start: dict[str, object], end: dict[str, object]) -> list[InputPartition]:
+        """Checks for data loss first: this also runs when a micro-batch is replayed after a restart."""
+        begin, until = self._from_spark(start), self._from_spark(end)
+        with self._connect() as client:
+            lost = losses(client, {s: begin[s] for s in begin if s in start})
+            if lost and self.options.fail_on_data_loss:
+                raise DataLossError(
+                    "; ".join(lost) + " (set the option failOnDataLoss=false to read on from the "
+                    "entries that are left)"
+                )
+            for problem in lost:
+                log.warning("pubmesh data loss, reading on from what is left: %s", problem)
+            parts = slices(client, begin, until, self.options.read.partitions)
+        return [SlicePartition(part) for part in parts]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        o = self.options.read
+        return _read_slice(partition, o.endpoint, o.binary, o.page)
+
+
+class DataLossError(RuntimeError):
+    """Entries after a committed offset were deleted before the query read them."""
 
 
 def _text(items: list[bytes]) -> pa.Array:

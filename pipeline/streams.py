@@ -69,14 +69,20 @@ def plan(client: RespClient, stream: str, first: StreamId, last: StreamId, parts
     return [Slice(stream, a, b) for a, b in zip(starts, ends, strict=True)]
 
 
-def read_pages(client: RespClient, part: Slice, page: int) -> Iterator[list[tuple[bytes, Fields]]]:
-    """The slice's entries in ID order, ``page`` at a time (the next page starts after the last ID)."""
-    start = str(part.first)
+def read_pages(
+    client: RespClient, part: Slice, page: int, limit: int | None = None
+) -> Iterator[list[tuple[bytes, Fields]]]:
+    """The slice's entries in ID order (the first ``limit`` of them), ``page`` at a time (the next
+    page starts after the last ID)."""
+    start, left = str(part.first), limit
     while True:
-        batch = _entries(client.call("XRANGE", part.stream, start, str(part.last), "COUNT", page))
+        count = page if left is None else min(page, left)
+        batch = _entries(client.call("XRANGE", part.stream, start, str(part.last), "COUNT", count))
         if batch:
             yield batch
-        if len(batch) < page:
+        if left is not None:
+            left -= len(batch)
+        if len(batch) < count or left == 0:
             return
         start = "(" + batch[-1][0].decode()
 

@@ -223,7 +223,9 @@ def test_bad_writes_name_the_option_and_write_nothing(spark: SparkSession, node:
 
     with pytest.raises(Exception, match=r"pubmesh option 'mode': overwrite is not supported"):
         write("overwrite")
-    with pytest.raises(Exception, match=r"pubmesh option 'start': is a read option"):
+    with pytest.raises(
+        Exception, match=r"pubmesh option 'start': is a batch read option; a batch write takes"
+    ):
         write(start="0")
     with pytest.raises(Exception, match=r"pubmesh option 'stream': a write goes to one stream, not 2"):
         write(stream="a,b")
