@@ -259,10 +259,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     registered, the job run, the summary printed."""
     from pyspark.sql import SparkSession
 
+    from pipeline.session import SHUFFLE_PARTITIONS
     from pipeline.spark import PubmeshDataSource
 
     options = options_from(_parser().parse_args(sys.argv[1:] if argv is None else argv))
     spark = SparkSession.builder.appName("pubmesh-orders-by-minute").getOrCreate()
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        spark.conf.set("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
     spark.dataSource.register(PubmeshDataSource)
     outcome = run(spark, options)
     print(summary_table(outcome.windows))
