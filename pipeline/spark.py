@@ -31,6 +31,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
@@ -60,10 +61,19 @@ from pipeline.options import (
     binary,
     read_options,
     stream_read_options,
+    stream_write_options,
     write_options,
 )
 from pipeline.resp import RespClient
-from pipeline.streams import Slice, StagedWrite, check_stream, field_pairs, plan, read_pages
+from pipeline.streams import (
+    BatchCommits,
+    Slice,
+    StagedWrite,
+    check_stream,
+    field_pairs,
+    plan,
+    read_pages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +112,23 @@ class PubmeshDataSource(DataSource):
             raise OptionError("mode", "overwrite is not supported: a stream is appended to")
         options = write_options(self.options)
         with options.endpoint.connect() as client:
-            kind = client.call("TYPE", options.stream)
-        if kind not in (b"none", b"stream"):
-            raise OptionError("stream", f"{options.stream!r} holds a {kind!r}, not a stream")
+            _check_target(client, options.stream)
         return PubmeshWriter(StagedWrite(options.endpoint, options.stream, uuid.uuid4().hex))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Called on the driver when the query starts and again for every commit."""
+        if overwrite:
+            raise OptionError("outputMode", "complete is not supported: a stream is appended to")
+        options = stream_write_options(self.options)
+        with options.endpoint.connect() as client:
+            _check_target(client, options.stream)
+        return PubmeshStreamWriter(BatchCommits(options.endpoint, options.stream, options.commit_key))
+
+
+def _check_target(client: RespClient, stream: str) -> None:
+    kind = client.call("TYPE", stream)
+    if kind not in (b"none", b"stream"):
+        raise OptionError("stream", f"{stream!r} holds a {kind!r}, not a stream")
 
 
 class SlicePartition(InputPartition):
@@ -264,15 +287,58 @@ class PubmeshWriter(DataSourceWriter):
         self.staged = staged
 
     def write(self, iterator: Iterator[Row]) -> Staged:
-        context = TaskContext.get()
-        partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+        partition, attempt = _task()
         rows = (field_pairs(row.asDict()) for row in iterator)
         key, count = self.staged.stage(partition, attempt, rows)
         return Staged(partition, key, count)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
-        self.staged.commit(m.key for m in staged)
+        self.staged.commit(_committed_keys(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self.staged.abort()
+
+
+def _task() -> tuple[int, int]:
+    """This task's partition and attempt number."""
+    context = TaskContext.get()
+    return (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+
+
+def _committed_keys(messages: list[WriterCommitMessage | None]) -> list[str]:
+    staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
+    return [m.key for m in staged]
+
+
+BATCH_ID = "streaming.sql.batchId"
+"""The local property in which Spark tells a task its micro-batch."""
+
+
+class PubmeshStreamWriter(DataSourceStreamWriter):
+    """Exactly once per micro-batch: tasks stage, the driver's commit appends and marks the batch
+    in one transaction, and a batch Spark replays after a failure is a no-op (``BatchCommits``)."""
+
+    def __init__(self, commits: BatchCommits) -> None:
+        self.commits = commits
+
+    def write(self, iterator: Iterator[Row]) -> Staged:
+        context = TaskContext.get()
+        batch = context.getLocalProperty(BATCH_ID) if context else None
+        if batch is None:
+            raise RuntimeError(f"Spark did not tell the task its micro-batch ({BATCH_ID})")
+        partition, attempt = _task()
+        rows = (field_pairs(row.asDict()) for row in iterator)
+        key, count = self.commits.staged(int(batch)).stage(partition, attempt, rows)
+        return Staged(partition, key, count)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if not self.commits.commit(batchId, _committed_keys(messages)):
+            log.warning(
+                "pubmesh: micro-batch %d was committed to %s before (%s); its replay adds nothing",
+                batchId,
+                self.commits.stream,
+                self.commits.marker,
+            )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.commits.staged(batchId).abort()

@@ -3,6 +3,7 @@ reads of one slice, and staged writes that reach the target stream only on commi
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
@@ -151,7 +152,7 @@ class StagedWrite:
 
     def _drop(self, client: RespClient) -> None:
         """Delete every staging stream of this job, including those of failed attempts."""
-        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + "*"
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix) + ":*"
         cursor = b"0"
         while True:
             next_cursor, found = _array(client.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000))
@@ -160,6 +161,76 @@ class StagedWrite:
                 client.call("DEL", *keys)
             if cursor == b"0":
                 return
+
+
+COMMITS = "{stream}:pubmesh-commits:{query}"
+"""The commit marker of one query writing into ``stream``: a stream whose last entry names the last
+micro-batch committed (``query`` is a digest of the query's commit key)."""
+
+KEPT_COMMITS = 16
+"""Marker entries kept (MAXLEN): only the last one counts; the others help whoever inspects it."""
+
+
+@attrs.frozen
+class BatchCommits:
+    """Exactly-once micro-batches of one streaming query into one stream.
+
+    Tasks stage rows as a ``StagedWrite`` named after the query and the batch. The driver's commit
+    appends the staged entries to the target and adds the batch's marker entry in one MULTI/EXEC,
+    under WATCH of the marker: the entries and the marker land together or not at all, and a batch
+    Spark runs again after a failure finds itself in the marker and adds nothing. The transaction
+    holds a whole micro-batch on the server until EXEC (the client sends it in pipelined chunks
+    while reading the staging streams page by page on a second connection).
+    """
+
+    endpoint: Endpoint
+    stream: str
+    key: str
+    """The query's commit key: the same across restarts from one checkpoint."""
+
+    @property
+    def query(self) -> str:
+        return hashlib.sha256(self.key.encode()).hexdigest()[:16]
+
+    @property
+    def marker(self) -> str:
+        return COMMITS.format(stream=self.stream, query=self.query)
+
+    def staged(self, batch: int) -> StagedWrite:
+        return StagedWrite(self.endpoint, self.stream, f"{self.query}-{batch}")
+
+    def last(self, client: RespClient) -> int | None:
+        """The last micro-batch committed, if any."""
+        tail = _entries(client.call("XREVRANGE", self.marker, "+", "-", "COUNT", 1))
+        return int(dict(tail[0][1])[b"batch"]) if tail else None
+
+    def commit(self, batch: int, staged: Iterable[str]) -> bool:
+        """Appends the staged streams (in the order given) unless ``batch`` was committed already;
+        either way drops the batch's staging streams. True when this call committed it."""
+        with self.endpoint.connect() as client, self.endpoint.connect() as reader:
+            client.call("WATCH", self.marker)
+            done = self.last(client)
+            if done is None or batch > done:
+                client.call("MULTI")
+                for key in staged:
+                    pages = read_pages(reader, Slice(key, StreamId(0, 0), LAST), BATCH)
+                    rows = (fields for page in pages for _, fields in page)
+                    _send(client, _xadds(self.stream, rows))
+                mark = ["batch", str(batch), "key", self.key]
+                client.call("XADD", self.marker, "MAXLEN", KEPT_COMMITS, "*", *mark)
+                if client.call("EXEC") is None:
+                    raise ConcurrentCommitError(
+                        f"{self.marker} changed during the commit of batch {batch}: another query "
+                        "writes with the same commit key"
+                    )
+            else:
+                client.call("UNWATCH")
+            self.staged(batch)._drop(client)
+        return done is None or batch > done
+
+
+class ConcurrentCommitError(RuntimeError):
+    """Two writers committed under one commit key at once."""
 
 
 def field_pairs(row: Mapping[str, object]) -> Fields:

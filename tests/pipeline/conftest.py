@@ -31,10 +31,9 @@ MISSING = (
 needs_spark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    if MISSING is not None:
-        pytest.skip(MISSING)
+def local_session(name: str) -> SparkSession:
+    """A local SparkSession on loopback with the pubmesh source registered (the test process's and
+    the streaming job's that tests kill)."""
     from pyspark.sql import SparkSession
 
     from pipeline.spark import PubmeshDataSource
@@ -44,7 +43,7 @@ def spark() -> Iterator[SparkSession]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the JVM binds and advertises loopback only
     session = (
         SparkSession.builder.master("local[2,2]")  # two threads; a failed task is retried once
-        .appName("pubmesh-tests")
+        .appName(name)
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -56,6 +55,14 @@ def spark() -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(PubmeshDataSource)
+    return session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    if MISSING is not None:
+        pytest.skip(MISSING)
+    session = local_session("pubmesh-tests")
     yield session
     session.stop()
 
