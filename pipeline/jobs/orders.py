@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +71,16 @@ class JobOptions:
 
     def checkpoint(self, name: str) -> str:
         return str(Path(self.out) / "checkpoints" / name)
+
+    def commit_key(self) -> str:
+        """The results stream's commit key: made with the checkpoints and kept beside them, so a
+        restart from them resumes the query's exactly-once commits while a fresh start (checkpoints
+        removed) is a new query, not a replay of batches the stream already holds."""
+        path = Path(self.checkpoint("commit-key"))
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{self.results}:{uuid.uuid4().hex}")
+        return path.read_text()
 
 
 def order_windows(entries: DataFrame, watermark: str) -> DataFrame:
@@ -171,6 +182,7 @@ def start(spark: SparkSession, options: JobOptions) -> list[StreamingQuery]:
         .option("url", options.url)
         .option("stream", options.results)
         .option("checkpointLocation", options.checkpoint("stream"))
+        .option("commitKey", options.commit_key())
     )
     to_files = (
         windows.writeStream.format("parquet")
