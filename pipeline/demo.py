@@ -144,14 +144,17 @@ def describe(demo: DemoRun) -> str:
     return "\n".join(lines)
 
 
+_DEMO = attrs.fields(DemoOptions)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pubmesh pipeline demo",
         description="Publish an order feed over NATS, capture it in a stream, summarize it with Spark.",
     )
-    p.add_argument("--orders", type=int, default=DemoOptions.orders, help="orders in the feed")
-    p.add_argument("--minutes", type=int, default=DemoOptions.minutes, help="event-time minutes")
-    p.add_argument("--out", default=DemoOptions.out, help="Parquet files and the chart go here")
+    p.add_argument("--orders", type=int, default=_DEMO.orders.default, help="orders in the feed")
+    p.add_argument("--minutes", type=int, default=_DEMO.minutes.default, help="event-time minutes")
+    p.add_argument("--out", default=_DEMO.out.default, help="Parquet files and the chart go here")
     p.add_argument(
         "--url",
         help="redis://host:port of a running node capturing orders.> into 'orders' "
@@ -159,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--nats", help="its NATS URL (default: nats://the --url host:4222)")
     p.add_argument("--master", default="local[2]", help="Spark master")
-    p.add_argument("--seed", type=int, default=DemoOptions.seed, help="the feed's random seed")
+    p.add_argument("--seed", type=int, default=_DEMO.seed.default, help="the feed's random seed")
     return p
 
 

@@ -239,16 +239,19 @@ def read_windows(spark: SparkSession, path: str) -> list[Window]:
     ]
 
 
+_JOB = attrs.fields(JobOptions)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="orders.py",
         description="Orders per region per minute from a captured orders stream (Spark job).",
     )
     p.add_argument("--url", required=True, help="redis://host:port of a pubmesh node")
-    p.add_argument("--source", default=JobOptions.source, help="the captured orders stream")
-    p.add_argument("--results", default=JobOptions.results, help="stream the windows are added to")
-    p.add_argument("--out", default=JobOptions.out, help="Parquet, checkpoints and chart go here")
-    p.add_argument("--watermark", default=JobOptions.watermark, help="allowed lateness")
+    p.add_argument("--source", default=_JOB.source.default, help="the captured orders stream")
+    p.add_argument("--results", default=_JOB.results.default, help="stream the windows are added to")
+    p.add_argument("--out", default=_JOB.out.default, help="Parquet, checkpoints and chart go here")
+    p.add_argument("--watermark", default=_JOB.watermark.default, help="allowed lateness")
     p.add_argument("--max-records", type=int, help="entries per micro-batch (default: all there are)")
     p.add_argument("--follow", action="store_true", help="keep running, following the stream")
     return p

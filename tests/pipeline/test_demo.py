@@ -18,7 +18,7 @@ import redis
 
 from pipeline import feed
 from pipeline.demo import DemoOptions, run_demo, totals
-from pipeline.jobs.orders import order_windows
+from pipeline.jobs.orders import JobOptions, order_windows
 from pipeline.local import NodeUrls, streams_toml
 from pipeline.report import Window, chart, summary_table
 from tests.live import LiveNode, live_node
@@ -159,3 +159,18 @@ def test_demo_end_to_end(spark: SparkSession, capturing: LiveNode, tmp_path: Pat
     png = Path(demo.outcome.chart).read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     assert len(png) > 10_000
+
+
+def test_command_line_defaults_are_the_options_defaults() -> None:
+    from pipeline import demo
+    from pipeline.jobs import orders
+
+    args = demo._parser().parse_args([])
+    assert (args.orders, args.minutes, args.out, args.seed) == (
+        DemoOptions().orders,
+        DemoOptions().minutes,
+        DemoOptions().out,
+        DemoOptions().seed,
+    )
+    url = "redis://127.0.0.1:1"
+    assert orders.options_from(orders._parser().parse_args(["--url", url])) == JobOptions(url=url)
