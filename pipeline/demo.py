@@ -128,7 +128,7 @@ def totals(orders: Sequence[feed.Order]) -> dict[tuple[int, str], tuple[int, Dec
     return dict(out)
 
 
-def describe(demo: DemoRun) -> str:
+def describe(demo: DemoRun, keeps_node: bool) -> str:
     windows = demo.outcome.windows
     counted = sum(w.orders for w in windows)
     lines = [
@@ -137,7 +137,8 @@ def describe(demo: DemoRun) -> str:
         f"published {len(demo.published):,} orders; {counted:,} are in the {len(windows)} closed "
         f"windows, the rest in the last minutes, which close once the watermark "
         f"({demo.job.watermark}) passes them",
-        f"windows: stream {demo.job.results!r} on {demo.job.url}, Parquet in {demo.job.windows_path}",
+        f"windows: Parquet in {demo.job.windows_path}, and the stream {demo.job.results!r} on "
+        + (f"{demo.job.url}" if keeps_node else "the demo's node (stopped now; --url keeps them)"),
     ]
     if demo.outcome.chart:
         lines.append(f"chart: {demo.outcome.chart}")
@@ -186,7 +187,7 @@ def main(argv: Sequence[str]) -> int:
     with _node(args) as urls:
         spark = spark_session(args.master, "pubmesh-pipeline-demo")
         try:
-            print(describe(run_demo(spark, urls, options)))
+            print(describe(run_demo(spark, urls, options), keeps_node=args.url is not None))
         finally:
             spark.stop()
     return 0

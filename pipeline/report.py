@@ -46,7 +46,12 @@ def chart(windows: list[Window], path: str) -> str:
             axes.plot(times, [float(w.revenue) for w in points], marker="o", label=region)
         axes.set_title("Revenue per region per minute (event time)")
         axes.set_ylabel("revenue")
+        # A tick on whole minutes (every minute for up to a dozen of them), labelled in UTC.
+        step = max(1, -(-len({w.start for w in windows}) // 12))
+        ticks = mdates.MinuteLocator(byminute=range(0, 60, step), tz=UTC)  # type: ignore[no-untyped-call]
+        axes.xaxis.set_major_locator(ticks)
         axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=UTC))  # type: ignore[no-untyped-call]
+        axes.set_xlabel("minute (UTC)")
         axes.grid(alpha=0.3)
         axes.legend(loc="upper left", fontsize="small")
         figure.autofmt_xdate()
