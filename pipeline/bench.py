@@ -8,7 +8,7 @@
   a stream; a streaming query (``readStream.format("pubmesh")``, micro-batches as fast as they go)
   copies them into a second stream through the ``pubmesh`` sink; a redis-py client follows that
   stream with XREAD BLOCK. Latency is from just before the publish to when the follower sees the
-  entry, over ``--seconds`` after a warm-up; p50 and p99.
+  entry, for messages sent over ``--seconds`` once the first entry has come through; p50 and p99.
 
 Everything runs on this machine, so the servers, Spark and the clients share its cores: the numbers
 are for comparing one row with another, not absolute capacity.
@@ -43,6 +43,9 @@ FILL_BATCH = 1_000
 SOURCE = "bench-orders"
 TICKS, LIVE, COPY = "bench.ticks", "bench-ticks", "bench-ticks-copy"
 """The latency run's subject, the stream capturing it, and the stream the query copies it into."""
+WARMUP_TIMEOUT = 180.0
+DRAIN = 5.0
+"""Seconds the follower keeps reading after the feed stops, for the last micro-batches."""
 
 
 Entries = list[tuple[bytes, dict[bytes, bytes]]]
@@ -124,14 +127,15 @@ def _server_rows(spark: SparkSession, server: str, url: str, entries: int, runs:
     return rows
 
 
-async def _publish_steady(url: str, rate: int, seconds: float, stop: threading.Event) -> int:
-    """Publish ``{"sent": perf_counter}`` on TICKS at ``rate`` per second, in 10 ms slices."""
+async def _publish_steady(url: str, rate: int, stop: threading.Event) -> None:
+    """Publish ``{"sent": perf_counter}`` on TICKS at ``rate`` per second, in 10 ms slices, until
+    ``stop``."""
     import nats
 
     client = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
     sent, began = 0, time.perf_counter()
     try:
-        while not stop.is_set() and time.perf_counter() - began < seconds:
+        while not stop.is_set():
             due = int((time.perf_counter() - began) * rate)
             while sent < due:
                 await client.publish(TICKS, b'{"sent":%r}' % time.perf_counter())
@@ -140,11 +144,10 @@ async def _publish_steady(url: str, rate: int, seconds: float, stop: threading.E
             await asyncio.sleep(0.01)
     finally:
         await client.close()
-    return sent
 
 
-def _follow(url: str, seen: list[float], stop: threading.Event) -> None:
-    """XREAD BLOCK on the copy stream; each entry's latency is now minus its ``sent``."""
+def _follow(url: str, seen: list[tuple[float, float]], stop: threading.Event) -> None:
+    """XREAD BLOCK on the copy stream, noting each entry's (sent, seen) times."""
     client = _client(url)
     last = "$"
     while not stop.is_set():
@@ -152,11 +155,13 @@ def _follow(url: str, seen: list[float], stop: threading.Event) -> None:
         for _, entries in reply:
             now = time.perf_counter()
             for entry_id, fields in entries:
-                seen.append(now - json.loads(fields[b"data"])["sent"])
+                seen.append((json.loads(fields[b"data"])["sent"], now))
                 last = entry_id.decode()
 
 
 def latency_rows(spark: SparkSession, urls: NodeUrls, rate: int, seconds: float, out: str) -> list[Row]:
+    """The query starts and the feed runs until the first entry comes through (the first
+    micro-batches start Spark's Python workers); then messages sent over ``seconds`` are timed."""
     query = (
         spark.readStream.format("pubmesh")
         .options(url=urls.redis, stream=LIVE, startingOffsets="latest")
@@ -167,26 +172,41 @@ def latency_rows(spark: SparkSession, urls: NodeUrls, rate: int, seconds: float,
         .trigger(processingTime="0 seconds")
         .start()
     )
-    seen: list[float] = []
-    stop = threading.Event()
-    follower = threading.Thread(target=_follow, args=(urls.redis, seen, stop), daemon=True)
-    follower.start()
-    warmup = 5.0
+    seen: list[tuple[float, float]] = []
+    stop_feed, stop_follower = threading.Event(), threading.Event()
+    threads = [
+        threading.Thread(target=_follow, args=(urls.redis, seen, stop_follower), daemon=True),
+        threading.Thread(
+            target=asyncio.run, args=(_publish_steady(urls.nats, rate, stop_feed),), daemon=True
+        ),
+    ]
     try:
-        sent = asyncio.run(_publish_steady(urls.nats, rate, warmup + seconds, stop))
-        time.sleep(2.0)  # the last micro-batches
+        for thread in threads:
+            thread.start()
+        deadline = time.perf_counter() + WARMUP_TIMEOUT
+        while not seen:
+            if time.perf_counter() > deadline or not query.isActive:
+                raise RuntimeError(f"no entry came through the streaming query: {query.exception()}")
+            time.sleep(0.1)
+        began = time.perf_counter()
+        time.sleep(seconds)
+        ended = time.perf_counter()
+        stop_feed.set()
+        time.sleep(DRAIN)
     finally:
-        stop.set()
+        stop_feed.set()
+        stop_follower.set()
         query.stop()
-        follower.join(5)
-    measured = sorted(seen[int(warmup * rate) :])
-    if not measured:
-        raise RuntimeError("no entry came through the streaming query")
+        for thread in threads:
+            thread.join(10)
+    measured = sorted(now - sent for sent, now in seen if began <= sent < ended)
+    expected = round((ended - began) * rate)
 
     def ms(q: float) -> str:
         return f"{measured[min(len(measured) - 1, int(q * len(measured)))] * 1000:,.0f} ms"
 
-    what = f"publish -> sink entry visible, {rate:,} msgs/s ({len(seen):,} of {sent:,} seen)"
+    what = f"publish -> sink entry visible, {rate:,} msgs/s for {seconds:.0f} s"
+    what += f" ({len(measured):,} of ~{expected:,} seen)"
     return [Row(f"{what}, p50", "pubmesh", ms(0.5)), Row(f"{what}, p99", "pubmesh", ms(0.99))]
 
 
