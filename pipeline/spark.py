@@ -14,7 +14,8 @@ staging streams, ``<stream>:pubmesh-write:<job>:*``, stay for inspection).
 Streaming reads (``spark.readStream.format("pubmesh")``) plan each micro-batch as the same ``Slice``
 ranges, between offsets that hold the last ID read per stream (see ``pipeline.offsets``); they need
 PySpark 4.2 or later, whose Python sources get admission control (``maxRecordsPerTrigger``) and
-Trigger.AvailableNow.
+Trigger.AvailableNow. Streaming writes are exactly once per micro-batch (``BatchCommits``): the
+batch and its commit marker land in one transaction, and a batch Spark replays adds nothing.
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ def _schema(binary: bool) -> StructType:
 
 
 class PubmeshDataSource(DataSource):
-    """The ``pubmesh`` format: options ``url``, ``stream``; reads also ``start``, ``end``,
-    ``partitions``, ``binary``, ``pageSize``."""
+    """The ``pubmesh`` format: options ``url``, ``stream``; batch reads also ``start``, ``end``,
+    ``partitions``, ``binary``, ``pageSize``; streaming reads ``partitions``, ``binary``,
+    ``pageSize``, ``startingOffsets``, ``maxRecordsPerTrigger``, ``failOnDataLoss``; streaming
+    writes ``commitKey`` (``pipeline.options.MODES``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -11,7 +11,7 @@ import sys
 
 from tests.pipeline.conftest import local_session
 
-BATCH = 60
+BATCH = 100
 """maxRecordsPerTrigger."""
 
 

@@ -8,7 +8,7 @@ import gc
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import pytest
 import redis
@@ -45,7 +45,14 @@ def fill(r: redis.Redis, stream: str, count: int, first: int = 0) -> list[Entry]
 
 
 def run(spark: SparkSession, checkpoint: Path, **options: str) -> list[tuple[int, list[Entry]]]:
-    """One Trigger.AvailableNow run of a streaming read: every micro-batch's (id, entries)."""
+    return run_until_read(spark, checkpoint, options, available_now=True)
+
+
+def run_until_read(
+    spark: SparkSession, checkpoint: Path, options: dict[str, str], available_now: bool
+) -> list[tuple[int, list[Entry]]]:
+    """One run of a streaming read until it has read everything (Trigger.AvailableNow, or the
+    default trigger until processAllAvailable returns): every micro-batch's (id, entries)."""
     batches: list[tuple[int, list[Entry]]] = []
 
     def collect(df: DataFrame, batch_id: int) -> None:
@@ -54,14 +61,13 @@ def run(spark: SparkSession, checkpoint: Path, **options: str) -> list[tuple[int
         batches.append((batch_id, [(r.stream, r.id, r.fields["n"]) for r in rows]))
 
     stream = spark.readStream.format("pubmesh").options(**options).load()
-    query = (
-        stream.writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+    writer = stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+    query = (writer.trigger(availableNow=True) if available_now else writer).start()
     try:
-        query.awaitTermination(90)
+        if available_now:
+            query.awaitTermination(90)
+        else:
+            query.processAllAvailable()
     finally:
         query.stop()
     return batches
@@ -193,8 +199,8 @@ def test_streaming_read_from_redis_server(
 ) -> None:
     r = client(redis_server)
     data = fill(r, "rs", 20)
-    options: dict[str, Any] = {"url": f"redis://127.0.0.1:{redis_server}", "stream": "rs"}
-    batches = run(spark, tmp_path, maxRecordsPerTrigger="6", **options)
+    options = {"url": f"redis://127.0.0.1:{redis_server}", "stream": "rs"}
+    batches = run_until_read(spark, tmp_path, options | {"maxRecordsPerTrigger": "6"}, False)
     assert [len(b) for _, b in batches] == [6, 6, 6, 2]
     assert entries(batches) == sorted(data)
     r.xtrim("rs", maxlen=2, approximate=False)

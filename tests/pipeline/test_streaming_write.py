@@ -168,14 +168,14 @@ def test_exactly_once_when_the_driver_is_killed(node: LiveNode, tmp_path: Path) 
     seed = int(os.environ.get("PUBMESH_KILL_SEED", time.time_ns() % 10**6))
     rng = random.Random(seed)
     r = client(node)
-    total = 900  # 15 micro-batches of 60
+    total = 800  # 8 micro-batches of 100
     fill(r, "k-src", range(total))
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "job.log"
     kills = []
     for _ in range(3):
         job = start_job(node, checkpoint, log)
         try:
-            goal = offsets_logged(checkpoint) + rng.randint(1, 3)
+            goal = offsets_logged(checkpoint) + rng.randint(1, 2)
             deadline = time.monotonic() + 120
             while offsets_logged(checkpoint) < goal and job.poll() is None:
                 assert time.monotonic() < deadline, (
