@@ -17,8 +17,8 @@ SHUFFLE_PARTITIONS = 4
 
 
 def spark_session(master: str, name: str) -> SparkSession:
-    """A session on ``master`` with the ``pubmesh`` format registered. On a local master everything
-    stays on 127.0.0.1 and executors run this interpreter, so they import the same packages."""
+    """A session on ``master`` with the ``pubmesh`` format registered; on a local master everything
+    stays on 127.0.0.1."""
     from pyspark.sql import SparkSession
 
     from pipeline.spark import PubmeshDataSource
@@ -31,8 +31,10 @@ def spark_session(master: str, name: str) -> SparkSession:
         .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
         .config("spark.sql.session.timeZone", "UTC")
     )
+    # Python workers (the driver's, which plans the data source, and the executors') run this
+    # interpreter unless told otherwise: it has the pipeline package.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
