@@ -175,3 +175,15 @@ def test_command_line_defaults_are_the_options_defaults() -> None:
     )
     url = "redis://127.0.0.1:1"
     assert orders.options_from(orders._parser().parse_args(["--url", url])) == JobOptions(url=url)
+
+
+def test_pubmesh_pipeline_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
+    from node.cli import main
+
+    assert main(["pipeline"]) == 2
+    assert main(["pipeline", "--help"]) == 0
+    assert "pubmesh pipeline {demo,bench}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["pipeline", "demo", "--help"])
+    assert exit_.value.code == 0
+    assert "--orders" in capsys.readouterr().out
