@@ -6,14 +6,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit fuzz bench run clean
+.PHONY: test lint typecheck unit fuzz bench run pipeline clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # The publish path is compiled (see setup.py): edits to those modules need a rebuild, so the install
 # step depends on every source file of the packages.
-SOURCES := $(wildcard routing/*.py transport/*.py node/*.py node/protocol/*.py node/resp/*.py node/streams/*.py node/store/*.py cluster/*.py pipeline/*.py)
+SOURCES := $(wildcard routing/*.py transport/*.py node/*.py node/protocol/*.py node/resp/*.py node/streams/*.py node/store/*.py cluster/*.py pipeline/*.py pipeline/jobs/*.py)
 
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(SOURCES)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -41,11 +41,18 @@ bench: $(STAMP)
 	$(BIN)/pytest tests/routing/bench_routing.py -p no:randomly \
 		--benchmark-columns=min,median,ops,rounds --benchmark-sort=name -q
 	$(BIN)/pubmesh bench compare --resp
+	$(BIN)/pubmesh pipeline bench
+
+# The Spark demo: a node of its own, an order feed over NATS, the orders job; results in ./pipeline-out
+# (e.g. make pipeline PIPELINE_ARGS="--orders 100000").
+PIPELINE_ARGS ?=
+pipeline: $(STAMP)
+	$(BIN)/pubmesh pipeline demo $(PIPELINE_ARGS)
 
 run: $(STAMP)
 	$(BIN)/pubmesh local
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .benchmarks pipeline-out
 	find routing transport node cluster pipeline -name '*.so' -delete
 	rm -f *__mypyc*.so

@@ -1,4 +1,5 @@
-"""The ``pubmesh`` command: ``pubmesh serve`` (the default), ``pubmesh local`` and ``pubmesh bench``.
+"""The ``pubmesh`` command: ``pubmesh serve`` (the default), ``pubmesh local``, ``pubmesh bench`` and
+``pubmesh pipeline``.
 
 ``serve`` takes the flags nats-server users know (``-p``, ``-a``, ``-m``, ``--user``, ``--pass``,
 ``--auth``, ``--tls``, ``-c``, ``-DV`` ...), so scripts and test harnesses written for nats-server can
@@ -312,6 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from node.local import main as local_main
 
         return local_main(argv[1:])
+    if argv and argv[0] == "pipeline":
+        from pipeline.cli import main as pipeline_main  # needs the spark extra
+
+        return pipeline_main(argv[1:])
     if argv and argv[0] == "serve":
         argv = argv[1:]
     args = _serve_parser("pubmesh serve").parse_args(argv)
