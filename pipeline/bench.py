@@ -247,7 +247,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         with pubmesh_node({LIVE: TICKS}) as urls, tempfile.TemporaryDirectory() as scratch:
             if not args.skip_batch:
-                with redis_server() as redis_url:
+                with redis_server() as redis_port:
+                    redis_url = f"redis://127.0.0.1:{redis_port}"
                     servers = {"pubmesh": urls.redis, "redis-server": redis_url}
                     rows += batch_rows(spark, servers, args.entries, args.runs)
             rows += latency_rows(spark, urls, args.rate, args.seconds, scratch)

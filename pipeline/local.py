@@ -83,19 +83,10 @@ def pubmesh_node(streams: Mapping[str, str]) -> Iterator[NodeUrls]:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A redis-server (from PATH) without persistence; yields its URL."""
+def redis_server(*flags: str) -> Iterator[int]:
+    """A redis-server (from PATH) on a free port of 127.0.0.1 without persistence, given extra
+    ``flags`` (``--requirepass``...); yields its port."""
     port = free_port()
-    args = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    with _running(args, [port], "redis-server"):
-        yield f"redis://127.0.0.1:{port}"
+    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    with _running([*args, "--appendonly", "no", *flags], [port], "redis-server"):
+        yield port

@@ -12,14 +12,12 @@ from contextlib import contextmanager
 
 import attrs
 
+from pipeline.local import free_port
+from pipeline.local import redis_server as redis_server_process
+
+__all__ = ["LiveNode", "free_port", "live_node", "redis_server_process"]
+
 WAIT = 20.0
-
-
-def free_port() -> int:
-    """A port free right now, for a process that must be told its port up front."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @attrs.define
@@ -127,35 +125,3 @@ def live_node(*flags: str, redis: bool = False) -> Iterator[LiveNode]:
     finally:
         process.kill()
         process.wait(WAIT)
-
-
-@contextmanager
-def redis_server_process(*flags: str) -> Iterator[int]:
-    """A redis-server of the test's own on a free port of 127.0.0.1 (no persistence), with extra
-    ``flags`` (``--requirepass``...); yields its port once it answers, kills it afterwards."""
-    port = free_port()
-    args = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    process = subprocess.Popen([*args, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        yield port
-    finally:
-        process.kill()
-        process.wait(20)
