@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import attrs
+import nats
 import trio
+from nats.aio.client import Client
+
+from tests.cluster.clients import Box
 
 W = 10.0
 """The bound on every wait."""
@@ -70,3 +75,18 @@ class Watcher:
 
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self.stream)
+
+
+async def still_served(nc: Client, box: Box, url: str, subject: str, payload: bytes) -> list[Any]:
+    """After a client moved to another node: where it is connected now (``host:port``) and what
+    its subscription (feeding ``box``) got of ``payload``, published on ``subject`` by a fresh
+    client of ``url``. Closes both clients."""
+    at = f"{nc.connected_url.hostname}:{nc.connected_url.port}" if nc.connected_url else ""
+    await nc.flush()
+    other = await asyncio.wait_for(nats.connect(url), W)
+    await other.publish(subject, payload)
+    await other.flush()
+    await box.wait_for(1)
+    await other.close()
+    await nc.close()
+    return [at, box.data]

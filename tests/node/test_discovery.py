@@ -39,7 +39,7 @@ from node.protocol import writer as w
 from tests.cluster.clients import Box, free_port, settled, until
 from tests.cluster.impostor import Impostor, route_hello
 from tests.node.conftest import in_asyncio, start_node
-from tests.node.infos import W, Watcher
+from tests.node.infos import W, Watcher, still_served
 from tests.node.test_monitor_redis import get_json
 
 pytestmark = pytest.mark.timeout(60)
@@ -350,7 +350,7 @@ async def test_a_client_given_one_url_fails_over_to_a_discovered_node(nursery: t
     try:
         await until(lambda: f"127.0.0.1:{doomed_port}" in survivor.server.broker.connect_urls)
 
-        async def scenario() -> tuple[str, list[bytes]]:
+        async def scenario() -> list[Any]:
             reconnected = asyncio.Event()
 
             async def on_reconnect() -> None:
@@ -378,18 +378,11 @@ async def test_a_client_given_one_url_fails_over_to_a_discovered_node(nursery: t
             doomed.kill()
             async with asyncio.timeout(1.0):  # the reconnect, to a node it was never given
                 await reconnected.wait()
-            at = f"{nc.connected_url.hostname}:{nc.connected_url.port}" if nc.connected_url else ""
-            await nc.flush()
-            other = await asyncio.wait_for(nats.connect(f"nats://{url(survivor)}"), W)
-            await other.publish("after.failover", b"still here")
-            await other.flush()
-            await box.wait_for(1)
-            await other.close()
-            await nc.close()
-            return at, box.data
+            return await still_served(
+                nc, box, f"nats://{url(survivor)}", "after.failover", b"still here"
+            )
 
-        at, got = await in_asyncio(scenario)
-        assert (at, got) == (url(survivor), [b"still here"])
+        assert await in_asyncio(scenario) == [url(survivor), [b"still here"]]
     finally:
         doomed.kill()
         doomed.wait(W)

@@ -24,7 +24,7 @@ from routing import Message
 from tests.cluster.clients import Box, until
 from tests.live import live_node
 from tests.node.conftest import in_asyncio, start_node
-from tests.node.infos import W, Watcher
+from tests.node.infos import W, Watcher, still_served
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,15 +91,7 @@ async def test_lame_duck_moves_clients_to_the_other_node_and_stops(nursery: trio
         trio.from_thread.run_sync(ready.set)
         await asyncio.wait_for(lame.wait(), W)
         await asyncio.wait_for(moved.wait(), W)  # closed by n1, it reconnects to n2
-        at = f"{nc.connected_url.hostname}:{nc.connected_url.port}" if nc.connected_url else ""
-        await nc.flush()
-        other = await asyncio.wait_for(nats.connect(f"nats://{url(n2)}"), W)
-        await other.publish("moved", b"hello again")
-        await other.flush()
-        await box.wait_for(1)
-        await other.close()
-        await nc.close()
-        return [at, box.data]
+        return await still_served(nc, box, f"nats://{url(n2)}", "moved", b"hello again")
 
     async def lame_duck() -> None:
         await ready.wait()
