@@ -138,7 +138,7 @@ def target() -> Iterator[Target]:
 # -- what is sent ----------------------------------------------------------------------------------
 
 OPS = ["CHALLENGE", "PROOF", "HELLO", "PING", "PONG", "RS+", "RS-", "SNAP", "MSG", "GOSSIP",
-       "GATEWAYS", "ERR"]  # fmt: skip
+       "GATEWAYS", "CLIENTS", "ERR"]  # fmt: skip
 # No ":" in any string: nothing generated is a URL, so a node that accepts what it is sent never
 # dials (or resolves) anything but what the test names.
 TEXT = st.text(st.characters(codec="utf-8", blacklist_characters=":"), max_size=20)
@@ -156,7 +156,7 @@ VALUE = st.recursive(
     max_leaves=24,
 )
 HELLO_KEYS = ["kind", "id", "name", "cluster", "url", "pool_size", "pinned", "peers", "gateway_url",
-              "slot", "connection", "gateway", "urls", "gateways"]  # fmt: skip
+              "slot", "connection", "gateway", "urls", "gateways", "client_urls"]  # fmt: skip
 
 
 def packed(value: Any) -> bytes:
