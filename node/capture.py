@@ -13,9 +13,11 @@ would add it, with the fields:
 
 A message's reply subject is not stored: it receives the acknowledgement. Once the entry is stored,
 and the journal has made it durable under the fsync policy (``Keyspaces.commit``), the reply subject
-is sent ``{"stream":NAME,"id":ID}``; a message the stream could not take (its IDs are exhausted) is
-answered ``{"stream":NAME,"error":TEXT}``. A NATS producer that publishes as requests and retries
-what was not acknowledged therefore gets at-least-once capture.
+is sent ``{"stream":NAME,"id":ID}``; a message the stream could not take is answered
+``{"stream":NAME,"error":TEXT}``: its IDs are exhausted, or the journal cannot be written (then
+nothing is captured until it can, and an entry whose commit failed is taken back with the rest of
+its batch and answered so). A NATS producer that publishes as requests and retries what was not
+acknowledged therefore gets at-least-once capture.
 
 Capture happens in the publish path (an entry is in the stream before ``publish`` returns);
 committing, acknowledging and waking blocked readers (``Keyspaces.serve_ready``) wait for the
@@ -35,7 +37,7 @@ import trio
 from node.accounts import Account
 from node.broker import Broker
 from node.config import StreamConfig
-from node.keyspace import Journal
+from node.keyspace import CommitFailed, Journal
 from node.stream_writes import add_entry
 from node.streams import MAX_ID, Stream, Trim, format_id, make_id, parse_add_id
 from routing import Message, Subscription, subject_channel
@@ -77,7 +79,7 @@ class StreamCapture:
         self.captured = 0
         """Messages stored since start."""
         self.refused = 0
-        """Messages the stream could not take (its IDs exhausted)."""
+        """Messages the stream could not take (its IDs exhausted, or the journal not writable)."""
 
     def deliver(self, sub: Subscription, msg: Message) -> bool:
         now = time.time_ns() // 1_000_000
@@ -86,9 +88,10 @@ class StreamCapture:
         created = stream is None
         if stream is None:
             stream = Stream()
-        if stream.last_id == MAX_ID:
+        refusal = _EXHAUSTED if stream.last_id == MAX_ID else self._keyspaces.refusal
+        if refusal is not None:
             self.refused += 1
-            self._captures.done(self, msg.reply, None)
+            self._captures.done(self, msg.reply, refusal)
             return False
         entry_id = parse_add_id(b"*", stream, now)
         fields = [b"subject", subject_channel(msg.subject), b"data", msg.payload]
@@ -123,7 +126,9 @@ class Captures:
     def __init__(self, broker: Broker, configs: Sequence[StreamConfig]) -> None:
         self.broker = broker
         self.streams = [StreamCapture(self, config) for config in configs]
-        self._acks: list[tuple[StreamCapture, bytes, int | None]] = []
+        self._acks: list[tuple[StreamCapture, bytes, int | str]] = []
+        self._discards = -1
+        """The journal's count of batches taken back when the first waiting ack was captured."""
         self._due = False
         self._wake: Callable[[], None] | None = None
 
@@ -133,33 +138,48 @@ class Captures:
             for sub in capture.subscriptions:
                 self.broker.subscribe(capture.account, sub)
 
-    def done(self, capture: StreamCapture, reply: bytes | None, entry_id: int | None) -> None:
-        """A message was captured (``entry_id``) or refused (None): commit and answer it soon."""
+    def done(self, capture: StreamCapture, reply: bytes | None, outcome: int | str) -> None:
+        """A message was captured (``outcome``: its entry ID) or refused (why): commit and answer
+        it soon."""
         if reply:
-            self._acks.append((capture, reply, entry_id))
+            if not self._acks:
+                self._discards = self._journal_discards()
+            self._acks.append((capture, reply, outcome))
         if not self._due:
             self._due = True
             if self._wake is not None:
                 self._wake()
 
+    def _journal_discards(self) -> int:
+        journal = self.broker.keyspaces.journal
+        return journal.discards if journal is not None else 0
+
     def flush(self) -> None:
-        """Commit what was captured, wake the readers it made ready, then acknowledge it."""
+        """Commit what was captured, wake the readers it made ready, then acknowledge it (or,
+        if the journal took it back, say so)."""
         self._due = False
         keyspaces = self.broker.keyspaces
-        keyspaces.commit()
+        lost: str | None = None
+        try:
+            keyspaces.commit()
+        except CommitFailed as exc:
+            lost = str(exc)
+        if lost is None and self._journal_discards() != self._discards:
+            lost = keyspaces.refusal or "-ERR the journal could not be written"
         keyspaces.serve_ready()
         acks, self._acks = self._acks, []
-        for capture, reply, entry_id in acks:
-            if entry_id is None:
-                answer = {"stream": capture.config.name, "error": _EXHAUSTED}
+        for capture, reply, outcome in acks:
+            if isinstance(outcome, str) or lost is not None:
+                why = outcome if isinstance(outcome, str) else str(lost)
+                answer = {"stream": capture.config.name, "error": why.removeprefix("-")}
             else:
-                answer = {"stream": capture.config.name, "id": format_id(entry_id).decode()}
+                answer = {"stream": capture.config.name, "id": format_id(outcome).decode()}
             payload = json.dumps(answer, separators=(",", ":")).encode()
             self.broker.publish(capture.account, Message(reply, None, None, payload))
 
     def _flush_contained(self) -> None:
-        """``flush``, where a failure (the journal cannot write) is logged and costs only the
-        acknowledgements of that burst: their producers retry, nothing is acknowledged unstored."""
+        """``flush``, where a failure is logged and costs only the acknowledgements of that
+        burst: their producers retry, nothing is acknowledged unstored."""
         try:
             self.flush()
         except Exception:

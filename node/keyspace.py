@@ -26,6 +26,7 @@ from node.streams import Stream
 
 __all__ = [
     "DATABASES",
+    "CommitFailed",
     "Database",
     "Journal",
     "Keyspace",
@@ -53,11 +54,37 @@ class Waiter(Protocol):
         ...
 
 
+class CommitFailed(Exception):
+    """The journal could not make a batch of changes durable. The changes have been taken back
+    (the keys are again as the journal holds them), so nothing of that batch may be acknowledged;
+    the journal refuses writes until it can write again (``Journal.refusal``)."""
+
+
 class Journal(Protocol):
     """Where changes to keys are recorded, to be replayed at the next start."""
 
     def append(self, account: str, db: int, args: list[bytes]) -> None:
         """Record one change as the command that repeats it."""
+        ...
+
+    def expire(self, account: str, db: int, key: bytes) -> None:
+        """Record that ``key`` expired, as a DEL. Unlike other changes, one of these may wait
+        while the journal cannot be written: losing it only means the key expires again."""
+        ...
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of changes appended and not committed yet."""
+        ...
+
+    @property
+    def refusal(self) -> str | None:
+        """While the journal cannot be written: the error a write is refused with (None: writable)."""
+        ...
+
+    @property
+    def discards(self) -> int:
+        """How many times changes that could not be made durable were taken back since start."""
         ...
 
     @property
@@ -72,8 +99,12 @@ class Journal(Protocol):
 
     def commit(self) -> None:
         """Make what was appended as durable as the fsync policy promises. Called after each batch
-        of a client's requests, before their replies can leave, and before a stream acknowledges
-        a captured message."""
+        of a client's requests, before their replies can leave, before readers a write woke are
+        served, and before a stream acknowledges a captured message.
+
+        Raises:
+            CommitFailed: the batch could not be written; its changes were taken back.
+        """
         ...
 
 
@@ -128,7 +159,7 @@ class Database:
         self.delete(key)
         journal = self.keyspaces.journal
         if journal is not None:
-            journal.append(self.account, self.index, [b"DEL", key])
+            journal.expire(self.account, self.index, key)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -169,6 +200,12 @@ class Database:
         else:
             self._expires[key] = when
         self.touch(key)
+
+    def take_keys(self, other: Database) -> None:
+        """Hold exactly ``other``'s keys and expiry times (see ``Keyspaces.take_keys``)."""
+        self.keys = other.keys
+        self._expires = other._expires
+        other.keys, other._expires = {}, {}
 
     def flush(self) -> None:
         """Remove every key (FLUSHDB), spoiling every watcher and waking every blocked reader."""
@@ -268,9 +305,28 @@ class Keyspaces:
         return dict(self._accounts)
 
     def commit(self) -> None:
-        """Commit the journal, if there is one (see ``Journal.commit``)."""
+        """Commit the journal, if there is one (see ``Journal.commit``).
+
+        Raises:
+            CommitFailed: see ``Journal.commit``.
+        """
         if self.journal is not None:
             self.journal.commit()
+
+    @property
+    def refusal(self) -> str | None:
+        """The error writes are refused with while the journal cannot be written (else None)."""
+        journal = self.journal
+        return journal.refusal if journal is not None else None
+
+    def take_keys(self, other: Keyspaces) -> None:
+        """Hold exactly the keys (values and expiry times) that ``other`` holds, leaving who
+        watches or waits on them as they are: the keys are put back as the journal has them after
+        changes that could not be made durable were taken back."""
+        for name in set(self._accounts) | set(other._accounts):
+            mine, theirs = self.keyspace(name), other.keyspace(name)
+            for index in set(mine._databases) | set(theirs._databases):
+                mine.database(index).take_keys(theirs.database(index))
 
     def serve_ready(self) -> None:
         """Wake the readers that writes made ready, in the order they blocked (a reader woken

@@ -81,10 +81,12 @@ _STREAMS_GAUGES = {
     "captures": "Configured streams that capture subjects",
     "log_size": "Bytes of the journal of key changes (0 without one)",
     "fsync_lag": "Seconds since the oldest journal write not yet made durable (0 when all is)",
+    "log_writable": "1 while the journal can be written, 0 while it fails and writes are refused",
 }
 _STREAMS_COUNTERS = {
     "captured": "Messages captured into streams since start",
     "refused": "Messages a capturing stream could not store since start",
+    "log_discards": "Batches of changes taken back since start because the journal failed",
 }
 _CONNZ_GAUGES = {
     "pending_bytes": "Bytes waiting to be written to clients",
@@ -119,6 +121,8 @@ class _Exposition:
         self, name: str, sample: float, help_text: str, *, kind: str = "gauge", **labels: str
     ) -> None:
         extra = "".join(f',{key}="{_escape(text)}"' for key, text in labels.items())
+        if isinstance(sample, bool):  # (a flag is a gauge of 1 or 0)
+            sample = int(sample)
         self.lines += [
             f"# HELP {name} {help_text}",
             f"# TYPE {name} {kind}",

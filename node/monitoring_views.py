@@ -1029,22 +1029,39 @@ async def _stream_keys(
     return found
 
 
-def _journal_numbers(broker: Broker) -> tuple[int, float]:
-    """The journal's size in bytes and how long its oldest change not yet durable has waited, in
-    seconds; 0 without a journal."""
+def _journal_fields(broker: Broker) -> dict[str, Any]:
+    """The journal as /varz's ``streams`` and /streamz show it: ``journal`` (whether changes are
+    journaled), ``log_size`` (its bytes), ``fsync_lag`` (seconds since the oldest write it has not
+    yet made durable; 0 when all is), ``log_writable`` (false while it cannot be written and
+    writes are refused), ``log_error`` (why, else empty) and ``log_discards`` (batches taken back
+    since start because they could not be written)."""
     journal = broker.keyspaces.journal
     if journal is None:
-        return 0, 0.0
-    return journal.size_bytes, journal.fsync_lag_seconds
+        return {
+            "journal": False,
+            "log_size": 0,
+            "fsync_lag": 0.0,
+            "log_writable": True,
+            "log_error": "",
+            "log_discards": 0,
+        }
+    refusal = journal.refusal
+    return {
+        "journal": True,
+        "log_size": journal.size_bytes,
+        "fsync_lag": journal.fsync_lag_seconds,
+        "log_writable": refusal is None,
+        "log_error": (refusal or "").removeprefix("-"),
+        "log_discards": journal.discards,
+    }
 
 
 async def _streams_block(node: Node, pace: Pacer) -> dict[str, Any]:
     """/varz's ``streams``: ``streams`` (stream keys of every account and database), ``entries``
     (their lengths summed), ``bytes`` (the memory they hold, as MEMORY USAGE counts it), ``groups``
     (consumer groups), ``captures`` (configured streams that capture subjects), ``captured`` (messages
-    they stored since start), ``refused`` (messages they could not store), ``journal`` (whether
-    changes are journaled), ``log_size`` (the journal's bytes) and ``fsync_lag`` (seconds since the
-    oldest write the journal has not yet made durable; 0 when all is)."""
+    they stored since start), ``refused`` (messages they could not store), and the journal's
+    fields (``_journal_fields``)."""
     broker = node.broker
     now_ms = time.time_ns() // 1_000_000
     streams = entries = size = groups = 0
@@ -1057,7 +1074,6 @@ async def _streams_block(node: Node, pace: Pacer) -> dict[str, Any]:
             groups += len(stream.groups)
         await pace.tick()
     captures = node.captures.streams if node.captures is not None else []
-    log_size, lag = _journal_numbers(broker)
     return {
         "streams": streams,
         "entries": entries,
@@ -1066,9 +1082,7 @@ async def _streams_block(node: Node, pace: Pacer) -> dict[str, Any]:
         "captures": len(captures),
         "captured": sum(c.captured for c in captures),
         "refused": sum(c.refused for c in captures),
-        "journal": broker.keyspaces.journal is not None,
-        "log_size": log_size,
-        "fsync_lag": lag,
+        **_journal_fields(broker),
     }
 
 
@@ -1141,13 +1155,10 @@ async def streamz(node: Node, opts: StreamzOptions, pace: Pacer) -> dict[str, An
             listed.append(_stream_detail(entry, stream))
         await pace.tick()
     captures = node.captures.streams if node.captures is not None else []
-    log_size, lag = _journal_numbers(broker)
     return {
         "server_id": broker.server_id,
         "now": go_time(now),
-        "journal": broker.keyspaces.journal is not None,
-        "log_size": log_size,
-        "fsync_lag": lag,
+        **_journal_fields(broker),
         "num_streams": len(listed),
         "total": len(found),
         "offset": opts.offset,

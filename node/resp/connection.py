@@ -37,7 +37,7 @@ from node.auth import Verification, Verifying
 from node.broker import VERSION, Broker
 from node.client import HANGUP_REASONS, KEEPS_OUTPUT, Reason
 from node.config import RedisConfig, UserConfig
-from node.keyspace import Database
+from node.keyspace import CommitFailed, Database
 from node.permissions import PermissionSet
 from node.resp.errors import RespProtocolError
 from node.resp.keys import KEY_COMMANDS
@@ -81,6 +81,17 @@ HELLO_NOAUTH: Final = (
     "version at the same time"
 )
 NOT_INTEGER: Final = "value is not an integer or out of range"
+_WRITES: Final = frozenset(
+    b"del unlink expire pexpire expireat pexpireat persist rename flushdb flushall xadd xtrim xdel "
+    b"xsetid xreadgroup xack xclaim xautoclaim xgroup".split()
+)
+"""The commands that change keys (redis-server's ``write`` flag), refused while the journal
+cannot be written."""
+_READS: Final = frozenset(
+    b"exists type keys scan ttl pttl dbsize xrange xrevrange xlen xread xpending xinfo exec".split()
+)
+"""The commands that read keys and change nothing else (EXEC: what it runs was checked as it was
+queued)."""
 _REMEMBERED_CHANNEL: Final = 256
 """A publisher's last channel is remembered with its subject, since publishers tend to repeat
 one (when no longer than this: a huge one would be held on to after its request)."""
@@ -92,9 +103,11 @@ Handler = Callable[["RespConnection", list[bytes]], None]
 class _Command:
     """A command's arity as redis-server checks it (negative: at least that many arguments),
     its handler, and its subcommands (for container commands such as CLIENT). ``key`` is the
-    name as ``COMMANDS`` files it: lowercase bytes."""
+    name as ``COMMANDS`` files it: lowercase bytes. ``writes``: it changes keys; ``on_keys``: it
+    reads or changes keys and nothing else (the name of a container's subcommand,
+    ``xgroup|create``, is flagged by its container's)."""
 
-    __slots__ = ("arity", "handler", "key", "name", "subcommands")
+    __slots__ = ("arity", "handler", "key", "name", "on_keys", "subcommands", "writes")
 
     def __init__(
         self,
@@ -108,6 +121,9 @@ class _Command:
         self.arity = arity
         self.handler = handler
         self.subcommands = subcommands
+        family = self.key.partition(b"|")[0]
+        self.writes = family in _WRITES and not self.key.endswith(b"|help")
+        self.on_keys = self.writes or family in _READS
 
 
 def _text(value: bytes) -> str:
@@ -207,6 +223,9 @@ class RespConnection(Outbox):
         self.blocked: _Blocked | None = None
         """The blocking read waiting for a write to one of its keys (XREAD ... BLOCK)."""
         self._retry_deadline = -1.0
+        self._unacked = -1
+        """Where in ``outbound`` the replies that wait on the journal's commit start (-1: none)."""
+        self._unacked_replies = 0
         self.verifying: Verifying[list[bytes]] | None = None
         """An AUTH (or HELLO AUTH) whose bcrypt check the server runs off the event loop; it runs
         again once the verdict is in, and the requests after it wait for it."""
@@ -254,23 +273,60 @@ class RespConnection(Outbox):
         return self.blocked is not None or self.verifying is not None
 
     def _run_buffered(self) -> None:
-        """Run the requests buffered so far, until one blocks (the rest wait for it)."""
+        """Run the requests buffered so far, until one blocks (the rest wait for it); then commit
+        the journal, before any of their replies can leave."""
         if self._waiting():
             return
-        keyspaces = self.broker.keyspaces
         try:
             for command in self.parser.commands():
-                self._execute(command.args)
-                if keyspaces.ready:  # (readers a write woke are served after that write)
-                    keyspaces.serve_ready()
+                self._run(command.args)
                 if self.closing is not None or self._waiting():
                     break
         except RespProtocolError as exc:
             if exc.message is not None:
                 self._send(protocol_error(exc.message))
             self.close(Reason.PROTOCOL_VIOLATION)
-        if keyspaces.journal is not None:  # (before any of these replies can leave)
-            keyspaces.journal.commit()
+        self._commit()
+
+    def _run(self, args: list[bytes]) -> None:
+        """One request, with the journal's bookkeeping: the replies from the first one that changed
+        keys on are answered with the journal's error if the commit fails (so none of them may
+        have changed anything but keys: the journal commits before any other command), and
+        readers the request woke are served once what woke them is committed."""
+        keyspaces = self.broker.keyspaces
+        journal = keyspaces.journal
+        if journal is None:
+            self._execute(args)
+        else:
+            if self._unacked >= 0:
+                command = _AS_SENT.get(args[0]) or COMMANDS.get(args[0].lower())
+                if command is None or not command.on_keys:
+                    self._commit()
+            start, before = len(self.outbound), journal.buffered
+            self._execute(args)
+            if self._unacked < 0 and journal.buffered > before:
+                self._unacked = start
+            if self._unacked >= 0 and len(self.outbound) > start:
+                self._unacked_replies += 1
+        if keyspaces.ready:  # (readers a write woke are served after that write)
+            self._commit()
+            keyspaces.serve_ready()
+
+    def _commit(self) -> None:
+        """Commit the journal; if that fails, the replies since the first change (taken back)
+        become the journal's error, one per reply."""
+        journal = self.broker.keyspaces.journal
+        if journal is None:
+            return
+        try:
+            journal.commit()
+        except CommitFailed as exc:
+            if self._unacked >= 0:
+                del self.outbound[self._unacked :]
+                self.outbound += error(str(exc)) * self._unacked_replies
+        finally:
+            self._unacked = -1
+            self._unacked_replies = 0
 
     def _execute(self, args: list[bytes]) -> None:
         """One request, checked as redis-server's ``processCommand`` checks it, in its order."""
@@ -311,6 +367,12 @@ class RespConnection(Outbox):
                     "QUIT / RESET are allowed in this context"
                 )
                 return
+            if command.writes and self._retry_deadline < 0:
+                refusal = self.broker.keyspaces.refusal
+                if refusal is not None:
+                    self._queue_failed = self.queued is not None
+                    self._reply(error(refusal))
+                    return
             if self.queued is not None and name not in _NOT_QUEUED:
                 self.queued.append(args)
                 self._reply(b"+QUEUED\r\n")
@@ -575,10 +637,11 @@ class RespConnection(Outbox):
             return
         self._retry_deadline = blocked.deadline
         try:
-            self._execute(blocked.args)
+            self._run(blocked.args)
         finally:
             self._retry_deadline = -1.0
         self._run_buffered()
+        self._commit()  # (when the retry blocked again, or requests wait on something else)
 
     def deadline_due(self) -> None:
         """The timer fired: a blocked read past its deadline answers a null array."""

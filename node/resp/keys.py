@@ -167,10 +167,10 @@ def _expire(unit: int, absolute: bool) -> Handler:
         ):
             conn._reply(integer(0))
             return
-        if when <= now:
+        if when <= now and not db.keyspaces.loading:
             db.delete(key)
             conn.log_write([b"DEL", key])
-        else:
+        else:  # (replaying, a time past is kept: a later record may change it, as it did then)
             db.set_expiry(key, when)
             conn.log_write([b"PEXPIREAT", key, b"%d" % when])
         conn._reply(integer(1))

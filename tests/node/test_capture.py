@@ -14,6 +14,7 @@ import trio.testing
 from node.broker import Broker
 from node.capture import Captures, header_fields
 from node.config import Config, ConfigError, StreamConfig, from_mapping
+from node.keyspace import CommitFailed
 from node.streams import Stream, format_id, make_id
 from routing import Message, Subscription, channel_subject
 
@@ -38,11 +39,17 @@ class Journal:
     def append(self, account: str, db: int, args: list[bytes]) -> None:
         self.log.append(("append", account, db, args[0], args[1]))
 
+    def expire(self, account: str, db: int, key: bytes) -> None:
+        self.log.append(("append", account, db, b"DEL", key))
+
     def commit(self) -> None:
         self.log.append(("commit",))
 
     size_bytes = 0
     fsync_lag_seconds = 0.0
+    buffered = 0
+    refusal: str | None = None
+    discards = 0
 
 
 def node(*streams: StreamConfig) -> tuple[Broker, Captures]:
@@ -194,26 +201,34 @@ def test_a_stream_name_is_defined_once_per_account() -> None:
 
 
 class FailingJournal(Journal):
-    """A journal whose disk is full."""
+    """A journal whose disk is full: a commit fails (its changes taken back), and from then on it
+    refuses writes."""
 
     def commit(self) -> None:
-        raise OSError(28, "No space left on device")
+        self.discards += 1
+        self.refusal = "-MISCONF Errors writing to the AOF file: No space left on device"
+        raise CommitFailed(self.refusal)
 
 
-async def test_a_failed_commit_costs_the_acknowledgements_only(
-    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+async def test_a_failed_commit_is_answered_with_the_error_and_later_messages_are_refused(
+    nursery: trio.Nursery,
 ) -> None:
     log: list[Any] = []
     broker, captures = node(StreamConfig("events", ("a",)))
     broker.subscribe(broker.account("$G"), Subscription("inbox", owner=Recorder(log)))
     await nursery.start(captures.run)
-    broker.keyspaces.journal = FailingJournal(log)
+    journal = broker.keyspaces.journal = FailingJournal(log)
     publish(broker, b"a", reply=b"inbox")
     await trio.testing.wait_all_tasks_blocked()
-    assert [entry for entry in log if entry[0] == "delivered"] == []
-    assert "not committed" in caplog.text
+    publish(broker, b"a", reply=b"inbox")  # (refused at once: the journal cannot be written)
+    await trio.testing.wait_all_tasks_blocked()
+    answers = [json.loads(entry[2]) for entry in log if entry[0] == "delivered"]
+    error = "MISCONF Errors writing to the AOF file: No space left on device"
+    assert answers == [{"stream": "events", "error": error}] * 2
+    assert captures.streams[0].refused == 1
+    journal.refusal = None  # (writable again)
     broker.keyspaces.journal = Journal(log)
     publish(broker, b"a", reply=b"inbox")
     await trio.testing.wait_all_tasks_blocked()
-    (ack,) = [entry for entry in log if entry[0] == "delivered"]
+    ack = [entry for entry in log if entry[0] == "delivered"][-1]
     assert json.loads(ack[2])["id"] == format_id(stream(broker).last_id).decode()

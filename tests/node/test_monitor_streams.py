@@ -25,8 +25,14 @@ class Journal:
 
     size_bytes = 4096
     fsync_lag_seconds = 0.25
+    buffered = 0
+    refusal: str | None = None
+    discards = 0
 
     def append(self, account: str, db: int, args: list[bytes]) -> None:
+        pass
+
+    def expire(self, account: str, db: int, key: bytes) -> None:
         pass
 
     def commit(self) -> None:
@@ -76,6 +82,9 @@ async def test_streamz_varz_and_metrics_follow_streams(nursery: trio.Nursery) ->
             "journal": False,
             "log_size": 0,
             "fsync_lag": 0.0,
+            "log_writable": True,
+            "log_error": "",
+            "log_discards": 0,
         }
         r = client(node)
         r.xadd("jobs", {"n": "1"}, id="1-1")
