@@ -108,10 +108,11 @@ def _free_bytes(fd: int) -> int:
 
 
 def _write_all(write: Callable[[int, memoryview], int], fd: int, data: bytes | bytearray) -> None:
-    with memoryview(data) as whole:  # (released even on failure: ``data`` may be resized after)
-        view = whole
-        while view:
-            view = view[write(fd, view) :]
+    """Write all of ``data``. (On failure, views of ``data`` may live on in the traceback: a
+    bytearray written here is replaced afterwards, never resized.)"""
+    view = memoryview(data)
+    while view:
+        view = view[write(fd, view) :]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -326,7 +327,7 @@ class Store:
 
     def _take_back(self, why: str) -> None:
         """Drop the buffered batch and put the keys back as the file has them."""
-        self._buffer.clear()
+        self._buffer = bytearray()
         self.discards += 1
         assert self._broker is not None
         assert self._keyspaces is not None
@@ -375,7 +376,7 @@ class Store:
         self.size += len(batch)
         if self._kept is not None:
             self._kept += batch
-        self._expiries.clear()
+        self._expiries = bytearray()
         self._unsynced = False
         self._unsynced_since = -1.0
         self._failure = None
