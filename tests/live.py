@@ -97,13 +97,16 @@ def _read_until(conn: socket.socket, end: bytes) -> bytes:
 
 
 @contextmanager
-def live_node(*flags: str, redis: bool = False) -> Iterator[LiveNode]:
+def live_node(*flags: str, redis: bool = False, ports: LiveNode | None = None) -> Iterator[LiveNode]:
     """Run a node with these extra flags (and a Redis port, if asked) until the block ends (then
-    kill it)."""
-    port, http_port = free_port(), free_port()
+    kill it); on the ports of ``ports`` (a node that ran before), else on free ones."""
+    port = ports.port if ports is not None else free_port()
+    http_port = ports.http_port if ports is not None else free_port()
     args = [sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(port)]
     args += ["-m", str(http_port), "--http_host", "127.0.0.1", *flags]
-    redis_port = free_port() if redis else None
+    redis_port = None
+    if redis:
+        redis_port = ports.redis_port if ports is not None else free_port()
     if redis_port is not None:
         args += ["--redis_port", str(redis_port)]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -89,8 +89,7 @@ def test_a_short_write_leaves_no_fragment_and_the_batch_is_taken_back(
     before = _on_disk(tmp_path)
     faults.room = 10  # (part of the next batch fits)
     pipeline = b"".join(
-        b"*5\r\n$4\r\nXADD\r\n$1\r\ns\r\n$3\r\n%d-1\r\n$1\r\nf\r\n$2\r\nv%d\r\n" % (n, n)
-        for n in (2, 3)
+        b"*5\r\n$4\r\nXADD\r\n$1\r\ns\r\n$3\r\n%d-1\r\n$1\r\nf\r\n$2\r\nv%d\r\n" % (n, n) for n in (2, 3)
     )
     assert writer.raw(pipeline) == FULL * 2
     assert _on_disk(tmp_path) == before  # (the fragment was cut off again)
@@ -125,9 +124,7 @@ def test_while_refusing_writes_a_transaction_with_a_write_is_discarded(tmp_path:
     assert peer.send("MULTI") == b"+OK\r\n"
     assert peer.send("XLEN", "s") == b"+QUEUED\r\n"
     assert peer.send("XADD", "s", "2-1", "f", "v2") == FULL
-    assert peer.send("EXEC") == (
-        b"-EXECABORT Transaction discarded because of previous errors.\r\n"
-    )
+    assert peer.send("EXEC") == (b"-EXECABORT Transaction discarded because of previous errors.\r\n")
     store.close()
 
 
