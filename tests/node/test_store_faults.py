@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from node.config import Config
 from node.store import FILE_NAME, Store, StoreError
 from node.store.journal import Disk
 from node.store.records import COMMIT, encode
+from tests.node.test_hardening import eventually
 from tests.node.test_resp_connection import Peer
 
 pytestmark = pytest.mark.timeout(60)
@@ -174,12 +174,6 @@ def test_a_blocked_reader_is_not_handed_an_entry_that_was_not_written(tmp_path: 
     store.close()
 
 
-async def _until(check: Callable[[], bool], seconds: float = 10) -> None:
-    with trio.fail_after(seconds):
-        while not check():
-            await trio.sleep(0.01)
-
-
 async def test_writes_resume_by_themselves_once_there_is_room(tmp_path: Path) -> None:
     faults = Faults()
     broker, store = _open(tmp_path, "everysec", faults)
@@ -195,7 +189,7 @@ async def test_writes_resume_by_themselves_once_there_is_room(tmp_path: Path) ->
         await trio.sleep(0.3)
         assert store.refusal is not None
         faults.room = None
-        await _until(lambda: store.refusal is None)
+        await eventually(lambda: store.refusal is None)
         assert peer.send("XADD", "s", "1-1", "f", "v1") == b"$3\r\n1-1\r\n"
         nursery.cancel_scope.cancel()
     store.close()
@@ -212,11 +206,11 @@ async def test_a_failed_background_fsync_refuses_writes_then_rewrites_the_file(
         nursery.start_soon(store.run)
         faults.fsync_error = errno.EIO
         assert peer.send("XADD", "s", "1-1", "f", "v1") == b"$3\r\n1-1\r\n"  # (everysec: written)
-        await _until(lambda: store.refusal is not None)
+        await eventually(lambda: store.refusal is not None)
         assert peer.send("XADD", "s", "2-1", "f", "v2") == MISCONF + b"Input/output error\r\n"
         assert peer.send("XLEN", "s") == b":1\r\n"  # (acknowledged before: kept, and served)
         faults.fsync_error = None
-        await _until(lambda: store.refusal is None and store.rewrites == 1)
+        await eventually(lambda: store.refusal is None and store.rewrites == 1)
         assert peer.send("XADD", "s", "2-1", "f", "v2") == b"$3\r\n2-1\r\n"
         nursery.cancel_scope.cancel()
     store.close()

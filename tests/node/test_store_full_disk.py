@@ -133,9 +133,9 @@ def test_a_full_disk_refuses_writes_serves_the_rest_and_resumes(policy: str) -> 
             assert r.ping()
             assert r.xlen("s") == len(acked)
             assert r.xrange("s", "-", "+", count=1)[0][0] == acked[0]
-            with pytest.raises(redis.ResponseError, match="^MISCONF Errors writing"):
+            with pytest.raises(redis.ResponseError, match=r"^MISCONF Errors writing"):
                 r.xadd("s", {"f": PAYLOAD})
-            with pytest.raises(redis.ResponseError, match="^MISCONF Errors writing"):
+            with pytest.raises(redis.ResponseError, match=r"^MISCONF Errors writing"):
                 r.delete("s")
             assert r.publish("news", "still here") == 1
             assert subscriber.get_message(timeout=5)["type"] == "subscribe"
