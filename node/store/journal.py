@@ -601,12 +601,12 @@ def _child(keyspaces: Keyspaces, path: Path, done: int, *, parent: int) -> None:
     restart need not wait for this process) and the event loop's own. It dies with the parent."""
     status = 1
     try:
+        _die_with_parent(parent)
         signal.set_wakeup_fd(-1)  # (signals must not wake the parent's event loop)
         os.closerange(3, done)
         os.closerange(done + 1, os.sysconf("SC_OPEN_MAX"))
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _die_with_parent(parent)
         os.nice(10)  # (the parent, serving clients, comes first for the CPU)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for chunk in snapshot.chunks(keyspaces, _WRITE_CHUNK):

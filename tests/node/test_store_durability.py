@@ -4,6 +4,9 @@ rewrites its file again and again while clients write, and comes back with the s
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -221,3 +224,99 @@ def test_rewrites_under_concurrent_writes_keep_every_change(tmp_path: Path) -> N
     assert all(len(entries) for entries, *_ in before.values())
     with live_node(*store, redis=True) as node:
         assert _full_state(node) == before
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as listing:
+        return [int(child) for child in listing.read().split()]
+
+
+def _sockets(pid: int) -> list[str]:
+    """The sockets among a process's open descriptors."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:"):
+                found.append(target)
+    return found
+
+
+def _rewriting_child(node: LiveNode, client: Any) -> int:
+    """Start rewrites until one is caught after its process closed the sockets it inherited, and
+    stop that process there (SIGSTOP); its pid."""
+    for _ in range(50):
+        client.bgrewriteaof()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            children = _children(node.process.pid)
+            if not children:
+                if not client.info("persistence")["aof_rewrite_in_progress"]:
+                    break  # (done before it was seen: once more)
+                continue
+            try:
+                if not _sockets(children[0]):
+                    os.kill(children[0], signal.SIGSTOP)
+                    return children[0]
+            except FileNotFoundError:
+                break
+        else:
+            raise AssertionError("the rewriting process kept the sockets it inherited")
+    raise AssertionError("no rewrite was seen running")
+
+
+def test_a_node_killed_while_rewriting_leaves_its_ports_to_the_next_start(tmp_path: Path) -> None:
+    """The rewriting process closes every socket it inherited (no port, no client) and dies with
+    the node, so a node started at once on the same ports and store serves."""
+    store = ["--store_dir", str(tmp_path), "--appendfsync", "no"]
+    with live_node(*store, redis=True) as node:
+        client = _client(node)
+        for batch in range(20):
+            pipe = client.pipeline(transaction=False)
+            for i in range(1000):
+                pipe.xadd(f"k{i % 50}", {"n": batch, "payload": "x" * 50})
+            pipe.execute()
+        child = _rewriting_child(node, client)
+        client.close()
+        node.process.kill()
+        node.process.wait(10)
+        deadline = time.monotonic() + 10.0
+        while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if os.path.exists(f"/proc/{child}"):
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the rewriting process outlived the node")
+        with live_node(*store, redis=True, ports=node) as again:
+            restarted = _client(again)
+            assert restarted.xlen("k0") == 400
+            restarted.close()
+
+
+def test_expiry_changes_survive_a_restart_after_the_first_time_has_passed(tmp_path: Path) -> None:
+    """An expiry taken away (PERSIST), pushed back (a later EXPIRE) or carried by a RENAME and
+    then taken away keeps its key across a clean stop and a SIGKILL, after the first expiry time
+    has passed, as with redis-server."""
+    store = ["--store_dir", str(tmp_path), "--appendfsync", "always"]
+    with live_node(*store, redis=True) as node:
+        client = _client(node)
+        for key in ("persisted", "pushed", "renamed", "expired"):
+            client.xadd(key, {"f": "v"})
+            client.expire(key, 1)
+        client.persist("persisted")
+        client.expire("pushed", 100_000)
+        client.rename("renamed", "moved")
+        client.persist("moved")
+        time.sleep(1.5)
+        client.close()
+        node.process.terminate()
+        node.process.wait(10)
+    for stop in ("terminate", "kill"):
+        with live_node(*store, redis=True) as node:
+            client = _client(node)
+            assert client.exists("persisted", "pushed", "moved", "renamed", "expired") == 3
+            assert client.ttl("persisted") == -1
+            assert 99_000 < client.ttl("pushed") <= 100_000
+            assert client.ttl("moved") == -1
+            client.close()
+            getattr(node.process, stop)()
+            node.process.wait(10)
