@@ -126,6 +126,12 @@ class _Command:
         self.on_keys = self.writes or family in _READS
 
 
+def _on_keys(args: list[bytes]) -> bool:
+    """Whether the request reads or changes keys and nothing else (see ``_Command``)."""
+    command = _AS_SENT.get(args[0]) or COMMANDS.get(args[0].lower())
+    return command is not None and command.on_keys
+
+
 def _text(value: bytes) -> str:
     """Client bytes quoted in an error line: ``writer.error`` turns them back into the same bytes."""
     return value.decode("utf-8", "surrogateescape")
@@ -298,14 +304,12 @@ class RespConnection(Outbox):
         if journal is None:
             self._execute(args)
         else:
-            if self._unacked >= 0:
-                command = _AS_SENT.get(args[0]) or COMMANDS.get(args[0].lower())
-                if command is None or not command.on_keys:
-                    self._commit()
+            if self._unacked >= 0 and not _on_keys(args):
+                self._commit()
             start, before = len(self.outbound), journal.buffered
             self._execute(args)
-            if self._unacked < 0 and journal.buffered > before:
-                self._unacked = start
+            if self._unacked < 0 and journal.buffered > before and _on_keys(args):
+                self._unacked = start  # (else what grew is not this request's: a capture's)
             if self._unacked >= 0 and len(self.outbound) > start:
                 self._unacked_replies += 1
         if keyspaces.ready:  # (readers a write woke are served after that write)

@@ -15,7 +15,8 @@ import trio
 import trio.testing
 
 from node.broker import Broker
-from node.config import Config
+from node.capture import Captures
+from node.config import Config, StreamConfig
 from node.store import FILE_NAME, Store, StoreError
 from node.store.journal import Disk
 from node.store.records import COMMIT, encode
@@ -251,4 +252,21 @@ def test_a_past_expiry_changed_later_replays_as_it_ended(tmp_path: Path) -> None
     assert peer.send("EXISTS", "a", "b", "c", "d", "gone") == b":3\r\n"
     assert peer.send("TTL", "a") == b":-1\r\n"
     assert peer.send("TTL", "d") == b":-1\r\n"
+    store.close()
+
+
+def test_a_publish_stands_when_the_entry_it_captured_is_taken_back(tmp_path: Path) -> None:
+    """A PUBLISH reached its subscribers whatever the journal does: its reply stands, while the
+    entry a capturing stream made of it is taken back (and its producer told, see test_capture)."""
+    faults = Faults()
+    streams = (StreamConfig("events", ("orders.>",)),)
+    broker = Broker(Config(streams=streams))
+    Captures(broker, streams).subscribe()
+    store = Store(tmp_path, appendfsync="always", disk=faults.disk())
+    store.load(broker)
+    peer = Peer(broker)
+    assert peer.send("PUBLISH", "orders.1", "kept") == b":1\r\n"  # (the stream counts)
+    faults.room = 0
+    assert peer.send("PUBLISH", "orders.2", "lost") == b":1\r\n"
+    assert peer.send("XLEN", "events") == b":1\r\n"
     store.close()
