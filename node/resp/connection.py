@@ -36,7 +36,7 @@ from typing import Any, Final
 from node.accounts import Account
 from node.auth import Verification, Verifying
 from node.broker import VERSION, Broker
-from node.client import HANGUP_REASONS, KEEPS_OUTPUT, Reason
+from node.client import HANGUP_REASONS, KEEPS_OUTPUT, MAX_SUBS_EXCEEDED, Reason
 from node.config import RedisConfig, UserConfig
 from node.keyspace import Database
 from node.permissions import PermissionSet
@@ -407,12 +407,10 @@ class RespConnection(Outbox):
         if not self._may_subscribe(channels):
             return
         table = self.shard if shard else self.subs
-        limit = self.broker.config.max_subscriptions
         for channel in channels:
             sub = table.get(channel)
             if sub is None:
-                if limit and len(self.subs) + len(self.shard) >= limit:
-                    self._error("maximum subscriptions exceeded")
+                if self._at_limit():
                     return
                 sub = Subscription(channel_subject(channel).decode(), sid=channel, owner=self)
                 self.broker.subscribe(self.account, sub)
@@ -448,6 +446,8 @@ class RespConnection(Outbox):
                 return
         for pattern in patterns:
             if pattern not in self.patterns:
+                if self._at_limit():
+                    return
                 self.patterns[pattern] = None
                 self.broker.subscribe_pattern(self.account, pattern, self)
             self._send(self.writer.subscription(b"psubscribe", pattern, self._count()))
@@ -462,6 +462,15 @@ class RespConnection(Outbox):
             if self.patterns.pop(pattern, 0) is None:
                 self.broker.unsubscribe_pattern(self.account, pattern, self)
             self._send(self.writer.subscription(b"punsubscribe", pattern, self._count()))
+
+    def _at_limit(self) -> bool:
+        """Whether one more subscription would pass ``max_subscriptions``, channels, shard channels
+        and patterns counted together; refuses the command if so (what it took so far stays)."""
+        limit = self.broker.config.max_subscriptions
+        if limit and len(self.subs) + len(self.shard) + len(self.patterns) >= limit:
+            self._error(MAX_SUBS_EXCEEDED)
+            return True
+        return False
 
     def _count(self) -> int:
         """Channels plus patterns, as subscribe acknowledgements count them."""

@@ -1,6 +1,7 @@
 """Limits a client meets, over real sockets to a node in this process: how much output a client
-that has not signed in may leave unread (on both front doors), and the count of such connections in
-/varz and INFO."""
+that has not signed in may leave unread (on both front doors), the count of such connections in
+/varz and INFO, and ``max_subscriptions`` counting Redis channels, shard channels and patterns
+together."""
 
 from __future__ import annotations
 
@@ -198,4 +199,62 @@ async def test_connections_yet_to_sign_in_are_counted(nursery: trio.Nursery) -> 
     assert await receive(waiting[0], 5) == b"+OK\r\n"
     assert (await varz(handle))["unauthenticated_connections"] == 3
     for stream in [*waiting, signed_in, nats]:
+        await stream.aclose()
+
+
+# -- max_subscriptions -----------------------------------------------------------------------------
+
+
+def request(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in args)
+
+
+def ack(kind: bytes, name: bytes, count: int) -> bytes:
+    return b"*3\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n:%d\r\n" % (len(kind), kind, len(name), name, count)
+
+
+LIMIT = b"-ERR maximum subscriptions exceeded\r\n"
+
+
+async def exchange(stream: trio.SocketStream, data: bytes, expected: bytes) -> None:
+    await stream.send_all(data)
+    assert await receive(stream, len(expected)) == expected
+
+
+async def test_patterns_count_against_max_subscriptions(nursery: trio.Nursery) -> None:
+    """With max_subscriptions 3, channels, shard channels and patterns count together: whichever
+    kind comes fourth is refused with the same error."""
+    handle = await start_redis_node(nursery, Config(max_subscriptions=3))
+    port = handle.redis_port or 0
+
+    channels_first = await connect(port)
+    await exchange(
+        channels_first,
+        request(b"SUBSCRIBE", b"a", b"b"),
+        ack(b"subscribe", b"a", 1) + ack(b"subscribe", b"b", 2),
+    )
+    await exchange(
+        channels_first, request(b"PSUBSCRIBE", b"x*", b"y*"), ack(b"psubscribe", b"x*", 3) + LIMIT
+    )
+    await exchange(channels_first, request(b"PSUBSCRIBE", b"x*"), ack(b"psubscribe", b"x*", 3))
+    await exchange(channels_first, request(b"SUBSCRIBE", b"c"), LIMIT)
+
+    patterns_first = await connect(port)
+    await exchange(
+        patterns_first,
+        request(b"PSUBSCRIBE", b"x*", b"y*"),
+        ack(b"psubscribe", b"x*", 1) + ack(b"psubscribe", b"y*", 2),
+    )
+    await exchange(patterns_first, request(b"SUBSCRIBE", b"a", b"b"), ack(b"subscribe", b"a", 3) + LIMIT)
+
+    shard = await connect(port)
+    await exchange(shard, request(b"SSUBSCRIBE", b"s"), ack(b"ssubscribe", b"s", 1))
+    await exchange(
+        shard,
+        request(b"PSUBSCRIBE", b"x*") + request(b"SUBSCRIBE", b"a"),
+        ack(b"psubscribe", b"x*", 1) + ack(b"subscribe", b"a", 2),
+    )
+    await exchange(shard, request(b"PSUBSCRIBE", b"y*"), LIMIT)
+    await exchange(shard, request(b"SSUBSCRIBE", b"t"), LIMIT)
+    for stream in (channels_first, patterns_first, shard):
         await stream.aclose()
