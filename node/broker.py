@@ -120,6 +120,11 @@ class Client(Subscriber, Consumer, Protocol):
     out_msgs: int
     out_bytes: int
 
+    @property
+    def authenticated(self) -> bool:
+        """Signed in, or needing no credentials: False while the node waits for them."""
+        ...
+
     def close(self, reason: str) -> None: ...
 
 

@@ -654,3 +654,8 @@ class ClientConnection(Outbox):
     @property
     def name(self) -> str:
         return str(self.options.get("name") or "")
+
+    @property
+    def authenticated(self) -> bool:
+        """Signed in: no longer waiting for the CONNECT (or first line) that credentials require."""
+        return not self.awaiting_connect

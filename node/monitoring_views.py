@@ -34,7 +34,7 @@ from cluster.link import Link
 from cluster.peer import Gateway, Peer
 from cluster.routes import RouteManager
 from node.accounts import DEFAULT_ACCOUNT, Account
-from node.broker import Broker
+from node.broker import Broker, Client
 from node.capture import CAPTURE_DB
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
@@ -212,11 +212,14 @@ def _slow_consumer_stats(broker: Broker) -> dict[str, int]:
 
 async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
     """/varz: nats-server's fields, ``redis`` for the Redis (RESP) front door (see
-    ``_redis_block``) and ``streams`` for the keys it holds (see ``_streams_block``)."""
+    ``_redis_block``) and ``streams`` for the keys it holds (see ``_streams_block``), and
+    ``unauthenticated_connections``: the client connections of either protocol that must still
+    sign in (NATS: no CONNECT accepted yet; Redis: no AUTH), which nats-server does not report."""
     broker = state.broker
     config = broker.config
     redis = await _redis_block(broker, pace)  # (first: its traffic is part of the totals read next)
     streams = await _streams_block(state.node, pace)
+    signed_in = await _paced_map(_authenticated, broker.clients.values(), pace)
     now = time.time_ns()
     in_msgs, in_bytes, out_msgs, out_bytes = broker.traffic()
     slow = _slow_consumer_stats(broker)
@@ -265,6 +268,7 @@ async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
         "cpu": state.cpu.read(),
         "connections": len(broker.clients),
         "total_connections": broker.total_connections,
+        "unauthenticated_connections": signed_in.count(False),
         "routes": routes,
         "remotes": remotes,
         "leafnodes": 0,
@@ -285,6 +289,10 @@ async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
         "stale_connection_stats": {"clients": broker.stale_connections, **_NO_LINKS},
     }
     return doc
+
+
+def _authenticated(client: Client) -> bool:
+    return client.authenticated
 
 
 async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:

@@ -22,6 +22,7 @@ in as a configured user; ``AUTH secret`` signs in with a token, or as a user cal
 The user's account and permissions apply: publishing or subscribing to a denied channel is
 refused with ``-NOPERM``, and so is a PSUBSCRIBE pattern that could match any channel the user
 could not SUBSCRIBE to (``routing.reach`` decides it exactly; the error names such a channel).
+Until a connection first signs in, its unwritten output is held to ``UNAUTHENTICATED_OUTPUT``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any, Final
 from node.accounts import Account
 from node.auth import Verification, Verifying
 from node.broker import VERSION, Broker
-from node.client import HANGUP_REASONS, KEEPS_OUTPUT, Reason
+from node.client import HANGUP_REASONS, KEEPS_OUTPUT, MAX_SUBS_EXCEEDED, Reason
 from node.config import RedisConfig, UserConfig
 from node.keyspace import CommitFailed, Database
 from node.permissions import PermissionSet
@@ -96,6 +97,11 @@ _REMEMBERED_CHANNEL: Final = 256
 """A publisher's last channel is remembered with its subject, since publishers tend to repeat
 one (when no longer than this: a huge one would be held on to after its request)."""
 BAD_NAME: Final = "Client names cannot contain spaces, newlines or special characters."
+UNAUTHENTICATED_OUTPUT: Final = 16 * 1024
+"""The most unwritten output a client that has never signed in may hold: past it, the connection
+is closed at once, its output dropped, as redis-server closes such a client (whatever spills out
+of its 16 KiB reply buffer is over its 1 KiB limit for them), so a client that pipelines requests
+before signing in and never reads the replies cannot make the node hold them."""
 
 Handler = Callable[["RespConnection", list[bytes]], None]
 
@@ -203,6 +209,7 @@ class RespConnection(Outbox):
         self.writer: Writer = RESP2
         self.user: UserConfig | None = broker.auth.without_credentials()
         self.parser = RequestParser(authenticated=self.user is not None)
+        self._capped = True  # output held to UNAUTHENTICATED_OUTPUT until the first sign-in
         self.account: Account = broker.account(self.user.account if self.user else "$G")
         self.perms: PermissionSet | None = None
         self._set_user(self.user)
@@ -254,8 +261,15 @@ class RespConnection(Outbox):
         """In Redis's pub/sub mode: subscribed to any channel, pattern or shard channel."""
         return bool(self.subs or self.patterns or self.shard)
 
+    @property
+    def authenticated(self) -> bool:
+        """Signed in now (as a user, the ``no_auth_user``, or anyone where nobody must sign in)."""
+        return self.user is not None
+
     def _set_user(self, user: UserConfig | None) -> None:
         self.user = user
+        if user is not None:
+            self._capped = False
         self.parser.authenticated = user is not None
         self.perms = PermissionSet(user.permissions) if user is not None and user.permissions else None
 
@@ -399,6 +413,8 @@ class RespConnection(Outbox):
             self._captured.append(data)
         elif not (self._reply_off or self._skip):
             self._send(data)
+            if self._capped and self.pending_bytes > UNAUTHENTICATED_OUTPUT:
+                self._cut_off()
 
     def _error(self, text: str) -> None:
         self._reply(error(text))
@@ -417,8 +433,7 @@ class RespConnection(Outbox):
         pending = len(self.outbound) + self._writing + len(self._held)
         if pending > self.stall_at:
             if pending > self.hard_limit:
-                self.broker.slow_consumers += 1
-                self.close(Reason.SLOW_PENDING, flush=False)
+                self._cut_off()
                 return False
             self.broker.congested.add(self)
             if self._over_soft_since < 0:
@@ -458,12 +473,10 @@ class RespConnection(Outbox):
         if not self._may_subscribe(channels):
             return
         table = self.shard if shard else self.subs
-        limit = self.broker.config.max_subscriptions
         for channel in channels:
             sub = table.get(channel)
             if sub is None:
-                if limit and len(self.subs) + len(self.shard) >= limit:
-                    self._error("maximum subscriptions exceeded")
+                if self._at_limit():
                     return
                 sub = Subscription(channel_subject(channel).decode(), sid=channel, owner=self)
                 self.broker.subscribe(self.account, sub)
@@ -499,6 +512,8 @@ class RespConnection(Outbox):
                 return
         for pattern in patterns:
             if pattern not in self.patterns:
+                if self._at_limit():
+                    return
                 self.patterns[pattern] = None
                 self.broker.subscribe_pattern(self.account, pattern, self)
             self._send(self.writer.subscription(b"psubscribe", pattern, self._count()))
@@ -513,6 +528,15 @@ class RespConnection(Outbox):
             if self.patterns.pop(pattern, 0) is None:
                 self.broker.unsubscribe_pattern(self.account, pattern, self)
             self._send(self.writer.subscription(b"punsubscribe", pattern, self._count()))
+
+    def _at_limit(self) -> bool:
+        """Whether one more subscription would pass ``max_subscriptions``, channels, shard channels
+        and patterns counted together; refuses the command if so (what it took so far stays)."""
+        limit = self.broker.config.max_subscriptions
+        if limit and len(self.subs) + len(self.shard) + len(self.patterns) >= limit:
+            self._error(MAX_SUBS_EXCEEDED)
+            return True
+        return False
 
     def _count(self) -> int:
         """Channels plus patterns, as subscribe acknowledgements count them."""
@@ -724,8 +748,13 @@ class RespConnection(Outbox):
         elif self._over_soft_since < 0:
             self._over_soft_since = self._clock()
         elif self._clock() - self._over_soft_since >= self.soft_seconds:
-            self.broker.slow_consumers += 1
-            self.close(Reason.SLOW_PENDING, flush=False)
+            self._cut_off()
+
+    def _cut_off(self) -> None:
+        """An output limit was passed: close at once, dropping the output (redis-server's
+        ``client_output_buffer_limit_disconnections``, /varz ``slow_consumers``)."""
+        self.broker.slow_consumers += 1
+        self.close(Reason.SLOW_PENDING, flush=False)
 
     # -- ending ----------------------------------------------------------------------------------
 
@@ -1061,9 +1090,11 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
     if everything or b"clients" in wanted:
         resp = [c for c in broker.clients.values() if isinstance(c, RespConnection)]
         subscribers = sum(1 for c in resp if c.subs or c.patterns)
+        unauthenticated = sum(1 for c in resp if not c.authenticated)
         sections.append(
             "# Clients\r\n"
             f"connected_clients:{len(resp)}\r\npubsub_clients:{subscribers}\r\n"
+            f"unauthenticated_clients:{unauthenticated}\r\n"
             f"maxclients:{broker.config.max_connections}\r\n"
         )
     if everything or b"persistence" in wanted:
