@@ -47,7 +47,7 @@ SWEEP_SAMPLE = 20
 SWEEP_STALE = 0.1
 """A sweep goes round a database again while more than this share of a round had expired."""
 SWEEP_SECONDS = 0.002
-"""How long one sweep may go on: short, so that clients are not held up (see ``Keyspaces.sweep``)."""
+"""The CPU time one sweep may take: little, so that clients are not held up (``Keyspaces.sweep``)."""
 
 
 class Watcher(Protocol):
@@ -374,9 +374,10 @@ class Keyspaces:
         many went.
 
         Each database with keys that carry an expiry is looked at in rounds of ``SWEEP_SAMPLE`` of
-        them, and again while more than ``SWEEP_STALE`` of a round had expired, for ``seconds`` at
-        most. ``behind`` then tells whether time ran out first (expired keys are likely left: sweep
-        again soon); the next sweep starts where this one stopped.
+        them, and again while more than ``SWEEP_STALE`` of a round had expired, for ``seconds`` of
+        CPU time at most (this thread's: on a busy machine, time spent waiting for a core is not
+        counted). ``behind`` then tells whether time ran out first (expired keys are likely left:
+        sweep again soon); the next sweep starts where this one stopped.
         """
         databases = [
             db
@@ -387,7 +388,7 @@ class Keyspaces:
         self.behind = False
         if not databases or self.loading:
             return 0
-        deadline = time.perf_counter() + seconds
+        deadline = time.thread_time() + seconds
         first = self._next_sweep % len(databases)
         gone = 0
         for n in range(len(databases)):
@@ -398,7 +399,7 @@ class Keyspaces:
                 gone += expired
                 if expired <= looked * SWEEP_STALE or not db.expiring():
                     break
-                if time.perf_counter() >= deadline:
+                if time.thread_time() >= deadline:
                     self._next_sweep = (first + n) % len(databases)
                     self.behind = True
                     return gone
