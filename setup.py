@@ -35,6 +35,7 @@ HOT_PATH = [
     "node/permissions.py",
     "node/client.py",
     "node/broker.py",
+    "node/integers.py",
     "node/resp/parser.py",
     "node/resp/writer.py",
     "node/resp/connection.py",

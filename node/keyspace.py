@@ -1,10 +1,11 @@
 """Keys, as redis-server keeps them: per account, sixteen numbered databases of named values.
 
 The only values are streams (``node.streams``). A key may carry an expiry time; an expired key is
-gone the moment anyone looks (and a periodic sweep reclaims those nobody looks at). Two kinds of
-client wait on keys: WATCH (a write to a watched key spoils the watcher's transaction) and blocking
-reads (a write to the key wakes them, in the order they blocked). Both are registered here so that
-every write, whoever makes it, reaches them through one call: ``Database.touch``.
+gone the moment anyone looks, and a sweep reclaims those nobody looks at as redis-server's active
+expiry does (``Keyspaces.sweep``). Two kinds of client wait on keys: WATCH (a write to a watched key
+spoils the watcher's transaction) and blocking reads (a write to the key wakes them, in the order
+they blocked). Both are registered here so that every write, whoever makes it, reaches them through
+one call: ``Database.touch``.
 
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
 so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
@@ -18,7 +19,8 @@ blocked clients after the command that unblocked them.
 from __future__ import annotations
 
 import collections
-import itertools
+import random
+import time
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -26,6 +28,9 @@ from node.streams import Stream
 
 __all__ = [
     "DATABASES",
+    "SWEEP_SAMPLE",
+    "SWEEP_SECONDS",
+    "SWEEP_STALE",
     "CommitFailed",
     "Database",
     "Journal",
@@ -38,6 +43,12 @@ __all__ = [
 
 DATABASES = 16
 """Numbered databases per account (redis-server's default ``databases``)."""
+SWEEP_SAMPLE = 20
+"""Keys with an expiry a sweep looks at in one round (redis-server's keys per loop)."""
+SWEEP_STALE = 0.1
+"""A sweep goes round a database again while more than this share of a round had expired."""
+SWEEP_SECONDS = 0.002
+"""The CPU time one sweep may take: little, so that clients are not held up (``Keyspaces.sweep``)."""
 
 
 class Watcher(Protocol):
@@ -126,9 +137,30 @@ class Persistence(Protocol):
 
 
 class Database:
-    """One numbered database of one account."""
+    """One numbered database of one account.
 
-    __slots__ = ("_blocked", "_expires", "_watchers", "account", "index", "keys", "keyspaces")
+    The keys that carry an expiry are also kept in a list, with their times in a parallel list, for
+    the sweep to go round with a cursor. The list is kept in random order, so that any run of it is
+    a fair sample of all the keys with an expiry (keys given the same TTL at the same time would
+    otherwise sit together, and a sweep that met a run of long-lived ones would stop before it
+    found the expired): a key joins at a random place, the key there moving to the end (which
+    shuffles the list as the inside-out Fisher-Yates shuffle does), and leaves by the last key
+    moving into its place (which keeps a shuffled list shuffled). Every operation on one key stays
+    O(1).
+    """
+
+    __slots__ = (
+        "_blocked",
+        "_cursor",
+        "_expires",
+        "_expiring",
+        "_times",
+        "_watchers",
+        "account",
+        "index",
+        "keys",
+        "keyspaces",
+    )
 
     def __init__(self, keyspaces: Keyspaces, account: str, index: int) -> None:
         self.keyspaces = keyspaces
@@ -136,7 +168,12 @@ class Database:
         self.index = index
         self.keys: dict[bytes, Stream] = {}
         self._expires: dict[bytes, int] = {}
-        """Key -> when it expires, in milliseconds since the epoch."""
+        """Key -> its place in ``_expiring`` and ``_times``."""
+        self._expiring: list[bytes] = []
+        self._times: list[int] = []
+        """When each key of ``_expiring`` expires, in milliseconds since the epoch."""
+        self._cursor = 0
+        """Where in ``_expiring`` the next sweep starts."""
         self._watchers: dict[bytes, set[Watcher]] = {}
         self._blocked: dict[bytes, dict[Waiter, None]] = {}
 
@@ -145,15 +182,12 @@ class Database:
     def get(self, key: bytes, now: int) -> Stream | None:
         """The value at ``key``, unless it has expired (it is removed then)."""
         value = self.keys.get(key)
-        if value is not None and self._expires and key in self._expires and self._expired(key, now):
-            return None
+        if value is not None and self._expires:
+            place = self._expires.get(key)
+            if place is not None and self._times[place] <= now and not self.keyspaces.loading:
+                self._expire(key)
+                return None
         return value
-
-    def _expired(self, key: bytes, now: int) -> bool:
-        if self._expires[key] > now or self.keyspaces.loading:
-            return False
-        self._expire(key)
-        return True
 
     def _expire(self, key: bytes) -> None:
         self.delete(key)
@@ -172,16 +206,17 @@ class Database:
 
     def expiring(self) -> int:
         """How many keys carry an expiry time."""
-        return len(self._expires)
+        return len(self._expiring)
 
     def expires_at(self, key: bytes) -> int | None:
-        return self._expires.get(key)
+        place = self._expires.get(key)
+        return None if place is None else self._times[place]
 
     # -- writing ---------------------------------------------------------------------------------
 
     def put(self, key: bytes, value: Stream) -> None:
         """Store a new value (its expiry, if the key had one, is gone with the old value)."""
-        self._expires.pop(key, None)
+        self._forget_expiry(key)
         self.keys[key] = value
         self.touch(key)
 
@@ -189,23 +224,53 @@ class Database:
         """Remove a key; whether there was one."""
         if self.keys.pop(key, None) is None:
             return False
-        self._expires.pop(key, None)
+        self._forget_expiry(key)
         self.touch(key)
         return True
 
     def set_expiry(self, key: bytes, when: int | None) -> None:
-        """Make ``key`` expire at ``when`` (milliseconds since the epoch), or never (None)."""
+        """Make ``key`` (which exists) expire at ``when`` (milliseconds since the epoch), or never
+        (None)."""
         if when is None:
-            self._expires.pop(key, None)
+            self._forget_expiry(key)
         else:
-            self._expires[key] = when
+            place = self._expires.get(key)
+            if place is not None:
+                self._times[place] = when
+            else:  # (into a random place, the one there moving to the end: see the class doc)
+                keys, times = self._expiring, self._times
+                place = int(random.random() * (len(keys) + 1))
+                if place == len(keys):
+                    keys.append(key)
+                    times.append(when)
+                else:
+                    moved = keys[place]
+                    keys.append(moved)
+                    times.append(times[place])
+                    self._expires[moved] = len(keys) - 1
+                    keys[place] = key
+                    times[place] = when
+                self._expires[key] = place
         self.touch(key)
 
     def take_keys(self, other: Database) -> None:
         """Hold exactly ``other``'s keys and expiry times (see ``Keyspaces.take_keys``)."""
-        self.keys = other.keys
-        self._expires = other._expires
-        other.keys, other._expires = {}, {}
+        self.keys, other.keys = other.keys, {}
+        self._expires, other._expires = other._expires, {}
+        self._expiring, other._expiring = other._expiring, []
+        self._times, other._times = other._times, []
+        self._cursor = 0
+
+    def _forget_expiry(self, key: bytes) -> None:
+        place = self._expires.pop(key, None)
+        if place is None:
+            return
+        last = self._expiring.pop()
+        when = self._times.pop()
+        if place < len(self._expiring):  # (the last key fills the gap)
+            self._expiring[place] = last
+            self._times[place] = when
+            self._expires[last] = place
 
     def flush(self) -> None:
         """Remove every key (FLUSHDB), spoiling every watcher and waking every blocked reader."""
@@ -222,15 +287,23 @@ class Database:
         if blocked:
             self.keyspaces.ready.extend(blocked)
 
-    def sweep(self, now: int, budget: int) -> int:
-        """Remove up to ``budget`` expired keys; return how many went."""
-        gone = [key for key, when in itertools.islice(self._expires.items(), budget) if when <= now]
-        for key in gone:
-            self._expire(key)
-        if len(self._expires) > budget:  # (look at other keys next time)
-            for key in list(itertools.islice(self._expires, budget)):
-                self._expires[key] = self._expires.pop(key)
-        return len(gone)
+    def sweep(self, now: int, sample: int) -> int:
+        """Look at the next ``sample`` keys with an expiry (a cursor goes round them all, so each
+        is looked at once per round of the list) and remove those that have expired; return how
+        many went."""
+        keys, times = self._expiring, self._times
+        cursor = self._cursor
+        gone = 0
+        for _ in range(min(sample, len(keys))):
+            if cursor >= len(keys):
+                cursor = 0
+            if times[cursor] <= now:
+                self._expire(keys[cursor])  # (the last key moves here: it is looked at next)
+                gone += 1
+            else:
+                cursor += 1
+        self._cursor = cursor
+        return gone
 
     # -- who waits on keys -----------------------------------------------------------------------
 
@@ -279,7 +352,16 @@ class Keyspace:
 class Keyspaces:
     """Every account's keys on this node, and the queue of blocked readers a write woke."""
 
-    __slots__ = ("_accounts", "_serving", "journal", "loading", "ready", "store")
+    __slots__ = (
+        "_accounts",
+        "_next_sweep",
+        "_serving",
+        "behind",
+        "journal",
+        "loading",
+        "ready",
+        "store",
+    )
 
     def __init__(self) -> None:
         self._accounts: dict[str, Keyspace] = {}
@@ -291,6 +373,10 @@ class Keyspaces:
         """The journal is being replayed: keys do not expire meanwhile."""
         self.ready: collections.deque[Waiter] = collections.deque()
         self._serving = False
+        self.behind = False
+        """The last sweep ran out of time with expired keys likely left."""
+        self._next_sweep = 0
+        """Where, in the list of databases with expiring keys, the next sweep starts."""
 
     def keyspace(self, account: str) -> Keyspace:
         keyspace = self._accounts.get(account)
@@ -341,10 +427,38 @@ class Keyspaces:
         finally:
             self._serving = False
 
-    def sweep(self, now: int, budget: int = 20) -> int:
-        """Remove expired keys nobody asked for, a few per database; return how many went."""
-        return sum(
-            db.sweep(now, budget)
-            for keyspace in list(self._accounts.values())
-            for db in list(keyspace.databases().values())
-        )
+    def sweep(self, now: int, seconds: float = SWEEP_SECONDS) -> int:
+        """Reclaim expired keys nobody asked for, as redis-server's active expiry does; return how
+        many went.
+
+        Each database with keys that carry an expiry is looked at in rounds of ``SWEEP_SAMPLE`` of
+        them, and again while more than ``SWEEP_STALE`` of a round had expired, for ``seconds`` of
+        CPU time at most (this thread's: on a busy machine, time spent waiting for a core is not
+        counted). ``behind`` then tells whether time ran out first (expired keys are likely left:
+        sweep again soon); the next sweep starts where this one stopped.
+        """
+        databases = [
+            db
+            for keyspace in self._accounts.values()
+            for db in keyspace.databases().values()
+            if db.expiring()
+        ]
+        self.behind = False
+        if not databases or self.loading:
+            return 0
+        deadline = time.thread_time() + seconds
+        first = self._next_sweep % len(databases)
+        gone = 0
+        for n in range(len(databases)):
+            db = databases[(first + n) % len(databases)]
+            while True:
+                looked = min(SWEEP_SAMPLE, db.expiring())
+                expired = db.sweep(now, SWEEP_SAMPLE)
+                gone += expired
+                if expired <= looked * SWEEP_STALE or not db.expiring():
+                    break
+                if time.thread_time() >= deadline:
+                    self._next_sweep = (first + n) % len(databases)
+                    self.behind = True
+                    return gone
+        return gone

@@ -31,6 +31,7 @@ from node.broker import Broker
 from node.client import ClientConnection, Reason
 from node.config import Config
 from node.discovery import connect_urls
+from node.keyspace import SWEEP_SECONDS
 from node.protocol import writer as w
 from node.resp.connection import RespConnection
 from node.resp.writer import error
@@ -46,6 +47,10 @@ FIRST_PING = 2.0
 SHUTDOWN_GRACE = 2.0
 KEY_SWEEP_INTERVAL = 0.1
 """Seconds between sweeps for expired Redis keys (redis-server's ``hz`` of 10)."""
+KEY_SWEEP_PAUSE = SWEEP_SECONDS / 2
+"""The pause after a sweep that ran out of time, before the next: while expired keys pile up,
+sweeping takes up to two thirds of the time (redis-server's slow and fast expiry cycles together
+take as much), in slices short enough that clients served in between hardly notice."""
 VERIFICATIONS = 2
 """bcrypt checks run at once (each keeps a core busy for tens of milliseconds); more wait their turn."""
 STALL_MAX = 0.01
@@ -296,10 +301,13 @@ class Server:
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
     async def _expire_keys(self) -> None:
-        """Reclaim expired keys nobody reads, a few at a time, ten times a second."""
+        """Reclaim expired keys nobody reads: a short sweep ten times a second, and while sweeps
+        run out of time with expired keys left, one after each ``KEY_SWEEP_PAUSE`` (clients are
+        served in between)."""
+        keyspaces = self.broker.keyspaces
         while True:
-            await trio.sleep(KEY_SWEEP_INTERVAL)
-            self.broker.keyspaces.sweep(time.time_ns() // 1_000_000)
+            await trio.sleep(KEY_SWEEP_PAUSE if keyspaces.behind else KEY_SWEEP_INTERVAL)
+            keyspaces.sweep(time.time_ns() // 1_000_000)
 
     async def _redis_timers(self, conn: RespConnection) -> None:
         """The output-buffer soft limit is checked once a second, and a blocked read's deadline

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from node.bench import expiry
 from node.bench.compare import compare
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.progress import ProgressBar
@@ -20,7 +21,7 @@ from node.bench.scenarios import DEFAULT_TIMEOUT, SCENARIOS, Result, Scenario, S
 from node.bench.servers import PUBMESH, nats_server
 from node.bench.wire import BenchError, parse_url
 
-__all__ = ["describe", "describe_convergence", "describe_resync", "main"]
+__all__ = ["describe", "describe_convergence", "describe_reclaim", "describe_resync", "main"]
 
 DEFAULT_URLS = {"nats": "nats://127.0.0.1:4222", "redis": "redis://127.0.0.1:6379"}
 DEFAULT_URL = DEFAULT_URLS["nats"]
@@ -53,6 +54,20 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--subs", type=int, default=100_000, help="subscriptions the first node holds")
     r.add_argument("--nats-server", action="store_true", help="measure nats-server (from PATH) instead")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+    e = commands.add_parser(
+        "resp-expiry",
+        help="how soon a Redis-protocol server reclaims expired keys nobody reads",
+        formatter_class=defaults,
+    )
+    e.description = (
+        f"Make --keys streams in database {expiry.DB} (which must be empty), give them all a TTL of"
+        " --ttl ms in one transaction, and time how long until INFO keyspace shows none, with a"
+        " PING canary's round trips meanwhile."
+    )
+    e.add_argument("--url", "--server", dest="url", default=DEFAULT_URLS["redis"], help="server URL")
+    e.add_argument("--keys", type=int, default=100_000, help="keys made")
+    e.add_argument("--ttl", type=int, default=100, help="their TTL, in milliseconds")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
     c = commands.add_parser(
         "compare",
         help="start pubmesh and nats-server on 127.0.0.1 and run the same scenarios against both",
@@ -103,6 +118,8 @@ def main(argv: list[str]) -> int:
             return compare(runs=args.runs, scale=args.scale, as_json=args.json, resp=args.resp)
         if args.command in ("convergence", "resync"):
             return _interest(args)
+        if args.command == "resp-expiry":
+            return _reclaim(args)
         sub_url = getattr(args, "sub_url", None)
         spec = Spec(
             args.command,
@@ -144,6 +161,13 @@ def _interest(args: argparse.Namespace) -> int:
         print(describe_convergence(outcome))
     else:
         print(describe_resync(outcome))
+    return 0 if outcome.ok else 1
+
+
+def _reclaim(args: argparse.Namespace) -> int:
+    with ProgressBar.on_terminal(args.command) as bar:
+        outcome = expiry.reclaim(parse_url(args.url, "redis"), args.keys, args.ttl, bar)
+    print(json.dumps(outcome.as_dict()) if args.json else describe_reclaim(outcome))
     return 0 if outcome.ok else 1
 
 
@@ -221,6 +245,19 @@ def describe_resync(outcome: Resync) -> str:
     ]
     swept = f"{outcome.swept:,} of {outcome.subs:,} subjects reached by a publish on the new node"
     return "\n".join([*lines, _check(outcome.ok, swept, outcome.error)])
+
+
+def describe_reclaim(outcome: expiry.Reclaim) -> str:
+    lat = outcome.latency
+    lines = [
+        f"resp-expiry: {outcome.keys:,} keys with a TTL of {outcome.ttl_ms:,} ms at"
+        f" {outcome.endpoint.url} (made in {outcome.made_seconds:.3f} s)",
+        f"  none left {outcome.seconds:.3f} s after their TTL was set",
+        f"  PING meanwhile: p50 {lat.p50 / 1000:,.2f} ms  p99 {lat.p99 / 1000:,.2f} ms"
+        f"  max {outcome.worst_ms:,.2f} ms ({len(outcome.pings_ns):,} PINGs)",
+    ]
+    left = f"{outcome.left:,} of {outcome.keys:,} keys left"
+    return "\n".join([*lines, _check(outcome.ok, left, outcome.error)])
 
 
 def _check(ok: bool, what: str, error: str | None) -> str:

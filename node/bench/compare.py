@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from node.bench import interest
+from node.bench import expiry, interest
 from node.bench.progress import ProgressBar
 from node.bench.scenarios import Spec, run
 from node.bench.servers import PUBMESH, PUBMESH_RESP, Flavor, Servers, nats_server, redis_server
@@ -34,6 +34,7 @@ __all__ = [
     "RESP_CASES",
     "Block",
     "ConvergenceCase",
+    "ExpiryCase",
     "LoadCase",
     "Outcome",
     "ResyncCase",
@@ -190,7 +191,29 @@ class ResyncCase:
         return [("s from first route (pubmesh target < 2)", ",.2f", lambda r: r.seconds)]
 
 
-Case = LoadCase | ConvergenceCase | ResyncCase
+@attrs.frozen
+class ExpiryCase:
+    """Keys that expire unread, reclaimed by the server's active expiry (``node.bench.expiry``)."""
+
+    label: str
+    keys: int
+    ttl_ms: int
+    scenario: str = "resp-expiry"
+
+    def amount(self, scale: float) -> str:
+        return f"{_scaled(self.keys, scale):,} keys"
+
+    def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
+        return expiry.reclaim(target.node, _scaled(self.keys, scale), self.ttl_ms, bar)
+
+    def metrics(self) -> list[Metric]:
+        return [
+            (f"s until none left (pubmesh target < {EXPIRY_TARGET:g})", ",.2f", lambda r: r.seconds),
+            ("PING p99 meanwhile (ms)", ",.2f", lambda r: r.latency.p99 / 1000),
+        ]
+
+
+Case = LoadCase | ConvergenceCase | ResyncCase | ExpiryCase
 
 CASES: tuple[Case, ...] = (
     LoadCase("publish only", "pub", 1_500_000, subs=0),
@@ -223,6 +246,7 @@ RESP_CASES: tuple[Case, ...] = (
     LoadCase("RESP fan-out 1→10", "resp-fanout", 200_000, subs=10),
     LoadCase("RESP XADD, pipelined", "resp-xadd", 300_000, subs=0),
     LoadCase("RESP XREADGROUP+XACK, 1 consumer", "resp-consume", 300_000, subs=1),
+    ExpiryCase("RESP keys expiring unread, TTL 100 ms", keys=100_000, ttl_ms=100),
     LoadCase("RESP pub/sub 1:1, no patterns", "resp-pubsub", PATTERN_MSGS, subs=1),
     LoadCase(
         f"RESP publish with {PATTERNS:,} non-matching patterns",
@@ -241,6 +265,8 @@ thousand messages a second. It comes last: once a client has held that many patt
 is walked on every PUBLISH), which would spoil any case run after it."""
 STREAMS_TARGET = 0.3
 """What the stream rows should reach, as a fraction of redis-server's (pubmesh's target)."""
+EXPIRY_TARGET = 2.0
+"""Seconds within which pubmesh should have reclaimed the expiry case's keys."""
 BASELINE_TARGET = 0.5
 """What a case with a baseline should reach, as a fraction of it (pubmesh's target)."""
 ROUTES_NOTE = (
@@ -254,7 +280,9 @@ RESP_NOTE = (
     " stream per run; the consumer drains one filled before the clock starts, reading"
     f" {READ_COUNT:,} entries per XREADGROUP and acknowledging them in the next round trip. Both"
     " servers keep keys in memory only (redis-server with appendonly no, pubmesh without a journal);"
-    f" pubmesh's target for the stream rows is ≥ {STREAMS_TARGET} of redis-server's rate."
+    f" pubmesh's target for the stream rows is ≥ {STREAMS_TARGET} of redis-server's rate. Expiry:"
+    " the keys are made, then given their TTL in one MULTI/EXEC; the time runs from EXEC's reply"
+    " until INFO keyspace shows none, while a canary connection PINGs about once a millisecond."
 )
 
 Results = dict[tuple[str, str], list[Outcome]]

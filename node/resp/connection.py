@@ -38,6 +38,7 @@ from node.auth import Verification, Verifying
 from node.broker import VERSION, Broker
 from node.client import HANGUP_REASONS, KEEPS_OUTPUT, MAX_SUBS_EXCEEDED, Reason
 from node.config import RedisConfig, UserConfig
+from node.integers import string2ll
 from node.keyspace import CommitFailed, Database
 from node.permissions import PermissionSet
 from node.resp.errors import RespProtocolError
@@ -149,14 +150,6 @@ def _pattern_refusal(pattern: bytes, channel: bytes | None) -> str:
     if channel is None:
         return f"-NOPERM {quoted}: too complex to check against this user's subscribe permissions"
     return f"-NOPERM {quoted}: it matches the channel '{_text(channel[:128])}', which is not allowed"
-
-
-def _int(value: bytes) -> int | None:
-    try:
-        number = int(value)
-    except ValueError:
-        return None
-    return number if value.strip() == value and -(2**63) <= number < 2**63 else None
 
 
 class _Blocked:
@@ -874,7 +867,7 @@ def _auth(conn: RespConnection, args: list[bytes]) -> None:
 def _hello(conn: RespConnection, args: list[bytes]) -> None:
     version = conn.writer.version
     if len(args) > 1:
-        asked = _int(args[1])
+        asked = string2ll(args[1])
         if asked is None or not 0 <= asked <= 2**31 - 1:
             conn._error("Protocol version is not an integer or out of range")
             return
@@ -930,7 +923,7 @@ def _hello(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _select(conn: RespConnection, args: list[bytes]) -> None:
-    db = _int(args[1])
+    db = string2ll(args[1])
     if db is None:
         conn._error(NOT_INTEGER)
     elif not 0 <= db < 16:
@@ -998,8 +991,8 @@ def _client_kill(conn: RespConnection, args: list[bytes]) -> None:
     for i in range(2, len(args), 2):
         field, value = args[i].lower(), args[i + 1]
         if field == b"id":
-            cid = _int(value)
-            if cid is None:
+            cid = string2ll(value)
+            if cid is None or cid <= 0:
                 conn._error("client-id should be greater than 0")
                 return
             victims = [c for c in victims if c.cid == cid]
@@ -1213,7 +1206,7 @@ def _client_unblock(conn: RespConnection, args: list[bytes]) -> None:
     if len(args) > 4 or how not in (b"timeout", b"error"):
         conn._error("CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
         return
-    cid = _int(args[2])
+    cid = string2ll(args[2])
     if cid is None:
         conn._error(NOT_INTEGER)
         return

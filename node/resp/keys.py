@@ -11,13 +11,14 @@ import hashlib
 import time
 from typing import TYPE_CHECKING
 
+from node.integers import scan_cursor, string2ll
 from node.resp.writer import OK, array, bulk, integer, simple
 from routing import glob_match
 
 if TYPE_CHECKING:
     from node.resp.connection import Handler, RespConnection
 
-__all__ = ["KEY_COMMANDS", "now_ms", "parse_int"]
+__all__ = ["KEY_COMMANDS", "now_ms"]
 
 NOT_INTEGER = "value is not an integer or out of range"
 SYNTAX = "syntax error"
@@ -27,19 +28,6 @@ _MAX_MS = 2**63 - 1
 def now_ms() -> int:
     """Wall-clock milliseconds, the time expiry and stream IDs are measured in."""
     return time.time_ns() // 1_000_000
-
-
-def parse_int(value: bytes) -> int | None:
-    """A signed 64-bit integer as redis-server's ``string2ll`` reads it, or None."""
-    if not value or len(value) > 20 or value != value.strip() or value[:1] == b"+":
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        return None
-    if len(value) > 1 and value.lstrip(b"-")[:1] == b"0":  # (no leading zeros, no "-0")
-        return None
-    return number if -(2**63) <= number < 2**63 else None
 
 
 def _del(conn: RespConnection, args: list[bytes]) -> None:
@@ -75,11 +63,8 @@ def _position(key: bytes) -> int:
 def _scan(conn: RespConnection, args: list[bytes]) -> None:
     """SCAN walks keys in the order of a stable hash and its cursor is the next hash to visit, so
     every key present for the whole scan is returned (once, unless renamed back and forth)."""
-    try:
-        cursor = int(args[1])
-    except ValueError:
-        cursor = -1
-    if not 0 <= cursor < 2**64:
+    cursor = scan_cursor(args[1])
+    if cursor is None:
         conn._error("invalid cursor")
         return
     pattern: bytes | None = None
@@ -94,7 +79,7 @@ def _scan(conn: RespConnection, args: list[bytes]) -> None:
         if option == b"match":
             pattern = value
         elif option == b"count":
-            number = parse_int(value)
+            number = string2ll(value)
             if number is None:
                 conn._error(NOT_INTEGER)
                 return
@@ -131,7 +116,7 @@ def _expire(unit: int, absolute: bool) -> Handler:
 
     def handler(conn: RespConnection, args: list[bytes]) -> None:
         name = args[0].lower().decode()
-        amount = parse_int(args[2])
+        amount = string2ll(args[2])
         if amount is None:
             conn._error(NOT_INTEGER)
             return

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+from node.integers import string2ll
 from node.resp.errors import RespProtocolError
 from node.resp.inline import split_inline
 
@@ -131,15 +132,6 @@ def _short_decimal(buf: bytes, start: int, size: int) -> tuple[int, int]:
     if i == start or i + 1 >= size or buf[i] != _CR_BYTE or (buf[start] == 48 and i - start > 1):
         return -1, i
     return value, i
-
-
-def _integer(text: bytes) -> int | None:
-    """A count or length as ``string2ll`` reads one: canonical decimal, 64-bit, else None."""
-    digits = text[1:] if text[:1] == b"-" else text
-    if not digits.isdigit() or len(text) > 20 or (digits[0] == 48 and len(text) > 1):
-        return None
-    value = int(text)
-    return value if -(2**63) <= value < 2**63 else None
 
 
 class RequestParser:
@@ -272,7 +264,7 @@ class RequestParser:
                         if cr + 1 >= size:
                             self._need = size - pos + 1
                             break
-                        parsed = _integer(buf[pos + 1 : cr])
+                        parsed = string2ll(buf[pos + 1 : cr])
                         if parsed is None or parsed > INT_MAX:
                             raise RespProtocolError(INVALID_MULTIBULK_LENGTH)
                         count = parsed
@@ -299,7 +291,7 @@ class RequestParser:
                             break
                         if buf[pos] != _DOLLAR:
                             raise RespProtocolError(expected_dollar(buf[pos]))
-                        parsed = _integer(buf[pos + 1 : cr])
+                        parsed = string2ll(buf[pos + 1 : cr])
                         if parsed is None or parsed < 0:
                             raise RespProtocolError(INVALID_BULK_LENGTH)
                         length = parsed

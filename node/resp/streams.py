@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from node.resp.keys import NOT_INTEGER, SYNTAX, now_ms, parse_int
+from node.integers import string2ll
+from node.resp.keys import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.writer import OK, Writer, array, bulk, integer
 from node.stream_writes import add_entry, trim_record
 from node.streams import (
@@ -122,7 +123,7 @@ def _parse_trim(conn: RespConnection, args: list[bytes], xadd: bool) -> _TrimArg
                 i += 1
             value = args[i + 1]
             if option == b"maxlen":
-                number = parse_int(value)
+                number = string2ll(value)
                 if number is None:
                     conn._error(NOT_INTEGER)
                     return None
@@ -139,7 +140,7 @@ def _parse_trim(conn: RespConnection, args: list[bytes], xadd: bool) -> _TrimArg
                 strategy = "minid"
             i += 2
         elif option == b"limit" and more:
-            number = parse_int(args[i + 1])
+            number = string2ll(args[i + 1])
             if number is None:
                 conn._error(NOT_INTEGER)
                 return None
@@ -251,7 +252,7 @@ def _range(reverse: bool) -> Handler:
         j = 4
         while j < len(args):
             if args[j].lower() == b"count" and j + 1 < len(args):
-                number = parse_int(args[j + 1])
+                number = string2ll(args[j + 1])
                 if number is None:
                     conn._error(NOT_INTEGER)
                     return
@@ -309,7 +310,7 @@ def _xsetid(conn: RespConnection, args: list[bytes]) -> None:
     while i < len(args):
         option = args[i].lower()
         if option == b"entriesadded" and i + 1 < len(args):
-            number = parse_int(args[i + 1])
+            number = string2ll(args[i + 1])
             if number is None:
                 conn._error(NOT_INTEGER)
                 return
@@ -375,7 +376,7 @@ def _parse_read(conn: RespConnection, args: list[bytes], group_read: bool) -> _R
         more = len(args) - i - 1
         option = args[i].lower()
         if option == b"block" and more:
-            number = parse_int(args[i + 1])
+            number = string2ll(args[i + 1])
             if number is None:
                 conn._error("timeout is not an integer or out of range")
                 return None
@@ -385,7 +386,7 @@ def _parse_read(conn: RespConnection, args: list[bytes], group_read: bool) -> _R
             parsed.block = number
             i += 2
         elif option == b"count" and more:
-            number = parse_int(args[i + 1])
+            number = string2ll(args[i + 1])
             if number is None:
                 conn._error(NOT_INTEGER)
                 return None
@@ -585,7 +586,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
             mkstream = True
             i += 1
         elif sub in (b"create", b"setid") and option == b"entriesread" and i + 1 < len(args):
-            number = parse_int(args[i + 1])
+            number = string2ll(args[i + 1])
             if number is None:
                 conn._error(NOT_INTEGER)
                 return
@@ -704,7 +705,7 @@ def _xpending(conn: RespConnection, args: list[bytes]) -> None:
     if len(args) >= 6:
         at = 3
         if args[3].lower() == b"idle":
-            min_idle = parse_int(args[4])
+            min_idle = string2ll(args[4])
             if min_idle is None:
                 conn._error(NOT_INTEGER)
                 return
@@ -712,7 +713,7 @@ def _xpending(conn: RespConnection, args: list[bytes]) -> None:
                 conn._error(SYNTAX)
                 return
             at = 5
-        number = parse_int(args[at + 2])
+        number = string2ll(args[at + 2])
         if number is None:
             conn._error(NOT_INTEGER)
             return
@@ -763,7 +764,7 @@ def _xclaim(conn: RespConnection, args: list[bytes]) -> None:
         conn._error(_nogroup(args[1], args[2]))
         return
     stream, group = found
-    min_idle = parse_int(args[4])
+    min_idle = string2ll(args[4])
     if min_idle is None:
         conn._error("Invalid min-idle-time argument for XCLAIM")
         return
@@ -790,7 +791,7 @@ def _xclaim(conn: RespConnection, args: list[bytes]) -> None:
             justid = True
         elif option in (b"idle", b"time", b"retrycount") and more:
             j += 1
-            number = parse_int(args[j])
+            number = string2ll(args[j])
             if number is None:
                 conn._error(f"Invalid {option.upper().decode()} option argument for XCLAIM")
                 return
@@ -842,7 +843,7 @@ def _xclaim(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _xautoclaim(conn: RespConnection, args: list[bytes]) -> None:
-    min_idle = parse_int(args[4])
+    min_idle = string2ll(args[4])
     if min_idle is None:
         conn._error("Invalid min-idle-time argument for XAUTOCLAIM")
         return
@@ -856,7 +857,7 @@ def _xautoclaim(conn: RespConnection, args: list[bytes]) -> None:
     while j < len(args):
         option = args[j].lower()
         if option == b"count" and j + 1 < len(args):
-            number = parse_int(args[j + 1])
+            number = string2ll(args[j + 1])
             if number is None or not 1 <= number <= (2**63 - 1) // 16:
                 conn._error("COUNT must be > 0")
                 return
@@ -908,7 +909,7 @@ def _xinfo_stream(conn: RespConnection, args: list[bytes]) -> None:
             if options[1].lower() != b"count":
                 _subcommand_error(conn, args, "XINFO")
                 return
-            number = parse_int(options[2])
+            number = string2ll(options[2])
             if number is None:
                 conn._error(NOT_INTEGER)
                 return

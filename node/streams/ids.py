@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from node.integers import U64 as U64
+from node.integers import string2ull
+
 if TYPE_CHECKING:
     from node.streams.stream import Stream
 
-U64: Final = (1 << 64) - 1
 MAX_ID: Final = (1 << 128) - 1
 
 INVALID_ID: Final = "ERR Invalid stream ID specified as stream command argument"
@@ -35,7 +37,6 @@ XSETID_ENTRIES_ADDED: Final = (
 
 # Redis copies an ID argument into a 128-byte buffer; longer arguments are rejected outright.
 _MAX_ARG = 127
-_SPACE = b" \t\n\v\f\r"
 
 
 class StreamError(Exception):
@@ -58,38 +59,6 @@ def format_id(i: int) -> bytes:
     return b"%d-%d" % (i >> 64, i & U64)
 
 
-def string2ll(text: bytes) -> int | None:
-    """Redis's strict ``string2ll``: ``0``, or an optional minus and digits without a leading zero."""
-    if text == b"0":
-        return 0
-    digits = text[1:] if text[:1] == b"-" else text
-    if not digits.isdigit() or digits[:1] == b"0":
-        return None
-    value = -int(digits) if text[:1] == b"-" else int(digits)
-    return value if -(1 << 63) <= value < (1 << 63) else None
-
-
-def _strtoull(text: bytes) -> int | None:
-    """Redis's ``string2ull``: ``string2ll`` (negatives refused), else what C ``strtoull`` takes in full.
-
-    ``strtoull`` skips leading white space and takes a sign, a minus negating modulo 2**64: so ``05``,
-    ``+5``, `` 5`` and ``-0`` are accepted while ``-5`` is not, exactly as redis-server does.
-    """
-    strict = string2ll(text)
-    if strict is not None:
-        return strict if strict >= 0 else None
-    body = text.lstrip(_SPACE)
-    negative = body[:1] == b"-"
-    if body[:1] in (b"+", b"-"):
-        body = body[1:]
-    if not body.isdigit():
-        return None
-    value = int(body)
-    if value > U64:
-        return None
-    return -value & U64 if negative else value
-
-
 def _parse(arg: bytes, missing_seq: int, *, strict: bool) -> int:
     if len(arg) > _MAX_ARG:
         raise StreamError(INVALID_ID)
@@ -104,8 +73,8 @@ def _parse(arg: bytes, missing_seq: int, *, strict: bool) -> int:
             raise StreamError(INVALID_ID)
         return MAX_ID
     ms_text, dash, seq_text = arg.partition(b"-")
-    ms = _strtoull(ms_text)
-    seq = _strtoull(seq_text) if dash else missing_seq
+    ms = string2ull(ms_text)
+    seq = string2ull(seq_text) if dash else missing_seq
     if ms is None or seq is None:
         raise StreamError(INVALID_ID)
     return (ms << 64) | seq
@@ -157,7 +126,7 @@ def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
             raise StreamError(XADD_EXHAUSTED)
         return next_id(last, now)
     if arg.endswith(b"-*") and len(arg) <= _MAX_ARG:
-        ms = _strtoull(arg[:-2])
+        ms = string2ull(arg[:-2])
         if ms is None or b"-" in arg[:-2]:
             raise StreamError(INVALID_ID)
         if last == MAX_ID:

@@ -23,6 +23,7 @@ from typing import Final, Literal
 
 import attrs
 
+from node.integers import string2ll
 from node.streams.groups import ConsumerGroup
 from node.streams.ids import (
     MAX_ID,
@@ -32,7 +33,6 @@ from node.streams.ids import (
     XSETID_ENTRIES_ADDED,
     XSETID_TOO_SMALL,
     StreamError,
-    string2ll,
 )
 
 Entry = tuple[int, list[bytes]]

@@ -32,6 +32,7 @@ from node.bench.compare import (
     render,
     resp_block,
 )
+from node.bench.expiry import Reclaim
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.scenarios import Result, Spec, run
 from node.bench.servers import PUBMESH, Flavor, ServerProcess, Servers, nats_server, redis_server
@@ -485,6 +486,9 @@ def made_up(case: Any, seconds: float) -> Outcome:
         )
     if case.scenario == "convergence":
         return Convergence(NEAR, FAR, requested=1, samples_ns=(round(seconds * 1e6),))
+    if case.scenario == "resp-expiry":
+        pings = (round(seconds * 1e6),) * 3
+        return Reclaim(REDIS, case.keys, case.ttl_ms, seconds, seconds, pings, left=0)
     return Resync("pubmesh", case.subs, seconds, seconds, seconds, swept=case.subs)
 
 

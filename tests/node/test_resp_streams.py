@@ -244,6 +244,34 @@ async def test_keys_expire_even_unread(node: NodeHandle) -> None:
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.timeout(120)
+async def test_many_keys_nobody_reads_are_reclaimed_soon(node: NodeHandle) -> None:
+    many, lasting = 20_000, 50
+    bound = 60.0  # (one key at a time, ten times a second, these would take 100 s)
+
+    def scenario() -> None:
+        client = client_of(node)
+        client.select(3)
+        pipe = client.pipeline(transaction=False)
+        for i in range(lasting):
+            pipe.xadd(f"lasting:{i}", {"f": "v"})
+            pipe.expire(f"lasting:{i}", 1000)
+        pipe.execute()
+        for start in range(0, many, 2_000):
+            for i in range(start, start + 2_000):
+                pipe.xadd(f"short:{i}", {"f": "v"})
+                pipe.pexpire(f"short:{i}", 100)
+            assert all(pipe.execute())
+        deadline = time.monotonic() + bound
+        while (left := client.info("keyspace")["db3"]["keys"]) > lasting:  # (INFO expires none)
+            assert time.monotonic() < deadline, f"{left - lasting} expired keys still there"
+            time.sleep(0.05)
+        assert client.info("keyspace")["db3"] == {"keys": lasting, "expires": lasting, "avg_ttl": 0}
+        assert client.ping()
+
+    await trio.to_thread.run_sync(scenario)
+
+
 async def test_accounts_and_databases_keep_their_keys_apart(nursery: trio.Nursery) -> None:
     accounts = (AccountConfig(name="A"), AccountConfig(name="B"))
     users = (
