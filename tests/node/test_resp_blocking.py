@@ -113,6 +113,7 @@ async def test_one_entry_serves_the_first_of_many_group_readers_and_leaves_the_r
         idle = {c["name"].decode(): c["idle"] for c in readers.admin.xinfo_consumers("s", "g")}
         assert min(idle[name] for name in names[1:]) >= IDLE_MS  # (their reads did not run again)
         readers.group_read("r00")  # served, it waits again: behind all the others
+        readers.await_blocked(*names)
         for n, name in enumerate([*names[1:4], *names[4:], "r00"]):
             xadd(readers, f"2-{n}")
             assert readers.entry(name) == f"2-{n}".encode()
