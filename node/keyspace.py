@@ -3,35 +3,40 @@
 The only values are streams (``node.streams``). A key may carry an expiry time; an expired key is
 gone the moment anyone looks, and a sweep reclaims those nobody looks at as redis-server's active
 expiry does (``Keyspaces.sweep``). Two kinds of client wait on keys: WATCH (a write to a watched key
-spoils the watcher's transaction) and blocking reads (a write to the key wakes them, in the order
-they blocked). Both are registered here so that every write, whoever makes it, reaches them through
-one call: ``Database.touch``.
+spoils the watcher's transaction) and blocking reads (a write to the key wakes those it lets be
+served, in the order they blocked). Both are registered here so that every write, whoever makes it,
+reaches them through one call: ``Database.touch``.
 
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
 so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
 old value where a new one was written.
 
-Woken readers are not served inside the write that woke them: they queue on the node-wide
-``Keyspaces.ready`` and are served once the writing command has finished, as redis-server serves
-blocked clients after the command that unblocked them.
+Readers are not served inside the write that made them ready: the key queues on the node-wide
+``Keyspaces.ready`` and its readers are served once the writing command has finished, as
+redis-server serves blocked clients after the command that unblocked them. A blocked reader says
+what it waits for as a ``Condition``; readers waiting for equal conditions on a key form one queue,
+so a write costs a check per queue and a wake-up per reader served, however many wait in vain.
 """
 
 from __future__ import annotations
 
-import collections
+import heapq
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
 
 from node.streams import Stream
 
 __all__ = [
+    "ANY_WRITE",
     "DATABASES",
     "SWEEP_SAMPLE",
     "SWEEP_SECONDS",
     "SWEEP_STALE",
     "CommitFailed",
+    "Condition",
     "Database",
     "Journal",
     "Keyspace",
@@ -58,10 +63,12 @@ class Watcher(Protocol):
 
 
 class Waiter(Protocol):
-    """A client blocked on keys until one of them is written (or its timeout passes)."""
+    """A client blocked on keys until a write to one of them lets it be served (or its timeout
+    passes)."""
 
     def wake(self) -> None:
-        """Called once the writing command has finished; the waiter retries its command."""
+        """Called once the writing command has finished, when the waiter's condition on a key it
+        blocked on is met; the waiter has been taken off that key and retries its command."""
         ...
 
 
@@ -69,6 +76,39 @@ class CommitFailed(Exception):
     """The journal could not make a batch of changes durable. The changes have been taken back
     (the keys are again as the journal holds them), so nothing of that batch may be acknowledged;
     the journal refuses writes until it can write again (``Journal.refusal``)."""
+
+
+class Condition(Protocol):
+    """What waiters blocked on a key wait for. Equal conditions (they are hashable) wait for the
+    same thing: while it is not met for the first of the waiters that share it, it is not met for
+    any of them."""
+
+    def met(self, db: Database, key: bytes) -> bool:
+        """Whether a waiter on ``key`` of ``db`` could be served now (cheap, and changing nothing a
+        client could see)."""
+        ...
+
+
+class _AnyWrite:
+    """Met by any write to the key."""
+
+    def met(self, db: Database, key: bytes) -> bool:
+        return True
+
+
+ANY_WRITE: Condition = _AnyWrite()
+"""The condition of a waiter woken by every write to its key."""
+
+
+class _Blocked:
+    """The waiters blocked on one key: a queue per condition, each in the order they blocked
+    (waiter -> its place in the database's order)."""
+
+    __slots__ = ("conditions", "queues")
+
+    def __init__(self) -> None:
+        self.queues: dict[Condition, OrderedDict[Waiter, int]] = {}
+        self.conditions: dict[Waiter, Condition] = {}
 
 
 class Journal(Protocol):
@@ -154,6 +194,7 @@ class Database:
         "_cursor",
         "_expires",
         "_expiring",
+        "_order",
         "_times",
         "_watchers",
         "account",
@@ -175,7 +216,9 @@ class Database:
         self._cursor = 0
         """Where in ``_expiring`` the next sweep starts."""
         self._watchers: dict[bytes, set[Watcher]] = {}
-        self._blocked: dict[bytes, dict[Waiter, None]] = {}
+        self._blocked: dict[bytes, _Blocked] = {}
+        self._order = 0
+        """The place the next waiter to block takes (the order they are served in)."""
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -273,19 +316,19 @@ class Database:
             self._expires[last] = place
 
     def flush(self) -> None:
-        """Remove every key (FLUSHDB), spoiling every watcher and waking every blocked reader."""
+        """Remove every key (FLUSHDB), as if each were deleted."""
         for key in list(self.keys):
             self.delete(key)
 
     def touch(self, key: bytes) -> None:
-        """``key`` was written: spoil its watchers' transactions and wake its blocked readers."""
+        """``key`` was written: spoil its watchers' transactions, and have its blocked readers
+        looked at once the writing command has finished (``Keyspaces.serve_ready``)."""
         watchers = self._watchers.get(key)
         if watchers:
             for watcher in watchers:
                 watcher.dirty = True
-        blocked = self._blocked.pop(key, None)
-        if blocked:
-            self.keyspaces.ready.extend(blocked)
+        if key in self._blocked:
+            self.keyspaces.ready[(self, key)] = None
 
     def sweep(self, now: int, sample: int) -> int:
         """Look at the next ``sample`` keys with an expiry (a cursor goes round them all, so each
@@ -317,15 +360,70 @@ class Database:
             if not watchers:
                 del self._watchers[key]
 
-    def block(self, key: bytes, waiter: Waiter) -> None:
-        self._blocked.setdefault(key, {})[waiter] = None
+    def block(self, key: bytes, waiter: Waiter, until: Condition = ANY_WRITE) -> None:
+        """Have ``waiter`` woken when a write to ``key`` meets ``until``, after those that blocked
+        before it (blocking again on a key it waits on already changes nothing)."""
+        blocked = self._blocked.get(key)
+        if blocked is None:
+            blocked = self._blocked[key] = _Blocked()
+        elif waiter in blocked.conditions:
+            return
+        blocked.conditions[waiter] = until
+        queue = blocked.queues.get(until)
+        if queue is None:
+            queue = blocked.queues[until] = OrderedDict()
+        queue[waiter] = self._order
+        self._order += 1
 
     def unblock(self, key: bytes, waiter: Waiter) -> None:
-        waiters = self._blocked.get(key)
-        if waiters is not None:
-            waiters.pop(waiter, None)
-            if not waiters:
+        blocked = self._blocked.get(key)
+        if blocked is None:
+            return
+        until = blocked.conditions.pop(waiter, None)
+        if until is None:
+            return
+        queue = blocked.queues[until]
+        del queue[waiter]
+        if not queue:
+            del blocked.queues[until]
+            if not blocked.queues:
                 del self._blocked[key]
+
+    def serve(self, key: bytes) -> None:
+        """Wake the waiters on ``key`` whose condition is met, in the order they blocked; each is
+        taken off the key first. A queue is left as soon as its condition is not met for its first
+        waiter (the others are not looked at), and so are the waiters that block meanwhile: the
+        next write to the key looks at them."""
+        blocked = self._blocked.get(key)
+        if blocked is None:
+            return
+        end = self._order
+        # Each queue's first waiter's place (all places differ), the earliest first.
+        heads = [(next(iter(queue.values())), until) for until, queue in blocked.queues.items()]
+        heapq.heapify(heads)
+        while heads:
+            place, until = heapq.heappop(heads)
+            head = self._first(key, until)
+            if head is None:
+                continue
+            waiter, first = head
+            if first != place:  # (the waiter that was first left meanwhile)
+                if first < end:
+                    heapq.heappush(heads, (first, until))
+                continue
+            if not until.met(self, key):
+                continue
+            self.unblock(key, waiter)
+            waiter.wake()
+            head = self._first(key, until)
+            if head is not None and head[1] < end:
+                heapq.heappush(heads, (head[1], until))
+
+    def _first(self, key: bytes, until: Condition) -> tuple[Waiter, int] | None:
+        """The first waiter of a queue on ``key``, and its place."""
+        blocked = self._blocked.get(key)
+        queue = blocked.queues.get(until) if blocked is not None else None
+        return next(iter(queue.items())) if queue else None
 
 
 class Keyspace:
@@ -371,7 +469,8 @@ class Keyspaces:
         """The store that keeps the journal (None: keys live in memory only)."""
         self.loading = False
         """The journal is being replayed: keys do not expire meanwhile."""
-        self.ready: collections.deque[Waiter] = collections.deque()
+        self.ready: dict[tuple[Database, bytes], None] = {}
+        """Keys written since their blocked readers were last looked at, in the order written."""
         self._serving = False
         self.behind = False
         """The last sweep ran out of time with expired keys likely left."""
@@ -415,15 +514,17 @@ class Keyspaces:
                 mine.database(index).take_keys(theirs.database(index))
 
     def serve_ready(self) -> None:
-        """Wake the readers that writes made ready, in the order they blocked (a reader woken
-        here may write and make others ready: they are served in the same loop)."""
+        """Serve the readers that writes made ready (``Database.serve``), key by key in the order
+        the keys were written (a reader served here may write and make others ready: they are
+        served in the same loop)."""
         if self._serving:
             return
         self._serving = True
         try:
-            ready = self.ready
-            while ready:
-                ready.popleft().wake()
+            while self.ready:
+                ready, self.ready = self.ready, {}
+                for db, key in ready:
+                    db.serve(key)
         finally:
             self._serving = False
 

@@ -2,8 +2,9 @@
 
 The options follow ``nats bench`` where it has one (``--msgs``, ``--size``, ``--pubs``, ``--subs``),
 so numbers from either tool are set up the same way; the ``resp-`` scenarios take the same options
-against a Redis-protocol server (for ``resp-xadd`` and ``resp-consume``, ``--subject`` names the
-stream, made unique per run, and ``--pubs`` / ``--subs`` count adders / consumers). Exit status:
+against a Redis-protocol server (for ``resp-xadd``, ``resp-consume`` and ``resp-blocked``,
+``--subject`` names the stream, made unique per run, and ``--pubs`` / ``--subs`` count adders /
+consumers or blocked readers). Exit status:
 0 when every message was counted, 1 when the check failed, 2 when the run could not be made at all.
 """
 
@@ -171,7 +172,11 @@ def _reclaim(args: argparse.Namespace) -> int:
     return 0 if outcome.ok else 1
 
 
-_UNITS = {"resp-xadd": "entries added/s", "resp-consume": "entries acked/s"}
+_UNITS = {
+    "resp-xadd": "entries added/s",
+    "resp-consume": "entries acked/s",
+    "resp-blocked": "XADD/s, each given to a blocked reader",
+}
 
 
 def describe(result: Result) -> str:
@@ -182,6 +187,9 @@ def describe(result: Result) -> str:
         who, what = "1 requester -> 1 responder", f"{spec.msgs:,} requests"
     elif spec.scenario == "resp-consume":
         who, what = _plural(spec.subs, "consumer") + " of one group", f"{spec.msgs:,} entries"
+    elif spec.scenario == "resp-blocked":
+        who = "1 writer -> " + _plural(spec.subs, "blocked reader") + " of one group"
+        what = f"{spec.msgs:,} entries"
     elif spec.scenario == "resp-xadd":
         who, what = _plural(spec.pubs, "adder"), f"{spec.msgs:,} entries"
     else:
@@ -213,6 +221,7 @@ def describe(result: Result) -> str:
         "pub": "confirmed",
         "resp-xadd": "added",
         "resp-consume": "acked",
+        "resp-blocked": "given",
     }.get(spec.scenario, "received")
     relation = "==" if result.received == result.expected else "!="
     verdict = "OK" if result.ok else "FAILED"

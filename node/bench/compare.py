@@ -91,6 +91,7 @@ _UNITS = {
     "resp-fanout": "deliveries/s",
     "resp-xadd": "entries added/s",
     "resp-consume": "entries acked/s",
+    "resp-blocked": "XADD/s",
 }
 
 
@@ -241,11 +242,19 @@ PATTERNS = 10_000
 PATTERN_MSGS = 10_000
 """Messages of the patterns case, and of the zero-pattern run it is divided by (runs of one size,
 so that start-up costs weigh the same in both)."""
+BLOCKED_READERS = 1000
+"""Readers of one group blocked on the stream of the blocked-readers case."""
 RESP_CASES: tuple[Case, ...] = (
     LoadCase("RESP pub/sub 1:1", "resp-pubsub", 800_000, subs=1),
     LoadCase("RESP fan-out 1→10", "resp-fanout", 200_000, subs=10),
     LoadCase("RESP XADD, pipelined", "resp-xadd", 300_000, subs=0),
     LoadCase("RESP XREADGROUP+XACK, 1 consumer", "resp-consume", 300_000, subs=1),
+    LoadCase(
+        f"RESP XADD, one at a time, to {BLOCKED_READERS:,} blocked XREADGROUP readers",
+        "resp-blocked",
+        20_000,
+        subs=BLOCKED_READERS,
+    ),
     ExpiryCase("RESP keys expiring unread, TTL 100 ms", keys=100_000, ttl_ms=100),
     LoadCase("RESP pub/sub 1:1, no patterns", "resp-pubsub", PATTERN_MSGS, subs=1),
     LoadCase(
@@ -267,6 +276,8 @@ STREAMS_TARGET = 0.3
 """What the stream rows should reach, as a fraction of redis-server's (pubmesh's target)."""
 EXPIRY_TARGET = 2.0
 """Seconds within which pubmesh should have reclaimed the expiry case's keys."""
+BLOCKED_TARGET = 0.5
+"""What the blocked-readers row should reach, as a fraction of redis-server's (pubmesh's target)."""
 BASELINE_TARGET = 0.5
 """What a case with a baseline should reach, as a fraction of it (pubmesh's target)."""
 ROUTES_NOTE = (
@@ -278,7 +289,10 @@ RESP_NOTE = (
     f"RESP2 over one connection per client; the subscriber of the patterns case holds {PATTERNS:,}"
     " PSUBSCRIBE patterns that never match the channel, besides its SUBSCRIBE. Streams: a fresh"
     " stream per run; the consumer drains one filled before the clock starts, reading"
-    f" {READ_COUNT:,} entries per XREADGROUP and acknowledging them in the next round trip. Both"
+    f" {READ_COUNT:,} entries per XREADGROUP and acknowledging them in the next round trip. In the"
+    f" blocked-readers case, {BLOCKED_READERS:,} connections loop on XREADGROUP COUNT 1 BLOCK 0 (each"
+    " waits again once given an entry) while one writer sends XADDs, each after the last one's"
+    f" reply; pubmesh's target there is ≥ {BLOCKED_TARGET} of redis-server's rate. Both"
     " servers keep keys in memory only (redis-server with appendonly no, pubmesh without a journal);"
     f" pubmesh's target for the stream rows is ≥ {STREAMS_TARGET} of redis-server's rate. Expiry:"
     " the keys are made, then given their TTL in one MULTI/EXEC; the time runs from EXEC's reply"

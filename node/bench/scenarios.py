@@ -108,6 +108,14 @@ SCENARIOS = {
             protocol="redis",
         ),
         Scenario(
+            "resp-blocked",
+            "RESP: XADD, one at a time, to a stream N readers of one group wait on in XREADGROUP"
+            " BLOCK (each re-blocks once served)",
+            subs=1000,
+            msgs=20_000,
+            protocol="redis",
+        ),
+        Scenario(
             "resp-patterns",
             "RESP: 1 publisher -> 1 subscriber that also holds N patterns that never match",
             subs=1,
@@ -119,7 +127,7 @@ SCENARIOS = {
 }
 
 
-STREAM_SCENARIOS = frozenset({"resp-xadd", "resp-consume"})
+STREAM_SCENARIOS = frozenset({"resp-xadd", "resp-consume", "resp-blocked"})
 """The RESP scenarios on a stream (``node.bench.streams``) rather than channels."""
 
 
@@ -194,8 +202,9 @@ class Spec:
     def _check_stream(self) -> None:
         if self.scenario == "resp-xadd" and self.subs:
             raise BenchError("resp-xadd runs without consumers (resp-consume has them)")
-        if self.scenario == "resp-consume" and (self.subs < 1 or self.pubs != 1):
-            raise BenchError("resp-consume needs at least one consumer (--subs), and no --pubs")
+        if self.scenario in ("resp-consume", "resp-blocked") and (self.subs < 1 or self.pubs != 1):
+            who = "consumer" if self.scenario == "resp-consume" else "reader"
+            raise BenchError(f"{self.scenario} needs at least one {who} (--subs), and no --pubs")
         if not self.subject or any(c.isspace() for c in self.subject):
             raise BenchError(f"--subject must be a stream key, not {self.subject!r}")
 
@@ -293,6 +302,9 @@ class _Plan:
     """What to publish, and where, until every worker's interest has crossed (PUB lines)."""
     prepare: Callable[[], None] | None = None
     """What the coordinator does before workers start (untimed): fill a stream to consume."""
+    settle: Callable[[], None] | None = None
+    """What the coordinator waits for once workers are ready, before the clock starts (untimed):
+    readers blocked."""
 
 
 def _plan(spec: Spec) -> _Plan:
@@ -350,10 +362,31 @@ def _stream_plan(spec: Spec, base: Job) -> _Plan:
         ]
         adders = list(range(spec.pubs))
         return _Plan(roles, adders, adders, expected=spec.msgs)
+    if spec.scenario == "resp-blocked":
+        return _blocked_plan(spec, base)
     roles = [(streams.consumer, base) for _ in range(spec.subs)]
     consumers = list(range(spec.subs))
     fill = functools.partial(streams.fill, spec.endpoint, attrs.evolve(base, count=spec.msgs))
     return _Plan(roles, consumers, consumers, expected=spec.msgs, prepare=fill)
+
+
+def _blocked_plan(spec: Spec, base: Job) -> _Plan:
+    """Reader processes sharing ``spec.subs`` blocked readers, and the writer that comes last."""
+    share = streams.READERS_PER_WORKER
+    roles: list[tuple[Role, Job]] = [
+        (streams.blocked_reader, attrs.evolve(base, readers=min(share, spec.subs - first)))
+        for first in range(0, spec.subs, share)
+    ]
+    readers = list(range(len(roles)))
+    roles.append((streams.writer, attrs.evolve(base, count=spec.msgs, readers=spec.subs)))
+    return _Plan(
+        roles,
+        starters=[len(readers)],
+        counted=readers,
+        expected=spec.msgs,
+        prepare=functools.partial(streams.create_group, spec.endpoint, base.subject),
+        settle=functools.partial(streams.await_blocked, spec.endpoint, spec.subs, READY_TIMEOUT),
+    )
 
 
 def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
@@ -369,6 +402,8 @@ def run(spec: Spec, on_progress: ProgressCallback | None = None) -> Result:
     with _Crew(plan.roles) as crew:
         with _Prober(plan.probes) as prober:
             crew.wait_ready(prober.send)
+        if plan.settle is not None:
+            plan.settle()
         crew.go(plan.starters)
         reports = crew.reports(spec.timeout, plan.counted, plan.expected, on_progress)
     starters = [reports[i] for i in plan.starters]

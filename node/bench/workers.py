@@ -80,6 +80,9 @@ class Job:
     """The reply subject of probes (see the module docstring); empty when nothing needs probing."""
     patterns: int = 0
     """Patterns that never match a RESP subscriber holds besides its channel (``node.bench.resp``)."""
+    readers: int = 0
+    """Blocked reader connections a worker holds, or (the writer) in the whole run, in a
+    blocked-readers run (``node.bench.streams``)."""
 
     @property
     def payload(self) -> bytes:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from node.accounts import Account
@@ -39,7 +39,7 @@ from node.broker import VERSION, Broker
 from node.client import HANGUP_REASONS, KEEPS_OUTPUT, MAX_SUBS_EXCEEDED, Reason
 from node.config import RedisConfig, UserConfig
 from node.integers import string2ll
-from node.keyspace import CommitFailed, Database
+from node.keyspace import CommitFailed, Condition, Database
 from node.permissions import PermissionSet
 from node.resp.errors import RespProtocolError
 from node.resp.keys import KEY_COMMANDS
@@ -630,29 +630,34 @@ class RespConnection(Outbox):
         blocked = self.blocked
         return blocked.deadline if blocked is not None else math.inf
 
-    def block(self, keys: list[bytes], timeout_ms: int, retry: list[bytes]) -> None:
-        """Wait until one of ``keys`` is written, then run ``retry``; answer a null array if
-        ``timeout_ms`` (0: never) passes first. A retry that blocks again keeps the deadline."""
+    def block(
+        self, waits: Sequence[tuple[bytes, Condition]], *, timeout_ms: int, retry: list[bytes]
+    ) -> None:
+        """Wait until a write to one of the keys meets the condition given with it, then run
+        ``retry``; answer a null array if ``timeout_ms`` (0: never) passes first. A retry that
+        blocks again keeps the deadline."""
         if self._retry_deadline >= 0:
             deadline = self._retry_deadline
         else:
             deadline = self._clock() + timeout_ms / 1000 if timeout_ms else math.inf
         db = self.database
-        for key in keys:
-            db.block(key, self)
-        self.blocked = _Blocked(db, keys, retry, deadline)
-        self.on_deadline()
+        for key, until in waits:
+            db.block(key, self, until)
+        self.blocked = _Blocked(db, [key for key, _ in waits], retry, deadline)
+        if deadline < math.inf:  # (else ``deadline`` stays at inf)
+            self.on_deadline()
 
     def _unblock(self) -> _Blocked | None:
         blocked, self.blocked = self.blocked, None
         if blocked is not None:
             for key in blocked.keys:
                 blocked.db.unblock(key, self)
-            self.on_deadline()
+            if blocked.deadline < math.inf:  # (one that never times out left ``deadline`` alone)
+                self.on_deadline()
         return blocked
 
     def wake(self) -> None:
-        """A key this connection is blocked on was written: run the read again."""
+        """A write met what this connection waits for on one of its keys: run the read again."""
         blocked = self._unblock()
         if blocked is None or self.closing is not None:
             return

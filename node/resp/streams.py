@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from node.integers import string2ll
+from node.keyspace import Condition, Database
 from node.resp.keys import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.writer import OK, Writer, array, bulk, integer
 from node.stream_writes import add_entry, trim_record
@@ -489,11 +490,63 @@ def _read(group_read: bool) -> Handler:
             for n, arg in enumerate(args[ids_at:]):
                 if arg == b"$":
                     retry[ids_at + n] = format_id(parsed.positions[n])
-            conn.block(parsed.keys, parsed.block, retry)
+            conn.block(_waits(parsed), timeout_ms=parsed.block, retry=retry)
         else:
             conn._reply(conn.writer.null_array)
 
     return handler
+
+
+class _Undelivered:
+    """What an XREADGROUP ``>`` reader waits for: an entry its group has not delivered yet, or the
+    group (or the key) gone, which the read answers with NOGROUP. Readers of one group share it:
+    the first of them served takes what was new."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group: bytes) -> None:
+        self.group = group
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Undelivered) and other.group == self.group
+
+    def __hash__(self) -> int:
+        return hash(self.group)
+
+    def met(self, db: Database, key: bytes) -> bool:
+        stream = db.get(key, now_ms())
+        if stream is None:
+            return True
+        group = stream.groups.get(self.group)
+        return group is None or stream.has_after(group.last_id)
+
+
+class _After:
+    """What an XREAD reader waits for: an entry after the ID it reads from (``$`` resolved when it
+    blocked). Readers from one ID share it."""
+
+    __slots__ = ("position",)
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _After) and other.position == self.position
+
+    def __hash__(self) -> int:
+        return hash(self.position)
+
+    def met(self, db: Database, key: bytes) -> bool:
+        stream = db.get(key, now_ms())
+        return stream is not None and stream.has_after(self.position)
+
+
+def _waits(parsed: _ReadArgs) -> list[tuple[bytes, Condition]]:
+    """Each key a blocking read waits on, and what for (a group read blocks only on ``>``)."""
+    if parsed.group is not None:
+        until: Condition = _Undelivered(parsed.group)
+        return [(key, until) for key in parsed.keys]
+    return [(key, _After(position)) for key, position in zip(parsed.keys, parsed.positions, strict=True)]
 
 
 def _serve(
@@ -506,9 +559,8 @@ def _serve(
         stream = db.get(key, now)
         if stream is None:
             continue
-        last = stream.last_entry()  # (the last entry left, not the last ID ever given)
         if group is None:
-            if last is not None and last[0] > position:
+            if stream.has_after(position):
                 served.append((key, stream.after(position, parsed.count)))
             continue
         assert parsed.group is not None
@@ -521,7 +573,7 @@ def _serve(
             history = group.read_history(stream, consumer, position, parsed.count, now)
             served.append((key, history))
             _log_claims(conn, key, parsed.group, group, (i for i, f in history if f is not None))
-        elif last is not None and last[0] > group.last_id:
+        elif stream.has_after(group.last_id):
             fresh = group.read_new(stream, consumer, parsed.count, parsed.noack, now)
             if fresh:
                 served.append((key, fresh))

@@ -434,6 +434,17 @@ class Stream:
             return []
         return self.range(entry_id + 1, MAX_ID, count)
 
+    def has_after(self, entry_id: int) -> bool:
+        """Whether a live entry has an ID greater than ``entry_id`` (whether XREAD from it finds
+        anything)."""
+        if entry_id >= self.last_id or not self._blocks:
+            return False
+        block = self._blocks[-1]
+        if block.flags and not block.flags[-1] & _DELETED:  # (the last entry is live)
+            return block.last_id() > entry_id
+        last = self.last_entry()
+        return last is not None and last[0] > entry_id
+
     def first_entry(self) -> Entry | None:
         return next(self._iter(0, MAX_ID), None)
 

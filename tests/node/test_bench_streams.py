@@ -1,6 +1,6 @@
-"""``pubmesh bench resp-xadd`` and ``resp-consume`` against pubmesh's Redis port and redis-server:
-every entry added is confirmed and every entry consumed is acknowledged, exactly. Counts are
-asserted, never timings."""
+"""``pubmesh bench resp-xadd``, ``resp-consume`` and ``resp-blocked`` against pubmesh's Redis port
+and redis-server: every entry added is confirmed, every entry consumed is acknowledged, and every
+entry written to blocked readers is given to one, exactly. Counts are asserted, never timings."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import redis as redispy
 import trio
 
 from node.bench import cli
+from node.bench import streams as bench_streams
 from node.bench.compare import RESP_CASES, Block, render
 from node.bench.scenarios import Result, Spec, run
 from node.bench.servers import ServerProcess
@@ -54,9 +55,12 @@ def check(target: Endpoint, scenario: str, subs: int, pubs: int) -> Result:
     return result
 
 
-async def test_stream_scenarios_on_pubmesh(nursery: trio.Nursery) -> None:
+async def test_stream_scenarios_on_pubmesh(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
     node = await redis_node(nursery)
     target = endpoint(node)
+    monkeypatch.setattr(bench_streams, "READERS_PER_WORKER", 2)  # (5 readers in 3 processes)
 
     def scenario() -> None:
         check(target, "resp-xadd", 0, 2)
@@ -64,6 +68,10 @@ async def test_stream_scenarios_on_pubmesh(nursery: trio.Nursery) -> None:
         result = check(target, "resp-consume", 3, 1)
         assert len(result.per_worker) == 3
         assert sorted(streams(target).values()) == [(MSGS, -1), (MSGS, 0)]  # every entry acked
+        result = check(target, "resp-blocked", 5, 1)
+        assert len(result.per_worker) == 3
+        given = (MSGS + 5, MSGS + 5)  # (and an end marker for each reader; none acked)
+        assert sorted(streams(target).values()) == [(MSGS, -1), (MSGS, 0), given]
 
     await trio.to_thread.run_sync(scenario)
 
@@ -72,7 +80,9 @@ async def test_stream_scenarios_on_pubmesh(nursery: trio.Nursery) -> None:
 def test_stream_scenarios_on_redis_server(redis: ServerProcess) -> None:
     check(redis.endpoint, "resp-xadd", 0, 1)
     check(redis.endpoint, "resp-consume", 1, 1)
-    assert sorted(streams(redis.endpoint).values()) == [(MSGS, -1), (MSGS, 0)]
+    check(redis.endpoint, "resp-blocked", 3, 1)
+    given = (MSGS + 3, MSGS + 3)
+    assert sorted(streams(redis.endpoint).values()) == [(MSGS, -1), (MSGS, 0), given]
 
 
 async def test_stream_scenarios_from_the_command_line(
@@ -90,6 +100,11 @@ async def test_stream_scenarios_from_the_command_line(
         assert cli.main(["resp-consume", "--url", url, "--msgs", "500", "--subs", "2", "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)
         assert (doc["ok"], doc["received"], sum(doc["per_worker"])) == (True, 500, 500)
+        assert cli.main(["resp-blocked", "--url", url, "--msgs", "200", "--subs", "3"]) == 0
+        out = capsys.readouterr().out
+        assert "resp-blocked: 1 writer -> 3 blocked readers of one group, 200 entries" in out
+        assert "XADD/s, each given to a blocked reader" in out
+        assert "check: given 200 == expected 200  OK" in out
 
     await trio.to_thread.run_sync(scenario)
 
@@ -100,6 +115,8 @@ async def test_stream_scenarios_from_the_command_line(
         ("resp-xadd", 1, 1, "without consumers"),
         ("resp-consume", 0, 1, "at least one consumer"),
         ("resp-consume", 1, 2, "no --pubs"),
+        ("resp-blocked", 0, 1, "at least one reader"),
+        ("resp-blocked", 2, 2, "no --pubs"),
     ],
 )
 def test_stream_specs_that_cannot_run_are_refused(
@@ -118,3 +135,5 @@ def test_compare_shows_the_stream_rows_with_their_target() -> None:
     assert "| RESP XADD, pipelined, 300,000 msgs: entries added/s | 10 | 40 | 0.25 |" in table
     consume = "| RESP XREADGROUP+XACK, 1 consumer, 300,000 msgs: entries acked/s | 10 | 40 | 0.25 |"
     assert consume in table
+    blocked = "to 1,000 blocked XREADGROUP readers, 20,000 msgs: XADD/s | 10 | 40 | 0.25 |"
+    assert blocked in table

@@ -167,6 +167,19 @@ SCENARIOS: dict[str, list[Step]] = {
         (0, b"xreadgroup GROUP g c BLOCK 100 STREAMS q >\r\nping\r\n"),
         (0, b"multi\r\nxread BLOCK 0 STREAMS q $\r\nexec\r\n"),
     ],
+    "blocked readers served in the order they blocked": [
+        # (each blocking read follows a PING sent with it, answered once the read has blocked)
+        (0, b"flushall\r\nxgroup create s g1 $ mkstream\r\nxgroup create s g2 $\r\n"),
+        (1, b"ping\r\nxreadgroup GROUP g1 a COUNT 1 BLOCK 0 STREAMS s >\r\n"),
+        (2, b"ping\r\nxreadgroup GROUP g2 b COUNT 1 BLOCK 0 STREAMS s >\r\n"),
+        (3, b"ping\r\nxread BLOCK 0 STREAMS s 1-5\r\n"),
+        (4, b"ping\r\nxreadgroup GROUP g1 d COUNT 1 BLOCK 0 STREAMS s >\r\n"),
+        (0, b"xadd s 1-1 f v\r\n"),  # the first reader of each group; not the XREAD from 1-5
+        (1, b"ping\r\nxreadgroup GROUP g1 a COUNT 1 BLOCK 0 STREAMS s >\r\n"),  # (behind d now)
+        (0, b"multi\r\nxadd s 2-1 f v\r\nxadd s 3-1 f v\r\nexec\r\n"),  # all left waiting
+        (5, b"xreadgroup GROUP g1 t COUNT 1 BLOCK 100 STREAMS s >\r\n"),  # nothing new: times out
+        (2, b"xreadgroup GROUP g2 b COUNT 9 BLOCK 0 STREAMS s >\r\n"),  # what g2 has not had
+    ],
     "protocol errors": [
         (0, b"subscribe c\r\n"),
         (0, b"*1\r\nx\r\n"),
