@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from node.bench import stall
 from node.bench.compare import compare
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.progress import ProgressBar
@@ -53,6 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--subs", type=int, default=100_000, help="subscriptions the first node holds")
     r.add_argument("--nats-server", action="store_true", help="measure nats-server (from PATH) instead")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+    h = commands.add_parser(
+        "resp-stall",
+        help="RESP: PUBLISH on a long channel while hostile patterns are held, and a PING canary",
+        formatter_class=defaults,
+    )
+    h.add_argument("--url", "--server", dest="url", default=DEFAULT_URLS["redis"], help="server URL")
+    h.add_argument("--patterns", type=int, default=stall.PATTERNS, help="patterns held")
+    h.add_argument("--size", type=int, default=stall.SIZE, help="bytes of the channel")
+    h.add_argument(
+        "--seconds", type=float, default=stall.SECONDS, help="go on publishing this long (≥ 1 PUBLISH)"
+    )
+    h.add_argument("--json", action="store_true", help="print the result as JSON")
     c = commands.add_parser(
         "compare",
         help="start pubmesh and nats-server on 127.0.0.1 and run the same scenarios against both",
@@ -68,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
         "--scale", type=float, default=1.0, help="multiply every run's message count (e.g. 0.1)"
     )
     c.add_argument("--json", action="store_true", help="print the rows as JSON")
+    c.add_argument(
+        "--only",
+        metavar="WORDS",
+        help="run only the cases whose label contains these words (e.g. 'hostile patterns')",
+    )
     return p
 
 
@@ -100,9 +118,13 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "compare":
-            return compare(runs=args.runs, scale=args.scale, as_json=args.json, resp=args.resp)
+            return compare(
+                runs=args.runs, scale=args.scale, as_json=args.json, resp=args.resp, only=args.only
+            )
         if args.command in ("convergence", "resync"):
             return _interest(args)
+        if args.command == "resp-stall":
+            return _stall(args)
         sub_url = getattr(args, "sub_url", None)
         spec = Spec(
             args.command,
@@ -144,6 +166,13 @@ def _interest(args: argparse.Namespace) -> int:
         print(describe_convergence(outcome))
     else:
         print(describe_resync(outcome))
+    return 0 if outcome.ok else 1
+
+
+def _stall(args: argparse.Namespace) -> int:
+    endpoint = parse_url(args.url, "redis")
+    outcome = stall.stall(endpoint, patterns=args.patterns, size=args.size, seconds=args.seconds)
+    print(json.dumps(outcome.as_dict()) if args.json else stall.describe(outcome))
     return 0 if outcome.ok else 1
 
 

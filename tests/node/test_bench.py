@@ -28,6 +28,7 @@ from node.bench.compare import (
     Block,
     LoadCase,
     Outcome,
+    StallCase,
     Target,
     render,
     resp_block,
@@ -35,6 +36,7 @@ from node.bench.compare import (
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.scenarios import Result, Spec, run
 from node.bench.servers import PUBMESH, Flavor, ServerProcess, Servers, nats_server, redis_server
+from node.bench.stall import Stall
 from node.bench.wire import BenchError, Endpoint, Reader, Tally, parse_url
 from node.config import Config
 from node.launch import NodeHandle
@@ -485,6 +487,16 @@ def made_up(case: Any, seconds: float) -> Outcome:
         )
     if case.scenario == "convergence":
         return Convergence(NEAR, FAR, requested=1, samples_ns=(round(seconds * 1e6),))
+    if isinstance(case, StallCase):
+        ns = (round(seconds * 1e9),)
+        return Stall(
+            url=REDIS.url,
+            patterns=case.patterns,
+            size=case.size,
+            publish_ns=ns,
+            canary_ns=ns,
+            seconds=seconds,
+        )
     return Resync("pubmesh", case.subs, seconds, seconds, seconds, swept=case.subs)
 
 
