@@ -24,11 +24,12 @@ backtracking is ever needed. Runs of ``*`` are one star and a string shorter tha
 fixed bytes is turned away before any scan. Within a segment, the ``?`` at its ends are only
 offsets (``*`` followed by 200 ``?`` and ``b`` is a scan for a ``b`` from the 201st byte on). What
 is left is found with ``bytes.find`` when it is plain bytes, otherwise by a fixed-width regular
-expression that scans for its longest run of plain bytes and checks the rest around each hit, a
-run of any bytes in one step and a run of one repeated set in one loop. A match therefore costs
-one C scan per segment, plus, at each place a scan stops, one step per run of the segment: at
-most the string's length times the pattern's, in C, and for most patterns one pass over the
-string.
+expression that scans for its longest run of plain bytes and checks the rest around each hit
+(a run of ``?`` in one step, a run of one repeated set in one tight loop). A match therefore
+costs one C scan per segment, plus a check at each place a scan stops: at most the string's
+length times the pattern's, all in C, and for most patterns one pass over the string. No
+pattern is refused for its shape: crafted ones whose key occurs everywhere and whose checks fail
+late still cost that product, as they cost redis-server more.
 """
 
 from __future__ import annotations
@@ -238,9 +239,9 @@ class _Segment:
     (``lead``, ``trail``), never scanned. The rest, the core, is found with ``bytes.find`` when it is
     plain bytes. Otherwise a regular expression finds it, one that starts with the core's longest
     run of plain bytes (the key), so the engine scans for that run and checks the other positions
-    only where it occurs: those after the key directly, those before it by a look-behind. Inside,
-    any-byte runs are skipped in one step and repeated sets checked in one loop, so a candidate
-    place costs at most one step per distinct run of the pattern, all of it in C.
+    only where it occurs: those after the key first, then those before it by a look-behind.
+    Inside, a run of any bytes is skipped in one step and a run of one repeated set checked in
+    one loop, so checking a candidate place costs at most one step per byte of the core, in C.
 
     Attributes:
         width: bytes the segment spans.
