@@ -486,11 +486,16 @@ def _table(results: Results, block: Block, scale: float) -> list[str]:
         if both:
             mine, theirs = row.values
             cells.append(
-                f"{mine / theirs:.2f}" if row.comparable and mine is not None and theirs else "—"
+                _ratio(mine / theirs) if row.comparable and mine is not None and theirs else "—"
             )
         label = f"{row.case.label}, {row.case.amount(scale)}: {row.what}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return [*lines, "", *block.notes]
+
+
+def _ratio(ratio: float) -> str:
+    """Two decimals, or one significant digit below 0.01 (so that a ratio never reads 0.00)."""
+    return f"{ratio:.2f}" if ratio >= 0.01 or ratio == 0 else f"{ratio:.1g}"
 
 
 def _as_json(results: Results, blocks: list[Block], runs: int, scale: float) -> dict[str, Any]:
