@@ -20,14 +20,22 @@ Redis matches by backtracking, polynomial since CVE-2022-36021 and still slow on
 Here a pattern compiles once into segments: the fixed-width runs of byte sets between ``*``. The
 first segment must match at the start, the last at the end, and the ones in between are placed
 leftmost, each after the previous: if any placement matches, the leftmost one does, so no
-backtracking is ever needed and a match costs O(pattern x string) at worst. Segments of plain
-bytes are found with ``bytes.find``; the others with a regular expression of fixed width (byte
-classes only, no repetition), both running in C.
+backtracking is ever needed. Runs of ``*`` are one star and a string shorter than the pattern's
+fixed bytes is turned away before any scan. Within a segment, the ``?`` at its ends are only
+offsets (``*`` followed by 200 ``?`` and ``b`` is a scan for a ``b`` from the 201st byte on). What
+is left is found with ``bytes.find`` when it is plain bytes, otherwise by a fixed-width regular
+expression that scans for its longest run of plain bytes and checks the rest around each hit
+(a run of ``?`` in one step, a run of one repeated set in one tight loop). A match therefore
+costs one C scan per segment, plus a check at each place a scan stops: at most the string's
+length times the pattern's, all in C, and for most patterns one pass over the string. No
+pattern is refused for its shape: crafted ones whose key occurs everywhere and whose checks fail
+late still cost that product, as they cost redis-server more.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import compress
 from typing import Final
 
 __all__ = [
@@ -55,6 +63,8 @@ _DASH: Final = 0x2D
 _BACKSLASH: Final = 0x5C
 
 _ANY: Final = bytes(range(256))
+_FLIP: Final = bytes([1, 0]) + bytes(254)
+"""Turns a membership table (0 or 1 per byte) into its complement's."""
 
 # How a compiled pattern matches, cheapest first.
 _NEVER: Final = 0  # some byte set is empty: nothing can match
@@ -112,17 +122,30 @@ def _parse_set(pattern: bytes, i: int, nocase: bool) -> tuple[bytes, int]:
                 start, end = end, start
             if nocase:
                 start, end = _lower(start), _lower(end)
-            for byte in range(256):
-                c = _lower(_signed(byte)) if nocase else _signed(byte)
-                if start <= c <= end:
-                    members[byte] = 1
+            _add_range(members, start, end, nocase)
             i += 2
         else:
             for byte in _folded(pattern[i], nocase):
                 members[byte] = 1
         i += 1
-    chosen = 0 if negate else 1
-    return bytes(b for b in range(256) if members[b] == chosen), i + 1
+    if negate:
+        members = members.translate(_FLIP)
+    return bytes(compress(_ANY, members)), i + 1
+
+
+def _add_range(members: bytearray, start: int, end: int, nocase: bool) -> None:
+    """Mark the bytes whose value as a signed ``char`` (folded by C ``tolower`` when ``nocase``)
+    lies within ``start``..``end``."""
+    before = members[0x41:0x5B]
+    if end >= 0 and start <= 127:  # the bytes 0..127 read the same signed
+        low, high = max(start, 0), end
+        members[low : high + 1] = b"\x01" * (high - low + 1)
+    if start < 0:  # 128..255 read as -128..-1
+        low, high = start + 256, min(end, -1) + 256
+        members[low : high + 1] = b"\x01" * (high - low + 1)
+    if nocase:  # upper-case letters compare as their lower case
+        for upper in range(0x41, 0x5B):
+            members[upper] = 1 if before[upper - 0x41] or start <= upper + 32 <= end else 0
 
 
 def _tokenize(pattern: bytes, nocase: bool) -> list[bytes | None]:
@@ -169,33 +192,113 @@ def _byte_class(members: bytes) -> bytes:
     return b"[" + b"".join(parts) + b"]"
 
 
-class _Segment:
-    """A fixed-width run of byte sets between two ``*``: found as plain bytes or by a regex."""
+def _expression(tokens: list[bytes]) -> bytes:
+    """A regular expression (``re.DOTALL``) matching exactly these byte sets in a row.
 
-    __slots__ = ("literal", "regex", "width")
+    Plain bytes stay single literals, so a leading run of them is what the engine scans for; a run
+    of one repeated set becomes one counted repeat, checked in a tight loop, and a run of any-byte
+    positions ``.{k}``, which the engine skips in one step.
+    """
+    parts: list[bytes] = []
+    classes: dict[bytes, bytes] = {}  # hostile patterns repeat a few sets many times
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        j = i + 1
+        while j < len(tokens) and tokens[j] == token:
+            j += 1
+        if len(token) == 1:
+            parts.append((b"\\x%02x" % token[0]) * (j - i))
+        else:
+            atom = classes.get(token, b"")
+            if not atom:
+                atom = classes[token] = b"." if len(token) == 256 else _byte_class(token)
+            parts.append(atom if j - i == 1 else atom + b"{%d}" % (j - i))
+        i = j
+    return b"".join(parts)
+
+
+def _longest_literal(tokens: list[bytes]) -> tuple[int, int]:
+    """Where the longest run of plain bytes begins and how long it is (the first of equals)."""
+    best_start = best_len = 0
+    i = 0
+    while i < len(tokens):
+        j = i
+        while j < len(tokens) and len(tokens[j]) == 1:
+            j += 1
+        if j - i > best_len:
+            best_start, best_len = i, j - i
+        i = max(j, i + 1)
+    return best_start, best_len
+
+
+class _Segment:
+    """A fixed-width run of byte sets between two ``*``, compiled so that finding it stays cheap.
+
+    Any-byte positions (``?``) at either end only shift where the rest may lie: they are counted
+    (``lead``, ``trail``), never scanned. The rest, the core, is found with ``bytes.find`` when it is
+    plain bytes. Otherwise a regular expression finds it, one that starts with the core's longest
+    run of plain bytes (the key), so the engine scans for that run and checks the other positions
+    only where it occurs: those after the key first, then those before it by a look-behind.
+    Inside, a run of any bytes is skipped in one step and a run of one repeated set checked in
+    one loop, so checking a candidate place costs at most one step per byte of the core, in C.
+
+    Attributes:
+        width: bytes the segment spans.
+        literal: the whole segment when it is plain bytes (no ``?`` or set of several bytes).
+    """
+
+    __slots__ = ("core", "key_offset", "lead", "literal", "regex", "trail", "width")
 
     def __init__(self, tokens: list[bytes]) -> None:
-        self.width = len(tokens)
-        self.literal: bytes | None = None
+        width = len(tokens)
+        lead = 0
+        while lead < width and len(tokens[lead]) == 256:
+            lead += 1
+        trail = 0
+        while trail < width - lead and len(tokens[width - 1 - trail]) == 256:
+            trail += 1
+        core = tokens[lead : width - trail]
+        self.width = width
+        self.lead = lead
+        self.trail = trail
+        self.core = b""
+        self.key_offset = 0
         self.regex: re.Pattern[bytes] | None = None
-        if all(len(t) == 1 for t in tokens):
-            self.literal = b"".join(tokens)
-        else:
-            self.regex = re.compile(b"".join(_byte_class(t) for t in tokens))
+        self.literal: bytes | None = None
+        if all(len(t) == 1 for t in core):
+            self.core = b"".join(core)
+            if not lead and not trail:
+                self.literal = self.core
+            return
+        start, length = _longest_literal(core)
+        self.key_offset = start
+        end = start + length
+        expression = _expression(core[start:end]) + _expression(core[end:])
+        if start:  # checked last, from the end of the core back past the key and what follows it
+            behind = _expression(core[:start] + [_ANY] * (len(core) - start))
+            expression += b"(?<=" + behind + b")"
+        self.regex = re.compile(expression, re.DOTALL)
 
     def at(self, string: bytes, pos: int) -> bool:
-        if self.literal is not None:
-            return string.startswith(self.literal, pos)
-        assert self.regex is not None
-        return self.regex.match(string, pos) is not None
+        """Whether the segment matches at ``pos`` (``string`` holds ``width`` bytes from there)."""
+        regex = self.regex
+        if regex is None:
+            return string.startswith(self.core, pos + self.lead)
+        return regex.match(string, pos + self.lead + self.key_offset) is not None
 
     def find(self, string: bytes, start: int, end: int) -> int:
         """Where the leftmost occurrence within ``string[start:end]`` begins, or -1."""
-        if self.literal is not None:
-            return string.find(self.literal, start, end)
-        assert self.regex is not None
-        found = self.regex.search(string, start, end)
-        return -1 if found is None else found.start()
+        low = start + self.lead
+        high = end - self.trail
+        regex = self.regex
+        if regex is None:
+            if low + len(self.core) > high:
+                return -1
+            found = string.find(self.core, low, high)
+            return found if found < 0 else found - self.lead
+        matched = regex.search(string, low + self.key_offset, high)
+        return -1 if matched is None else matched.start() - self.key_offset - self.lead
 
 
 def _literal_run(tokens: list[bytes | None]) -> bytes:

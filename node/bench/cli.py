@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from node.bench import expiry
+from node.bench import expiry, stall
 from node.bench.compare import compare
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.progress import ProgressBar
@@ -69,6 +69,18 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--keys", type=int, default=100_000, help="keys made")
     e.add_argument("--ttl", type=int, default=100, help="their TTL, in milliseconds")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
+    h = commands.add_parser(
+        "resp-stall",
+        help="RESP: PUBLISH on a long channel while hostile patterns are held, and a PING canary",
+        formatter_class=defaults,
+    )
+    h.add_argument("--url", "--server", dest="url", default=DEFAULT_URLS["redis"], help="server URL")
+    h.add_argument("--patterns", type=int, default=stall.PATTERNS, help="patterns held")
+    h.add_argument("--size", type=int, default=stall.SIZE, help="bytes of the channel")
+    h.add_argument(
+        "--seconds", type=float, default=stall.SECONDS, help="go on publishing this long (≥ 1 PUBLISH)"
+    )
+    h.add_argument("--json", action="store_true", help="print the result as JSON")
     c = commands.add_parser(
         "compare",
         help="start pubmesh and nats-server on 127.0.0.1 and run the same scenarios against both",
@@ -84,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
         "--scale", type=float, default=1.0, help="multiply every run's message count (e.g. 0.1)"
     )
     c.add_argument("--json", action="store_true", help="print the rows as JSON")
+    c.add_argument(
+        "--only",
+        metavar="WORDS",
+        help="run only the cases whose label contains these words (e.g. 'hostile patterns')",
+    )
     return p
 
 
@@ -116,11 +133,15 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "compare":
-            return compare(runs=args.runs, scale=args.scale, as_json=args.json, resp=args.resp)
+            return compare(
+                runs=args.runs, scale=args.scale, as_json=args.json, resp=args.resp, only=args.only
+            )
         if args.command in ("convergence", "resync"):
             return _interest(args)
         if args.command == "resp-expiry":
             return _reclaim(args)
+        if args.command == "resp-stall":
+            return _stall(args)
         sub_url = getattr(args, "sub_url", None)
         spec = Spec(
             args.command,
@@ -169,6 +190,13 @@ def _reclaim(args: argparse.Namespace) -> int:
     with ProgressBar.on_terminal(args.command) as bar:
         outcome = expiry.reclaim(parse_url(args.url, "redis"), args.keys, args.ttl, bar)
     print(json.dumps(outcome.as_dict()) if args.json else describe_reclaim(outcome))
+    return 0 if outcome.ok else 1
+
+
+def _stall(args: argparse.Namespace) -> int:
+    endpoint = parse_url(args.url, "redis")
+    outcome = stall.stall(endpoint, patterns=args.patterns, size=args.size, seconds=args.seconds)
+    print(json.dumps(outcome.as_dict()) if args.json else stall.describe(outcome))
     return 0 if outcome.ok else 1
 
 

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from node.bench import expiry, interest
+from node.bench import expiry, interest, stall
 from node.bench.progress import ProgressBar
 from node.bench.scenarios import Spec, run
 from node.bench.servers import PUBMESH, PUBMESH_RESP, Flavor, Servers, nats_server, redis_server
@@ -38,6 +38,7 @@ __all__ = [
     "LoadCase",
     "Outcome",
     "ResyncCase",
+    "StallCase",
     "Target",
     "compare",
     "render",
@@ -214,7 +215,34 @@ class ExpiryCase:
         ]
 
 
-Case = LoadCase | ConvergenceCase | ResyncCase | ExpiryCase
+@attrs.frozen
+class StallCase:
+    """A PUBLISH on a long channel while hostile patterns are held, and a PING canary meanwhile
+    (``node.bench.stall``)."""
+
+    label: str
+    patterns: int
+    size: int
+    seconds: float
+    scenario: str = "resp-stall"
+
+    def amount(self, scale: float) -> str:
+        return f"{self.patterns:,} patterns, {self.size // 1024:,} KB channel"
+
+    def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
+        return stall.stall(
+            target.node, patterns=self.patterns, size=self.size, seconds=self.seconds * scale
+        )
+
+    def metrics(self) -> list[Metric]:
+        return [
+            ("PUBLISH median (ms)", ",.2f", lambda s: s.publish.p50 / 1000),
+            ("PING canary p50 (ms)", ",.2f", lambda s: s.canary.p50 / 1000),
+            ("PING canary p99 (ms)", ",.2f", lambda s: s.canary.p99 / 1000),
+        ]
+
+
+Case = LoadCase | ConvergenceCase | ResyncCase | ExpiryCase | StallCase
 
 CASES: tuple[Case, ...] = (
     LoadCase("publish only", "pub", 1_500_000, subs=0),
@@ -267,11 +295,18 @@ RESP_CASES: tuple[Case, ...] = (
         share="÷ zero-pattern rate, same size",
         share_format=".4f",
     ),
+    StallCase(
+        "RESP PUBLISH while hostile patterns are held",
+        patterns=stall.PATTERNS,
+        size=stall.SIZE,
+        seconds=stall.SECONDS,
+    ),
 )
-"""The patterns case is sized for redis-server, which tries every pattern on each PUBLISH: a few
-thousand messages a second. It comes last: once a client has held that many patterns, redis-server
-7.0 publishes many times slower even after it has gone (the emptied pattern table keeps its size and
-is walked on every PUBLISH), which would spoil any case run after it."""
+"""The patterns cases come last: once a client has held that many patterns, redis-server 7.0
+publishes many times slower even after it has gone (the emptied pattern table keeps its size and is
+walked on every PUBLISH), which would spoil any case run after them. The first is sized for
+redis-server, which tries every pattern on each PUBLISH: a few thousand messages a second. In the
+second, one PUBLISH takes redis-server seconds, during which it answers nobody."""
 STREAMS_TARGET = 0.3
 """What the stream rows should reach, as a fraction of redis-server's (pubmesh's target)."""
 EXPIRY_TARGET = 2.0
@@ -297,6 +332,10 @@ RESP_NOTE = (
     f" pubmesh's target for the stream rows is ≥ {STREAMS_TARGET} of redis-server's rate. Expiry:"
     " the keys are made, then given their TTL in one MULTI/EXEC; the time runs from EXEC's reply"
     " until INFO keyspace shows none, while a canary connection PINGs about once a millisecond."
+    f" Hostile patterns: {stall.PATTERNS:,} patterns '*' + {stall.QUESTION_MARKS} '?' +"
+    " 'b*[a-z<i>][a-z<i>]' held by one client, PUBLISH on a channel without 'b' by another, one"
+    f" after the other for {stall.SECONDS:g} s (at least one), while a third sends PING every"
+    f" {stall.CANARY_INTERVAL * 1000:g} ms."
 )
 
 Results = dict[tuple[str, str], list[Outcome]]
@@ -314,20 +353,32 @@ class Block:
     notes: tuple[str, ...] = ()
 
 
-def compare(*, runs: int = 3, scale: float = 1.0, as_json: bool = False, resp: bool = False) -> int:
+def compare(
+    *,
+    runs: int = 3,
+    scale: float = 1.0,
+    as_json: bool = False,
+    resp: bool = False,
+    only: str | None = None,
+) -> int:
     """Run every case against pubmesh (and nats-server, when it is on PATH); with ``resp``, the RESP
-    cases against pubmesh's RESP listener and redis-server too. Print the tables.
+    cases against pubmesh's RESP listener and redis-server too. Print the tables. With ``only``,
+    just the cases whose label contains it (ignoring case), and only the servers they need.
 
     Returns the exit status: 1 if any run failed its check.
     """
     if runs < 1 or scale <= 0:
         raise BenchError("--runs and --scale must be positive")
+    nats_cases, resp_cases = _chosen(CASES, only), _chosen(RESP_CASES, only) if resp else ()
+    if not nats_cases and not resp_cases:
+        raise BenchError(f"no case's label contains {only!r}")
     started = time.monotonic()
     results: Results = {}
     with Servers() as servers:
-        plans = [_nats_block(servers)]
-        if resp:
+        plans = [_nats_block(servers)] if nats_cases else []
+        if resp_cases:
             plans.append(resp_block(servers))
+        plans = [(attrs.evolve(block, cases=_chosen(block.cases, only)), t) for block, t in plans]
         for block, targets in plans:
             for case in block.cases:
                 for i in range(runs):
@@ -343,6 +394,12 @@ def compare(*, runs: int = 3, scale: float = 1.0, as_json: bool = False, resp: b
     else:
         print(render(results, blocks, runs, scale, elapsed))
     return 0 if all(r.ok for rs in results.values() for r in rs) else 1
+
+
+def _chosen(cases: tuple[Case, ...], only: str | None) -> tuple[Case, ...]:
+    if only is None:
+        return cases
+    return tuple(case for case in cases if only.lower() in case.label.lower())
 
 
 def _nats_block(servers: Servers) -> tuple[Block, list[Target]]:
@@ -411,10 +468,11 @@ def _rows(results: Results, block: Block) -> Iterator[_Row]:
             values = [_median(results[case.label, s], metric) for s in block.versions]
             first.setdefault(case.label, values)
             yield _Row(case, what, fmt, values)
-        if isinstance(case, LoadCase) and case.baseline is not None:
+        if isinstance(case, LoadCase) and case.baseline in first:
+            base_values = first[case.baseline]
             shares = [
                 mine / base if mine is not None and base else None
-                for mine, base in zip(first[case.label], first[case.baseline], strict=True)
+                for mine, base in zip(first[case.label], base_values, strict=True)
             ]
             what = case.share or f"÷ {case.baseline} (pubmesh target ≥ {BASELINE_TARGET})"
             yield _Row(case, what, case.share_format, shares, comparable=False)
@@ -470,11 +528,16 @@ def _table(results: Results, block: Block, scale: float) -> list[str]:
         if both:
             mine, theirs = row.values
             cells.append(
-                f"{mine / theirs:.2f}" if row.comparable and mine is not None and theirs else "—"
+                _ratio(mine / theirs) if row.comparable and mine is not None and theirs else "—"
             )
         label = f"{row.case.label}, {row.case.amount(scale)}: {row.what}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return [*lines, "", *block.notes]
+
+
+def _ratio(ratio: float) -> str:
+    """Two decimals, or one significant digit below 0.01 (so that a ratio never reads 0.00)."""
+    return f"{ratio:.2f}" if ratio >= 0.01 or ratio == 0 else f"{ratio:.1g}"
 
 
 def _as_json(results: Results, blocks: list[Block], runs: int, scale: float) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from node.bench.compare import (
     Block,
     LoadCase,
     Outcome,
+    StallCase,
     Target,
     render,
     resp_block,
@@ -36,6 +37,7 @@ from node.bench.expiry import Reclaim
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.scenarios import Result, Spec, run
 from node.bench.servers import PUBMESH, Flavor, ServerProcess, Servers, nats_server, redis_server
+from node.bench.stall import Stall
 from node.bench.wire import BenchError, Endpoint, Reader, Tally, parse_url
 from node.config import Config
 from node.launch import NodeHandle
@@ -489,6 +491,16 @@ def made_up(case: Any, seconds: float) -> Outcome:
     if case.scenario == "resp-expiry":
         pings = (round(seconds * 1e6),) * 3
         return Reclaim(REDIS, case.keys, case.ttl_ms, seconds, seconds, pings, left=0)
+    if isinstance(case, StallCase):
+        ns = (round(seconds * 1e9),)
+        return Stall(
+            url=REDIS.url,
+            patterns=case.patterns,
+            size=case.size,
+            publish_ns=ns,
+            canary_ns=ns,
+            seconds=seconds,
+        )
     return Resync("pubmesh", case.subs, seconds, seconds, seconds, swept=case.subs)
 
 
