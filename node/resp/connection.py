@@ -378,7 +378,7 @@ class RespConnection(Outbox):
                     "QUIT / RESET are allowed in this context"
                 )
                 return
-            if command.writes and self._retry_deadline < 0:
+            if command.writes:  # (a blocked XREADGROUP's retry too: nothing left to take back)
                 refusal = self.broker.keyspaces.refusal
                 if refusal is not None:
                     self._queue_failed = self.queued is not None

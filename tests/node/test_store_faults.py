@@ -37,6 +37,8 @@ class Faults:
     def __init__(self) -> None:
         self.room: int | None = None
         self.fsync_error: int | None = None
+        self.fsyncs_left: int | None = None
+        """Fsyncs that succeed before ``fsync_error`` applies (None: it applies at once)."""
 
     def write(self, fd: int, data: memoryview) -> int:
         if self.room is not None:
@@ -48,7 +50,9 @@ class Faults:
 
     def fsync(self, fd: int) -> None:
         if self.fsync_error is not None:
-            raise OSError(self.fsync_error, os.strerror(self.fsync_error))
+            if not self.fsyncs_left:
+                raise OSError(self.fsync_error, os.strerror(self.fsync_error))
+            self.fsyncs_left -= 1
         os.fsync(fd)
 
     def free_bytes(self, fd: int) -> int:
@@ -172,6 +176,32 @@ def test_a_blocked_reader_is_not_handed_an_entry_that_was_not_written(tmp_path: 
     entries = Peer(broker).send("XRANGE", "s", "-", "+")
     assert b"kept" in entries
     assert b"lost" not in entries
+    store.close()
+
+
+def test_readers_a_write_woke_after_the_journal_failed_are_refused_not_rebuilt_for(
+    tmp_path: Path,
+) -> None:
+    """The first reader's delivery cannot be written: it is taken back and the reader answered
+    with the error; the readers after it are refused at once (a group read changes keys), so the
+    keys are rebuilt once, not once per reader."""
+    faults = Faults()
+    broker, store = _open(tmp_path, "always", faults)
+    writer = Peer(broker)
+    readers = [Peer(broker) for _ in range(5)]
+    assert writer.send("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM") == b"+OK\r\n"
+    for n, reader in enumerate(readers):
+        read = ["XREADGROUP", "GROUP", "g", f"c{n}", "COUNT", "1", "BLOCK", "0", "STREAMS", "s"]
+        assert reader.send(*read, ">") == b""
+    faults.fsync_error, faults.fsyncs_left = errno.EIO, 1  # (the XADD's fsync works)
+    pipeline = b"".join(
+        b"*5\r\n$4\r\nXADD\r\n$1\r\ns\r\n$3\r\n%d-1\r\n$1\r\nf\r\n$1\r\nv\r\n" % n for n in range(1, 6)
+    )
+    eio = MISCONF + b"Input/output error\r\n"
+    assert writer.raw(pipeline) == b"$3\r\n1-1\r\n" + eio * 4  # (refused from the failure on)
+    assert [bytes(reader.conn.take_output()) for reader in readers] == [eio] * 5
+    assert store.discards == 1
+    assert writer.send("XPENDING", "s", "g") == b"*4\r\n:0\r\n$-1\r\n$-1\r\n*-1\r\n"
     store.close()
 
 
