@@ -49,9 +49,11 @@ __all__ = [
 DATABASES = 16
 """Numbered databases per account (redis-server's default ``databases``)."""
 SWEEP_SAMPLE = 20
-"""Keys with an expiry a sweep looks at in one round (redis-server's keys per loop)."""
+"""Keys with an expiry a sweep looks at in one round, and the random probes that may follow it
+(redis-server's keys per loop)."""
 SWEEP_STALE = 0.1
-"""A sweep goes round a database again while more than this share of a round had expired."""
+"""A sweep goes on in a database while more than this share of a round, or of its probes, had
+expired (redis-server's acceptable stale share)."""
 SWEEP_SECONDS = 0.002
 """The CPU time one sweep may take: little, so that clients are not held up (``Keyspaces.sweep``)."""
 
@@ -179,14 +181,12 @@ class Persistence(Protocol):
 class Database:
     """One numbered database of one account.
 
-    The keys that carry an expiry are also kept in a list, with their times in a parallel list, for
-    the sweep to go round with a cursor. The list is kept in random order, so that any run of it is
-    a fair sample of all the keys with an expiry (keys given the same TTL at the same time would
-    otherwise sit together, and a sweep that met a run of long-lived ones would stop before it
-    found the expired): a key joins at a random place, the key there moving to the end (which
-    shuffles the list as the inside-out Fisher-Yates shuffle does), and leaves by the last key
-    moving into its place (which keeps a shuffled list shuffled). Every operation on one key stays
-    O(1).
+    The keys that carry an expiry are also kept in a list, with their times in a parallel list: a
+    key joins at the end and leaves by the last key moving into its place, so every operation on
+    one key stays O(1). The sweep goes along the list with a cursor (``sweep``), so keys made
+    together, which sit together in memory, are reclaimed together (several times faster than in
+    random order); whether it should go on is told by random probes of the whole list
+    (``stale``), a fair estimate however the expired keys are spread along it.
     """
 
     __slots__ = (
@@ -280,20 +280,10 @@ class Database:
             place = self._expires.get(key)
             if place is not None:
                 self._times[place] = when
-            else:  # (into a random place, the one there moving to the end: see the class doc)
-                keys, times = self._expiring, self._times
-                place = int(random.random() * (len(keys) + 1))
-                if place == len(keys):
-                    keys.append(key)
-                    times.append(when)
-                else:
-                    moved = keys[place]
-                    keys.append(moved)
-                    times.append(times[place])
-                    self._expires[moved] = len(keys) - 1
-                    keys[place] = key
-                    times[place] = when
-                self._expires[key] = place
+            else:
+                self._expires[key] = len(self._expiring)
+                self._expiring.append(key)
+                self._times.append(when)
         self.touch(key)
 
     def take_keys(self, other: Database) -> None:
@@ -330,14 +320,14 @@ class Database:
         if key in self._blocked:
             self.keyspaces.ready[(self, key)] = None
 
-    def sweep(self, now: int, sample: int) -> int:
-        """Look at the next ``sample`` keys with an expiry (a cursor goes round them all, so each
+    def sweep(self, now: int, count: int) -> int:
+        """Look at the next ``count`` keys with an expiry (a cursor goes round them all, so each
         is looked at once per round of the list) and remove those that have expired; return how
         many went."""
         keys, times = self._expiring, self._times
         cursor = self._cursor
         gone = 0
-        for _ in range(min(sample, len(keys))):
+        for _ in range(min(count, len(keys))):
             if cursor >= len(keys):
                 cursor = 0
             if times[cursor] <= now:
@@ -347,6 +337,17 @@ class Database:
                 cursor += 1
         self._cursor = cursor
         return gone
+
+    def stale(self, now: int, sample: int) -> int:
+        """How many of ``sample`` keys with an expiry, picked at random, have expired (nothing is
+        removed)."""
+        times = self._times
+        size = len(times)
+        expired = 0
+        for _ in range(sample if size else 0):
+            if times[int(random.random() * size)] <= now:
+                expired += 1
+        return expired
 
     # -- who waits on keys -----------------------------------------------------------------------
 
@@ -532,9 +533,11 @@ class Keyspaces:
         """Reclaim expired keys nobody asked for, as redis-server's active expiry does; return how
         many went.
 
-        Each database with keys that carry an expiry is looked at in rounds of ``SWEEP_SAMPLE`` of
-        them, and again while more than ``SWEEP_STALE`` of a round had expired, for ``seconds`` of
-        CPU time at most (this thread's: on a busy machine, time spent waiting for a core is not
+        In each database with keys that carry an expiry, the sweep looks at ``SWEEP_SAMPLE`` of
+        them at a time, the next ones along the database's list, and goes on while more than
+        ``SWEEP_STALE`` of them had expired, or else of as many random probes of the whole list
+        (the keys along the list may all be long-lived while others have expired), for ``seconds``
+        of CPU time at most (this thread's: on a busy machine, time spent waiting for a core is not
         counted). ``behind`` then tells whether time ran out first (expired keys are likely left:
         sweep again soon); the next sweep starts where this one stopped.
         """
@@ -552,11 +555,11 @@ class Keyspaces:
         gone = 0
         for n in range(len(databases)):
             db = databases[(first + n) % len(databases)]
+            enough = SWEEP_SAMPLE * SWEEP_STALE
             while True:
-                looked = min(SWEEP_SAMPLE, db.expiring())
                 expired = db.sweep(now, SWEEP_SAMPLE)
                 gone += expired
-                if expired <= looked * SWEEP_STALE or not db.expiring():
+                if expired <= enough and db.stale(now, SWEEP_SAMPLE) <= enough:
                     break
                 if time.thread_time() >= deadline:
                     self._next_sweep = (first + n) % len(databases)
