@@ -91,6 +91,8 @@ def test_a_short_write_leaves_no_fragment_and_the_batch_is_taken_back(
     broker, store = _open(tmp_path, policy, faults)
     writer, reader = Peer(broker), Peer(broker)
     assert writer.send("XADD", "s", "1-1", "f", "v1") == b"$3\r\n1-1\r\n"
+    assert writer.send("XADD", "t", "1-1", "f", "v1") == b"$3\r\n1-1\r\n"
+    assert writer.send("EXPIRE", "t", "1000") == b":1\r\n"
     before = _on_disk(tmp_path)
     faults.room = 10  # (part of the next batch fits)
     pipeline = b"".join(
@@ -99,6 +101,8 @@ def test_a_short_write_leaves_no_fragment_and_the_batch_is_taken_back(
     assert writer.raw(pipeline) == FULL * 2
     assert _on_disk(tmp_path) == before  # (the fragment was cut off again)
     assert reader.send("XLEN", "s") == b":1\r\n"  # (taken back: never served)
+    assert reader.send("TTL", "t") in (b":1000\r\n", b":999\r\n")  # (rebuilt with its expiry)
+    assert reader.send("TTL", "s") == b":-1\r\n"
     assert writer.send("XADD", "s", "4-1", "f", "v4") == FULL  # (refused: still failing)
     assert writer.send("PING") == b"+PONG\r\n"
     assert store.info()[6] == ("aof_last_write_status", "err")
