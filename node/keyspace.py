@@ -13,12 +13,27 @@ old value where a new one was written.
 Woken readers are not served inside the write that woke them: they queue on the node-wide
 ``Keyspaces.ready`` and are served once the writing command has finished, as redis-server serves
 blocked clients after the command that unblocked them.
+
+**Memory.** ``Keyspaces.used_memory`` is what the keys hold, as MEMORY USAGE counts them (the key's
+name and ``Stream.memory_usage``), plus the clients' output buffers. The keys' part is a running
+total: a key written (``Database.touch``) or whose consumer groups changed (``Database.resized``)
+is only noted, and counted again when the total is read (``Keyspaces.settle``). A write thus costs
+a set insertion; reading the total costs one ``memory_usage`` per key changed since (a few
+additions, however big the stream), and the total is exact whenever it is read: by each command
+that may add data while a limit is set, by INFO, and by the node ten times a second. The output
+buffers are summed over every client at those ten times a second while a limit is set
+(``output_bytes``), and at once for INFO. Past ``maxmemory`` the node behaves as redis-server with
+``maxmemory-policy noeviction``: commands that would add data are refused (``Keyspaces.oom``),
+reads and deletions go on, and deleting brings the total down at once. Python does not give freed
+memory back to the system promptly, so the process's resident size is reported beside it, not used
+for the limit.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import sys
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -26,6 +41,7 @@ from node.streams import Stream
 
 __all__ = [
     "DATABASES",
+    "OOM",
     "CommitFailed",
     "Database",
     "Journal",
@@ -38,6 +54,10 @@ __all__ = [
 
 DATABASES = 16
 """Numbered databases per account (redis-server's default ``databases``)."""
+_KEY = sys.getsizeof(b"")
+"""What a key's name holds besides its bytes."""
+OOM = "-OOM command not allowed when used memory > 'maxmemory'."
+"""redis-server's refusal of a command that would add data past ``maxmemory``."""
 
 
 class Watcher(Protocol):
@@ -128,7 +148,10 @@ class Persistence(Protocol):
 class Database:
     """One numbered database of one account."""
 
-    __slots__ = ("_blocked", "_expires", "_watchers", "account", "index", "keys", "keyspaces")
+    __slots__ = (
+        "_blocked", "_expires", "_resized", "_sizes", "_watchers", "account", "index", "keys",
+        "keyspaces",
+    )  # fmt: skip
 
     def __init__(self, keyspaces: Keyspaces, account: str, index: int) -> None:
         self.keyspaces = keyspaces
@@ -139,6 +162,10 @@ class Database:
         """Key -> when it expires, in milliseconds since the epoch."""
         self._watchers: dict[bytes, set[Watcher]] = {}
         self._blocked: dict[bytes, dict[Waiter, None]] = {}
+        self._sizes: dict[bytes, int] = {}
+        """Key -> the bytes it was last counted as (see ``Keyspaces.settle``)."""
+        self._resized: set[bytes] = set()
+        """Keys to count again."""
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -205,15 +232,43 @@ class Database:
         """Hold exactly ``other``'s keys and expiry times (see ``Keyspaces.take_keys``)."""
         self.keys = other.keys
         self._expires = other._expires
-        other.keys, other._expires = {}, {}
+        self._sizes = other._sizes
+        other.keys, other._expires, other._sizes = {}, {}, {}
 
     def flush(self) -> None:
         """Remove every key (FLUSHDB), spoiling every watcher and waking every blocked reader."""
         for key in list(self.keys):
             self.delete(key)
 
+    def resized(self, key: bytes) -> None:
+        """Count ``key``'s memory again when the total is next read (``touch`` does this for a
+        write; a change to its consumer groups, which is no write to watchers and blocked readers,
+        calls this alone)."""
+        if not self._resized:
+            self.keyspaces.unsettled.append(self)
+        self._resized.add(key)
+
+    def settle(self) -> int:
+        """Count the keys ``resized`` since the last time again; how many more bytes they hold."""
+        change = 0
+        sizes = self._sizes
+        for key in self._resized:
+            value = self.keys.get(key)
+            if value is None:
+                change -= sizes.pop(key, 0)
+            else:
+                size = _KEY + len(key) + value.memory_usage()
+                change += size - sizes.get(key, 0)
+                sizes[key] = size
+        self._resized.clear()
+        return change
+
     def touch(self, key: bytes) -> None:
-        """``key`` was written: spoil its watchers' transactions and wake its blocked readers."""
+        """``key`` was written: count its memory again (``resized``), spoil its watchers'
+        transactions and wake its blocked readers."""
+        if not self._resized:
+            self.keyspaces.unsettled.append(self)
+        self._resized.add(key)
         watchers = self._watchers.get(key)
         if watchers:
             for watcher in watchers:
@@ -279,7 +334,10 @@ class Keyspace:
 class Keyspaces:
     """Every account's keys on this node, and the queue of blocked readers a write woke."""
 
-    __slots__ = ("_accounts", "_serving", "journal", "loading", "ready", "store")
+    __slots__ = (
+        "_accounts", "_dataset", "_serving", "journal", "loading", "maxmemory", "output_bytes",
+        "peak", "ready", "store", "unsettled",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._accounts: dict[str, Keyspace] = {}
@@ -291,6 +349,51 @@ class Keyspaces:
         """The journal is being replayed: keys do not expire meanwhile."""
         self.ready: collections.deque[Waiter] = collections.deque()
         self._serving = False
+        self.maxmemory = 0
+        """Bytes of ``used_memory`` past which commands that add data are refused (0: no limit)."""
+        self._dataset = 0
+        self.unsettled: list[Database] = []
+        """Databases with keys to count again (``Database.resized``)."""
+        self.output_bytes = 0
+        """Clients' output buffers, as last measured (``measure_output``)."""
+        self.peak = 0
+        """The most ``used_memory`` was seen to be."""
+
+    def settle(self) -> None:
+        """Count the keys changed since the last time again (see the module's notes)."""
+        unsettled = self.unsettled
+        if unsettled:
+            for db in unsettled:
+                self._dataset += db.settle()
+            unsettled.clear()
+            self.peak = max(self.peak, self._dataset + self.output_bytes)
+
+    @property
+    def dataset_bytes(self) -> int:
+        """What the keys hold, as MEMORY USAGE counts them."""
+        self.settle()
+        return self._dataset
+
+    @property
+    def used_memory(self) -> int:
+        """Bytes held: the keys and the clients' output buffers (as last measured)."""
+        return self.dataset_bytes + self.output_bytes
+
+    def measure_output(self, output_bytes: int) -> None:
+        """The clients' output buffers now hold ``output_bytes``."""
+        self.output_bytes = output_bytes
+        self.peak = max(self.peak, self.used_memory)
+
+    @property
+    def oom(self) -> str | None:
+        """While ``used_memory`` is past ``maxmemory``: the error commands that would add data
+        are refused with (else None; never while the journal is replayed)."""
+        limit = self.maxmemory
+        if not limit or self.loading:
+            return None
+        if self.unsettled:
+            self.settle()
+        return OOM if self._dataset + self.output_bytes > limit else None
 
     def keyspace(self, account: str) -> Keyspace:
         keyspace = self._accounts.get(account)
@@ -323,10 +426,12 @@ class Keyspaces:
         """Hold exactly the keys (values and expiry times) that ``other`` holds, leaving who
         watches or waits on them as they are: the keys are put back as the journal has them after
         changes that could not be made durable were taken back."""
+        other.settle()  # (the counts go with the keys; what is still to count here still is)
         for name in set(self._accounts) | set(other._accounts):
             mine, theirs = self.keyspace(name), other.keyspace(name)
             for index in set(mine._databases) | set(theirs._databases):
                 mine.database(index).take_keys(theirs.database(index))
+        self._dataset, other._dataset = other._dataset, 0
 
     def serve_ready(self) -> None:
         """Wake the readers that writes made ready, in the order they blocked (a reader woken

@@ -128,7 +128,7 @@ class Server:
                             handler_nursery=handlers,
                         )
                     )
-                    acceptors.start_soon(self._expire_keys)
+                    acceptors.start_soon(self._keep_keys)
                 task_status.started(listeners)
                 await self._stop_accepting.wait()
                 acceptors.cancel_scope.cancel()
@@ -295,11 +295,17 @@ class Server:
             self.flusher.wrote.set()
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
-    async def _expire_keys(self) -> None:
-        """Reclaim expired keys nobody reads, a few at a time, ten times a second."""
+    async def _keep_keys(self) -> None:
+        """Ten times a second: reclaim expired keys nobody reads, a few at a time, count the
+        memory of the keys changed since (``Keyspaces.settle``) and, while ``maxmemory`` is set,
+        measure the clients' output buffers (part of the memory it limits)."""
         while True:
             await trio.sleep(KEY_SWEEP_INTERVAL)
-            self.broker.keyspaces.sweep(time.time_ns() // 1_000_000)
+            keyspaces = self.broker.keyspaces
+            keyspaces.sweep(time.time_ns() // 1_000_000)
+            keyspaces.settle()
+            if keyspaces.maxmemory:
+                keyspaces.measure_output(self.broker.pending_output())
 
     async def _redis_timers(self, conn: RespConnection) -> None:
         """The output-buffer soft limit is checked once a second, and a blocked read's deadline
