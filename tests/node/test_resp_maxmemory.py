@@ -192,7 +192,9 @@ async def test_writes_stop_at_maxmemory_reads_and_deletes_go_on(nursery: trio.Nu
         assert 10_000 < added < 2 * 1024 * 1024 // 100  # (some 128 bytes an entry)
         full = info_memory(client)
         assert isinstance(full["used_memory"], int)
-        assert 2 * 1024 * 1024 < full["used_memory"] < 2 * 1024 * 1024 + 100 * 200
+        # (past the limit by an entry at most; or short of it by the replies a pipeline had
+        # pending when the node measured the output buffers)
+        assert 2 * 1024 * 1024 - 16 * 1024 < full["used_memory"] < 2 * 1024 * 1024 + 100 * 200
         assert full["used_memory_peak"] >= full["used_memory"]
         # Reads and deletions go on; so does publishing.
         assert client.xlen("s") == added
@@ -213,6 +215,10 @@ async def test_writes_stop_at_maxmemory_reads_and_deletes_go_on(nursery: trio.Nu
         client.config_set("maxmemory", "0")
         client.xadd("s", {"f": "v"})
         assert info_memory(client)["maxmemory"] == 0
+        # The one policy: others redis-server knows are refused as not supported.
+        with pytest.raises(redis.exceptions.ResponseError, match="only noeviction is supported"):
+            client.config_set("maxmemory-policy", "allkeys-lru")
+        assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
 
     await trio.to_thread.run_sync(scenario)
 
@@ -261,8 +267,8 @@ async def test_capture_into_a_full_node_is_answered_with_the_oom_error(nursery: 
         answers = [nats_request(node.port, b"orders.new", b"x" * 1000) for _ in range(100)]
         refused = [a for a in answers if "error" in a]
         assert refused
-        assert refused[0] == {"stream": "events", "error": OOM[1:-2].decode()}
-        assert all("error" in a for a in answers[answers.index(refused[0]) :])
+        assert all(a == {"stream": "events", "error": OOM[1:-2].decode()} for a in refused)
+        assert answers[-1] in refused  # (the keys alone past the limit: refused from then on)
         client = client_of(node)
         assert client.xlen("events") == len(answers) - len(refused)
         client.delete("events")
