@@ -178,6 +178,7 @@ class Broker:
         """Called with each change of local interest, in order (the cluster's links listen)."""
         self.keyspaces = Keyspaces()
         """Every account's keys (Redis streams)."""
+        self.keyspaces.maxmemory = config.redis.maxmemory if config.redis is not None else 0
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}
@@ -281,6 +282,13 @@ class Broker:
             totals[2] += client.out_msgs
             totals[3] += client.out_bytes
         return totals[0], totals[1], totals[2], totals[3]
+
+    def pending_output(self) -> int:
+        """Bytes queued for client connections and not yet written (their output buffers)."""
+        total = 0
+        for client in self.clients.values():
+            total += client.pending_bytes
+        return total
 
     def account(self, name: str) -> Account:
         """The account called ``name``, created on first use."""

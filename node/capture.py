@@ -14,10 +14,11 @@ would add it, with the fields:
 A message's reply subject is not stored: it receives the acknowledgement. Once the entry is stored,
 and the journal has made it durable under the fsync policy (``Keyspaces.commit``), the reply subject
 is sent ``{"stream":NAME,"id":ID}``; a message the stream could not take is answered
-``{"stream":NAME,"error":TEXT}``: its IDs are exhausted, or the journal cannot be written (then
-nothing is captured until it can, and an entry whose commit failed is taken back with the rest of
-its batch and answered so). A NATS producer that publishes as requests and retries what was not
-acknowledged therefore gets at-least-once capture.
+``{"stream":NAME,"error":TEXT}``: the node is past its ``maxmemory`` (redis-server's OOM error:
+nothing is captured until keys are deleted or the limit raised), its IDs are exhausted, or the
+journal cannot be written (then nothing is captured until it can, and an entry whose commit failed
+is taken back with the rest of its batch and answered so). A NATS producer that publishes as
+requests and retries what was not acknowledged therefore gets at-least-once capture.
 
 Capture happens in the publish path (an entry is in the stream before ``publish`` returns);
 committing, acknowledging and waking blocked readers (``Keyspaces.serve_ready``) wait for the
@@ -79,7 +80,8 @@ class StreamCapture:
         self.captured = 0
         """Messages stored since start."""
         self.refused = 0
-        """Messages the stream could not take (its IDs exhausted, or the journal not writable)."""
+        """Messages the stream could not take (the node past maxmemory, the stream's IDs exhausted,
+        or the journal not writable)."""
 
     def deliver(self, sub: Subscription, msg: Message) -> bool:
         now = time.time_ns() // 1_000_000
@@ -88,7 +90,9 @@ class StreamCapture:
         created = stream is None
         if stream is None:
             stream = Stream()
-        refusal = _EXHAUSTED if stream.last_id == MAX_ID else self._keyspaces.refusal
+        refusal = self._keyspaces.oom or self._keyspaces.refusal  # (in redis-server's order)
+        if refusal is None and stream.last_id == MAX_ID:
+            refusal = _EXHAUSTED
         if refusal is not None:
             self.refused += 1
             self._captures.done(self, msg.reply, refusal)
@@ -106,12 +110,15 @@ class StreamCapture:
 
     def _trims(self, now: int) -> Sequence[Trim]:
         """Block-at-a-time trims (as ``XADD MAXLEN ~`` / ``MINID ~``): capture stays cheap, and a
-        stream holds at most a block more than ``maxlen``, or entries at most a block older."""
+        stream holds at most a block more than ``maxlen``, or entries at most a block older; its
+        entries hold at most ``max_bytes`` (the newest block is always kept)."""
         trims: list[Trim] = []
         if self.config.maxlen:
             trims.append(Trim("maxlen", self.config.maxlen, approximate=True))
         if self._max_age_ms:
             trims.append(Trim("minid", make_id(max(now - self._max_age_ms, 0), 0), approximate=True))
+        if self.config.max_bytes:
+            trims.append(Trim("maxbytes", self.config.max_bytes, approximate=True))
         return trims
 
     def _log(self, args: list[bytes]) -> None:

@@ -156,8 +156,8 @@ class AccountConfig:
 
 @attrs.frozen
 class RedisConfig:
-    """The Redis (RESP) front door: where it listens, and redis-server's pub/sub output limits
-    (``client-output-buffer-limit pubsub 32mb 8mb 60``)."""
+    """The Redis (RESP) front door: where it listens, redis-server's pub/sub output limits
+    (``client-output-buffer-limit pubsub 32mb 8mb 60``) and its ``maxmemory``."""
 
     host: str | None = None
     """None: the client address."""
@@ -167,6 +167,9 @@ class RedisConfig:
     soft_limit: int = 8 * 1024 * 1024
     """Pending output bytes a subscriber may stay above for ``soft_seconds`` at most."""
     soft_seconds: float = 60.0
+    maxmemory: int = 0
+    """Bytes the keys and clients' output buffers may hold before commands that add data are
+    refused, as redis-server's ``maxmemory`` with ``maxmemory-policy noeviction`` (0: no limit)."""
 
     def evolve(self, **changes: Any) -> RedisConfig:
         return attrs.evolve(self, **changes)
@@ -184,6 +187,9 @@ class StreamConfig:
     """Entries kept at most, trimmed a block at a time as ``XADD MAXLEN ~`` does (0: no limit)."""
     max_age: float = 0.0
     """Seconds an entry is kept, trimmed a block at a time as ``XADD MINID ~`` does (0: no limit)."""
+    max_bytes: int = 0
+    """Bytes the stream may hold (as MEMORY USAGE counts them): the oldest entries go, a block at
+    a time, to keep it under (0: no limit)."""
 
 
 @attrs.frozen
@@ -626,6 +632,7 @@ _REDIS_OPTIONS: dict[str, type | str] = {
     "hard_limit": _SIZE,
     "soft_limit": _SIZE,
     "soft_seconds": _DURATION,
+    "maxmemory": _SIZE,
 }
 
 
@@ -636,6 +643,8 @@ def _redis(body: dict[str, Any], where: str) -> RedisConfig:
         if key not in _REDIS_OPTIONS:
             raise UnknownOption(body, key, _REDIS_OPTIONS, where)
         fields[key] = _scalar(value, _REDIS_OPTIONS[key], f"{where}: {key}")
+    if fields.get("maxmemory", 0) < 0:
+        raise ConfigError(f"{where}: maxmemory must be 0 (no limit) or positive")
     return RedisConfig(**fields)
 
 
@@ -644,7 +653,8 @@ _REMOTE_GATEWAY = {"name", "url", "urls"}
 
 def _streams(value: Any, where: str) -> tuple[StreamConfig, ...]:
     """``[[streams]]``: each a table with ``name``, ``subjects`` and optionally ``account``,
-    ``maxlen`` and ``max_age`` (seconds, or a duration such as ``"90s"``, ``"15m"``, ``"168h"``)."""
+    ``maxlen``, ``max_age`` (seconds, or a duration such as ``"90s"``, ``"15m"``, ``"168h"``) and
+    ``max_bytes`` (bytes, or a size such as ``"64MB"``)."""
     if not isinstance(value, list):
         raise ConfigError(f"{where}: expected an array of tables ([[streams]])")
     streams: list[StreamConfig] = []
@@ -654,7 +664,7 @@ def _streams(value: Any, where: str) -> tuple[StreamConfig, ...]:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{where}: each stream needs a name")
         spot = f"{where}: {name!r}"
-        unknown = set(body) - {"name", "subjects", "account", "maxlen", "max_age"}
+        unknown = set(body) - {"name", "subjects", "account", "maxlen", "max_age", "max_bytes"}
         if unknown:
             raise ConfigError(f"{spot}: unknown option {sorted(unknown)[0]!r}")
         subjects = body.get("subjects")
@@ -670,12 +680,13 @@ def _streams(value: Any, where: str) -> tuple[StreamConfig, ...]:
                     raise ConfigError(f"{spot}: subjects {other!r} and {subject!r} overlap")
         maxlen = _scalar(body.get("maxlen", 0), int, f"{spot}: maxlen")
         max_age = _scalar(body.get("max_age", 0), _DURATION, f"{spot}: max_age")
-        if maxlen < 0 or not 0 <= max_age < math.inf:
-            raise ConfigError(f"{spot}: maxlen and max_age must be 0 (no limit) or positive")
+        max_bytes = _scalar(body.get("max_bytes", 0), _SIZE, f"{spot}: max_bytes")
+        if maxlen < 0 or max_bytes < 0 or not 0 <= max_age < math.inf:
+            raise ConfigError(f"{spot}: maxlen, max_age and max_bytes must be 0 (no limit) or positive")
         account = _scalar(body.get("account", "$G"), str, f"{spot}: account")
         if any(s.name == name and s.account == account for s in streams):
             raise ConfigError(f"{spot}: a stream of that name is already defined in {account!r}")
-        streams.append(StreamConfig(name, tuple(subjects), account, maxlen, max_age))
+        streams.append(StreamConfig(name, tuple(subjects), account, maxlen, max_age, max_bytes))
     return tuple(streams)
 
 

@@ -16,12 +16,27 @@ Readers are not served inside the write that made them ready: the key queues on 
 redis-server serves blocked clients after the command that unblocked them. A blocked reader says
 what it waits for as a ``Condition``; readers waiting for equal conditions on a key form one queue,
 so a write costs a check per queue and a wake-up per reader served, however many wait in vain.
+
+**Memory.** ``Keyspaces.used_memory`` is what the keys hold, as MEMORY USAGE counts them (the key's
+name and ``Stream.memory_usage``), plus the clients' output buffers. The keys' part is a running
+total: a key written (``Database.touch``) or whose consumer groups changed (``Database.resized``)
+is only noted, and counted again when the total is read (``Keyspaces.settle``). A write thus costs
+a set insertion; reading the total costs one ``memory_usage`` per key changed since (a few
+additions, however big the stream), and the total is exact whenever it is read: by each command
+that may add data while a limit is set, by INFO, and by the node ten times a second. The output
+buffers are summed over every client at those ten times a second while a limit is set
+(``output_bytes``), and at once for INFO. Past ``maxmemory`` the node behaves as redis-server with
+``maxmemory-policy noeviction``: commands that would add data are refused (``Keyspaces.oom``),
+reads and deletions go on, and deleting brings the total down at once. Python does not give freed
+memory back to the system promptly, so the process's resident size is reported beside it, not used
+for the limit.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -32,6 +47,7 @@ from node.streams import Stream
 __all__ = [
     "ANY_WRITE",
     "DATABASES",
+    "OOM",
     "SWEEP_SAMPLE",
     "SWEEP_SECONDS",
     "SWEEP_STALE",
@@ -48,6 +64,10 @@ __all__ = [
 
 DATABASES = 16
 """Numbered databases per account (redis-server's default ``databases``)."""
+_KEY = sys.getsizeof(b"")
+"""What a key's name holds besides its bytes."""
+OOM = "-OOM command not allowed when used memory > 'maxmemory'."
+"""redis-server's refusal of a command that would add data past ``maxmemory``."""
 SWEEP_SAMPLE = 20
 """Keys with an expiry a sweep looks at in one round, and the random probes that may follow it
 (redis-server's keys per loop)."""
@@ -195,6 +215,8 @@ class Database:
         "_expires",
         "_expiring",
         "_order",
+        "_resized",
+        "_sizes",
         "_times",
         "_watchers",
         "account",
@@ -219,6 +241,10 @@ class Database:
         self._blocked: dict[bytes, _Blocked] = {}
         self._order = 0
         """The place the next waiter to block takes (the order they are served in)."""
+        self._sizes: dict[bytes, int] = {}
+        """Key -> the bytes it was last counted as (see ``Keyspaces.settle``)."""
+        self._resized: set[bytes] = set()
+        """Keys to count again."""
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -292,6 +318,7 @@ class Database:
         self._expires, other._expires = other._expires, {}
         self._expiring, other._expiring = other._expiring, []
         self._times, other._times = other._times, []
+        self._sizes, other._sizes = other._sizes, {}
         self._cursor = 0
 
     def _forget_expiry(self, key: bytes) -> None:
@@ -310,9 +337,36 @@ class Database:
         for key in list(self.keys):
             self.delete(key)
 
+    def resized(self, key: bytes) -> None:
+        """Count ``key``'s memory again when the total is next read (``touch`` does this for a
+        write; a change to its consumer groups, which is no write to watchers and blocked readers,
+        calls this alone)."""
+        if not self._resized:
+            self.keyspaces.unsettled.append(self)
+        self._resized.add(key)
+
+    def settle(self) -> int:
+        """Count the keys ``resized`` since the last time again; how many more bytes they hold."""
+        change = 0
+        sizes = self._sizes
+        for key in self._resized:
+            value = self.keys.get(key)
+            if value is None:
+                change -= sizes.pop(key, 0)
+            else:
+                size = _KEY + len(key) + value.memory_usage()
+                change += size - sizes.get(key, 0)
+                sizes[key] = size
+        self._resized.clear()
+        return change
+
     def touch(self, key: bytes) -> None:
-        """``key`` was written: spoil its watchers' transactions, and have its blocked readers
-        looked at once the writing command has finished (``Keyspaces.serve_ready``)."""
+        """``key`` was written: count its memory again (``resized``), spoil its watchers'
+        transactions, and have its blocked readers looked at once the writing command has finished
+        (``Keyspaces.serve_ready``)."""
+        if not self._resized:
+            self.keyspaces.unsettled.append(self)
+        self._resized.add(key)
         watchers = self._watchers.get(key)
         if watchers:
             for watcher in watchers:
@@ -453,13 +507,18 @@ class Keyspaces:
 
     __slots__ = (
         "_accounts",
+        "_dataset",
         "_next_sweep",
         "_serving",
         "behind",
         "journal",
         "loading",
+        "maxmemory",
+        "output_bytes",
+        "peak",
         "ready",
         "store",
+        "unsettled",
     )
 
     def __init__(self) -> None:
@@ -477,6 +536,51 @@ class Keyspaces:
         """The last sweep ran out of time with expired keys likely left."""
         self._next_sweep = 0
         """Where, in the list of databases with expiring keys, the next sweep starts."""
+        self.maxmemory = 0
+        """Bytes of ``used_memory`` past which commands that add data are refused (0: no limit)."""
+        self._dataset = 0
+        self.unsettled: list[Database] = []
+        """Databases with keys to count again (``Database.resized``)."""
+        self.output_bytes = 0
+        """Clients' output buffers, as last measured (``measure_output``)."""
+        self.peak = 0
+        """The most ``used_memory`` was seen to be."""
+
+    def settle(self) -> None:
+        """Count the keys changed since the last time again (see the module's notes)."""
+        unsettled = self.unsettled
+        if unsettled:
+            for db in unsettled:
+                self._dataset += db.settle()
+            unsettled.clear()
+            self.peak = max(self.peak, self._dataset + self.output_bytes)
+
+    @property
+    def dataset_bytes(self) -> int:
+        """What the keys hold, as MEMORY USAGE counts them."""
+        self.settle()
+        return self._dataset
+
+    @property
+    def used_memory(self) -> int:
+        """Bytes held: the keys and the clients' output buffers (as last measured)."""
+        return self.dataset_bytes + self.output_bytes
+
+    def measure_output(self, output_bytes: int) -> None:
+        """The clients' output buffers now hold ``output_bytes``."""
+        self.output_bytes = output_bytes
+        self.peak = max(self.peak, self.used_memory)
+
+    @property
+    def oom(self) -> str | None:
+        """While ``used_memory`` is past ``maxmemory``: the error commands that would add data
+        are refused with (else None; never while the journal is replayed)."""
+        limit = self.maxmemory
+        if not limit or self.loading:
+            return None
+        if self.unsettled:
+            self.settle()
+        return OOM if self._dataset + self.output_bytes > limit else None
 
     def keyspace(self, account: str) -> Keyspace:
         keyspace = self._accounts.get(account)
@@ -509,10 +613,12 @@ class Keyspaces:
         """Hold exactly the keys (values and expiry times) that ``other`` holds, leaving who
         watches or waits on them as they are: the keys are put back as the journal has them after
         changes that could not be made durable were taken back."""
+        other.settle()  # (the counts go with the keys; what is still to count here still is)
         for name in set(self._accounts) | set(other._accounts):
             mine, theirs = self.keyspace(name), other.keyspace(name)
             for index in set(mine._databases) | set(theirs._databases):
                 mine.database(index).take_keys(theirs.database(index))
+        self._dataset, other._dataset = other._dataset, 0
 
     def serve_ready(self) -> None:
         """Serve the readers that writes made ready (``Database.serve``), key by key in the order

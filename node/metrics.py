@@ -65,6 +65,8 @@ _REDIS_GAUGES = {
     "channels": "Distinct channels Redis clients subscribe to, per account, summed",
     "pattern_subscriptions": "Pattern subscriptions of Redis clients (PSUBSCRIBE)",
     "patterns": "Distinct Redis patterns subscribed to, per account, summed",
+    "maxmemory": "Bytes past which commands that add data are refused (0: no limit)",
+    "used_memory": "Bytes the keys and the clients' output buffers hold, as maxmemory counts them",
 }
 _REDIS_COUNTERS = {
     "total_connections": "Redis client connections accepted since start",

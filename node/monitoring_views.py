@@ -19,7 +19,6 @@ import enum
 import heapq
 import itertools
 import os
-import resource
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +38,7 @@ from node.capture import CAPTURE_DB
 from node.client import ClientConnection
 from node.gofmt import go_duration, go_time, uptime
 from node.keyspace import DATABASES, Database
+from node.process import resident_bytes
 from node.resp.connection import RespConnection
 from node.streams import Stream, format_id, group_infos
 from routing import (
@@ -179,15 +179,6 @@ class MonitorState:
         return self.node.broker
 
 
-def _resident_bytes() -> int:
-    """Resident set size now; where /proc is missing, the peak the kernel reports instead."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _stats(broker: Broker, account: str = "") -> SubListStats:
     return SubListStats.combine(
         a.stats() for a in broker.accounts.values() if not account or a.name == account
@@ -262,7 +253,7 @@ async def varz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
         "start": go_time(broker.start_ns),
         "now": go_time(now),
         "uptime": uptime(now - broker.start_ns),
-        "mem": _resident_bytes(),
+        "mem": resident_bytes(),
         "cores": os.cpu_count() or 1,
         "gomaxprocs": 1,  # Python code runs on one thread at a time
         "cpu": state.cpu.read(),
@@ -307,7 +298,9 @@ async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:
     ``patterns`` the distinct ones (PUBSUB NUMPAT); distinct means per account, summed over
     accounts. ``in_msgs``, ``in_bytes``, ``out_msgs``, ``out_bytes``: PUBLISHes taken and
     deliveries sent by Redis connections since start, payload bytes only (they are part of the
-    node's totals above).
+    node's totals above). ``maxmemory`` is the limit in force (0: none; CONFIG SET changes it) and
+    ``used_memory`` what it limits, as INFO memory reports it: what the keys hold plus the clients'
+    output buffers.
     """
     config = broker.config.redis
     if config is None:
@@ -340,6 +333,8 @@ async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:
         "in_bytes": in_bytes,
         "out_msgs": out_msgs,
         "out_bytes": out_bytes,
+        "maxmemory": broker.keyspaces.maxmemory,
+        "used_memory": broker.keyspaces.dataset_bytes + broker.pending_output(),
     }
 
 
@@ -1179,6 +1174,7 @@ async def streamz(node: Node, opts: StreamzOptions, pace: Pacer) -> dict[str, An
                 "subjects": list(c.config.subjects),
                 "maxlen": c.config.maxlen,
                 "max_age": c.config.max_age,
+                "max_bytes": c.config.max_bytes,
                 "captured": c.captured,
                 "refused": c.refused,
             }
@@ -1349,7 +1345,7 @@ async def statsz(state: MonitorState, pace: Pacer) -> dict[str, Any]:
     slow = _slow_consumer_stats(broker)
     doc: dict[str, Any] = {
         "start": go_time(broker.start_ns),
-        "mem": _resident_bytes(),
+        "mem": resident_bytes(),
         "cores": os.cpu_count() or 1,
         "cpu": state.cpu.read(),
         "connections": len(broker.clients),

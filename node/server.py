@@ -133,7 +133,7 @@ class Server:
                             handler_nursery=handlers,
                         )
                     )
-                    acceptors.start_soon(self._expire_keys)
+                    acceptors.start_soon(self._keep_keys)
                 task_status.started(listeners)
                 await self._stop_accepting.wait()
                 acceptors.cancel_scope.cancel()
@@ -300,14 +300,19 @@ class Server:
             self.flusher.wrote.set()
             log.debug("%s - client connection closed: %s", conn.describe(), conn.closing)
 
-    async def _expire_keys(self) -> None:
+    async def _keep_keys(self) -> None:
         """Reclaim expired keys nobody reads: a short sweep ten times a second, and while sweeps
         run out of time with expired keys left, one after each ``KEY_SWEEP_PAUSE`` (clients are
-        served in between)."""
+        served in between); each time, count the memory of the keys changed since
+        (``Keyspaces.settle``) and, while ``maxmemory`` is set, measure the clients' output
+        buffers (part of the memory it limits)."""
         keyspaces = self.broker.keyspaces
         while True:
             await trio.sleep(KEY_SWEEP_PAUSE if keyspaces.behind else KEY_SWEEP_INTERVAL)
             keyspaces.sweep(time.time_ns() // 1_000_000)
+            keyspaces.settle()
+            if keyspaces.maxmemory:
+                keyspaces.measure_output(self.broker.pending_output())
 
     async def _redis_timers(self, conn: RespConnection) -> None:
         """The output-buffer soft limit is checked once a second, and a blocked read's deadline

@@ -43,6 +43,7 @@ from node.keyspace import CommitFailed, Condition, Database
 from node.permissions import PermissionSet
 from node.resp.errors import RespProtocolError
 from node.resp.keys import KEY_COMMANDS
+from node.resp.memory import POLICY, config_set, memory_info
 from node.resp.parser import RequestParser
 from node.resp.streams import HELP, STREAM_COMMANDS, XGROUP, XINFO
 from node.resp.writer import (
@@ -94,6 +95,10 @@ _READS: Final = frozenset(
 )
 """The commands that read keys and change nothing else (EXEC: what it runs was checked as it was
 queued)."""
+_DENYOOM: Final = frozenset(b"xadd xsetid xgroup|create xgroup|createconsumer".split())
+"""The commands that may add data (redis-server's ``denyoom`` flag), refused past ``maxmemory``."""
+_OOM_IN_MULTI: Final = frozenset([b"exec", b"discard", b"quit", b"reset"])
+"""Inside MULTI past ``maxmemory``, every other command is refused (queueing takes memory too)."""
 _REMEMBERED_CHANNEL: Final = 256
 """A publisher's last channel is remembered with its subject, since publishers tend to repeat
 one (when no longer than this: a huge one would be held on to after its request)."""
@@ -112,9 +117,9 @@ class _Command:
     its handler, and its subcommands (for container commands such as CLIENT). ``key`` is the
     name as ``COMMANDS`` files it: lowercase bytes. ``writes``: it changes keys; ``on_keys``: it
     reads or changes keys and nothing else (the name of a container's subcommand,
-    ``xgroup|create``, is flagged by its container's)."""
+    ``xgroup|create``, is flagged by its container's); ``denyoom``: it may add data."""
 
-    __slots__ = ("arity", "handler", "key", "name", "on_keys", "subcommands", "writes")
+    __slots__ = ("arity", "denyoom", "handler", "key", "name", "on_keys", "subcommands", "writes")
 
     def __init__(
         self,
@@ -131,6 +136,7 @@ class _Command:
         family = self.key.partition(b"|")[0]
         self.writes = family in _WRITES and not self.key.endswith(b"|help")
         self.on_keys = self.writes or family in _READS
+        self.denyoom = self.key in _DENYOOM
 
 
 def _on_keys(args: list[bytes]) -> bool:
@@ -222,6 +228,7 @@ class RespConnection(Outbox):
         self.queued: list[list[bytes]] | None = None
         """Commands queued since MULTI (None outside a transaction)."""
         self._queue_failed = False
+        self._queued_denyoom = False  # a command that may add data was queued since MULTI
         self._captured: list[bytes] | None = None  # EXEC's replies, collected
         self.dirty = False
         """A key this connection WATCHes was written (its next EXEC fails)."""
@@ -372,20 +379,25 @@ class RespConnection(Outbox):
             if self.user is None and name not in _NO_AUTH:
                 self._reply(error(NOAUTH))
                 return
-            if self.writer is RESP2 and self.subscribed and name not in _SUBSCRIBED_ONLY:
-                self._error(
-                    f"Can't execute '{command.name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
-                    "QUIT / RESET are allowed in this context"
-                )
-                return
+            if command.denyoom or self.queued is not None:
+                oom = self.broker.keyspaces.oom
+                if oom is not None and self._refuse_on_oom(command, oom):
+                    return
             if command.writes:  # (a blocked XREADGROUP's retry too: nothing left to take back)
                 refusal = self.broker.keyspaces.refusal
                 if refusal is not None:
                     self._queue_failed = self.queued is not None
                     self._reply(error(refusal))
                     return
+            if self.writer is RESP2 and self.subscribed and name not in _SUBSCRIBED_ONLY:
+                self._error(
+                    f"Can't execute '{command.name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                    "QUIT / RESET are allowed in this context"
+                )
+                return
             if self.queued is not None and name not in _NOT_QUEUED:
                 self.queued.append(args)
+                self._queued_denyoom = self._queued_denyoom or command.denyoom
                 self._reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
@@ -397,6 +409,26 @@ class RespConnection(Outbox):
             if self._held:
                 held, self._held = self._held, bytearray()
                 self._send(bytes(held))
+
+    def _refuse_on_oom(self, command: _Command, oom: str) -> bool:
+        """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
+        may add data; inside MULTI any but EXEC, DISCARD, QUIT and RESET, the transaction then
+        failing; an EXEC of such a command ends its transaction)."""
+        if self.queued is None:
+            self._reply(error(oom))  # (only a command that may add data gets here)
+            return True
+        if command.key == b"exec":
+            if not self._queued_denyoom:
+                return False
+            self.queued = None
+            self.unwatch()
+            self._error(f"-EXECABORT Transaction discarded because of: {oom.removeprefix('-')}")
+            return True
+        if command.key in _OOM_IN_MULTI:
+            return False
+        self._queue_failed = True
+        self._reply(error(oom))
+        return True
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -1095,6 +1127,8 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
             f"unauthenticated_clients:{unauthenticated}\r\n"
             f"maxclients:{broker.config.max_connections}\r\n"
         )
+    if everything or b"memory" in wanted:
+        sections.append(memory_info(conn))
     if everything or b"persistence" in wanted:
         store = broker.keyspaces.store
         fields: list[tuple[str, int | str]] = [("loading", 0), ("aof_enabled", int(store is not None))]
@@ -1125,7 +1159,7 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
 _CONFIG = {
     b"databases": b"16",
     b"save": b"",
-    b"maxmemory": b"0",
+    b"maxmemory-policy": POLICY,
     b"notify-keyspace-events": b"",
     b"cluster-enabled": b"no",
 }
@@ -1135,6 +1169,7 @@ def _config_get(conn: RespConnection, args: list[bytes]) -> None:
     limits = "client-output-buffer-limit"
     store = conn.broker.keyspaces.store
     table = _CONFIG | {
+        b"maxmemory": b"%d" % conn.broker.keyspaces.maxmemory,
         b"appendonly": b"no" if store is None else b"yes",
         b"appendfsync": b"everysec" if store is None else store.appendfsync.encode(),
     }
@@ -1173,7 +1208,7 @@ def _multi(conn: RespConnection, args: list[bytes]) -> None:
         conn._error("MULTI calls can not be nested")
         return
     conn.queued = []
-    conn._queue_failed = False
+    conn._queue_failed = conn._queued_denyoom = False
     conn._reply(OK)
 
 
@@ -1334,6 +1369,7 @@ _COMMAND_HELP = [
 _CONFIG_HELP = [
     b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     b"GET <pattern>",
+    b"SET <directive> <value>",
     b"HELP",
 ]
 
@@ -1384,7 +1420,10 @@ COMMANDS: Final[dict[bytes, _Command]] = {
     ),
     b"info": _Command("info", -1, _info),
     b"config": _container(
-        "config", -2, None, {"get": (-3, _config_get), "help": (2, _help(_CONFIG_HELP))}
+        "config",
+        -2,
+        None,
+        {"get": (-3, _config_get), "set": (-4, config_set), "help": (2, _help(_CONFIG_HELP))},
     ),
     b"time": _Command("time", 1, _time),
     b"bgrewriteaof": _Command("bgrewriteaof", 1, _bgrewriteaof),

@@ -580,6 +580,7 @@ def _serve(
                 if not parsed.noack:
                     _log_claims(conn, key, parsed.group, group, (i for i, _ in fresh))
                 _log_position(conn, key, parsed.group, group)
+        db.resized(key)  # (the consumer, or what it was given, is pending in the group now)
     return served
 
 
@@ -688,6 +689,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
         created = group.create_consumer(args[4], now)
         if created:
             conn.log_write(list(args))
+            db.resized(key)
         conn._reply(integer(1 if created else 0))
     elif sub == b"delconsumer" and len(args) == 5:
         assert group is not None
@@ -695,6 +697,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
         if args[4] in group.consumers:
             pending = group.delete_consumer(args[4])
             conn.log_write(list(args))
+            db.resized(key)
         conn._reply(integer(pending))
     else:
         _subcommand_error(conn, args, "XGROUP")
@@ -717,6 +720,8 @@ def _create(
         return
     if created:
         db.put(key, stream)
+    else:
+        db.resized(key)
     read = b"%d" % entries_read if entries_read is not None else b"-1"
     conn.log_write(
         [b"XGROUP", b"CREATE", key, name, format_id(last_id), b"MKSTREAM", b"ENTRIESREAD", read]
@@ -743,6 +748,7 @@ def _xack(conn: RespConnection, args: list[bytes]) -> None:
     acknowledged = found[1].ack(ids)
     if acknowledged:
         conn.log_write(list(args))
+        conn.database.resized(args[1])
     conn._reply(integer(acknowledged))
 
 
@@ -888,6 +894,7 @@ def _xclaim(conn: RespConnection, args: list[bytes]) -> None:
         conn.log_write([b"XACK", args[1], args[2], *map(format_id, gone)])
     if moved_group and not claimed:
         _log_position(conn, args[1], args[2], group)
+    conn.database.resized(args[1])
     if justid:
         conn._reply(array(_id(c) for c in claimed))
     else:
@@ -934,6 +941,7 @@ def _xautoclaim(conn: RespConnection, args: list[bytes]) -> None:
     _log_claims(conn, args[1], args[2], group, claimed_ids)
     if deleted:
         conn.log_write([b"XACK", args[1], args[2], *map(format_id, deleted)])
+    conn.database.resized(args[1])
     writer = conn.writer
     if justid:
         body = array(_id(c) for c in claimed_ids)

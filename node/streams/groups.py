@@ -462,15 +462,22 @@ class ConsumerGroup:
 
     def memory_usage(self) -> int:
         """Rough bytes: per NACK the object, its two dict slots and keys; per consumer its object."""
-        sample = Consumer(b"", 0)  # (made, not __new__: compiled classes need their __init__)
-        per_nack = sys.getsizeof(Nack(sample, 0)) + 2 * (sys.getsizeof(1 << 100) + 60)
-        per_consumer = sys.getsizeof(sample) + 400
         return (
             sys.getsizeof(self)
             + 400
-            + len(self.pel) * per_nack
-            + sum(per_consumer + len(name) for name in self.consumers)
+            + len(self.pel) * _PER_NACK
+            + sum(_PER_CONSUMER + len(name) for name in self.consumers)
         )
+
+
+def _sizes() -> tuple[int, int]:
+    """What ``ConsumerGroup.memory_usage`` counts per NACK and per consumer."""
+    sample = Consumer(b"", 0)  # (made, not __new__: compiled classes need their __init__)
+    per_nack = sys.getsizeof(Nack(sample, 0)) + 2 * (sys.getsizeof(1 << 100) + 60)
+    return per_nack, sys.getsizeof(sample) + 400
+
+
+_PER_NACK, _PER_CONSUMER = _sizes()
 
 
 def group_infos(stream: Stream) -> list[GroupInfo]:

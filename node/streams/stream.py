@@ -11,6 +11,11 @@ block starts when the tail one holds ``node_max_entries`` entries (deleted ones 
 size would reach ``node_max_bytes``. XDEL only flags entries and frees a block when its last live entry
 goes; trimming removes whole blocks from the head and, when exact, flags entries inside the first block
 it cannot remove.
+
+The memory a stream holds is what ``sys.getsizeof`` says of its parts once sealed (object headers
+included, growth slack not), worked out from their lengths: a block's is counted once, when it stops
+being the tail (sealed blocks do not change size), so ``memory_usage`` costs a few additions whatever
+the stream's length.
 """
 
 from __future__ import annotations
@@ -45,25 +50,35 @@ _MAX_NODE_BYTES: Final = 1 << 30
 # A listpack's own header and end byte, and its master entry's terminator.
 _LP_HEADER: Final = 7 + 2
 _INT_START: Final = frozenset(b"-0123456789")  # first bytes of a candidate integer
+# What sys.getsizeof says of the containers a sealed block holds, less their items.
+_ARRAY: Final = sys.getsizeof(array("I"))
+_BYTEARRAY: Final = sys.getsizeof(bytearray(b"x")) - 1
+_BYTES: Final = sys.getsizeof(b"")
+_LIST: Final = sys.getsizeof([])
 
 
 @attrs.frozen
 class Trim:
-    """A trimming request of XADD/XTRIM.
+    """A trimming request of XADD/XTRIM, or of a stream that captures subjects.
 
-    ``threshold`` is a count for ``maxlen`` and an ID for ``minid``. ``limit`` only applies when
-    ``approximate`` (Redis refuses LIMIT without ``~``): None means Redis's default of 100 *
-    node_max_entries, 0 means unlimited.
+    ``threshold`` is a count for ``maxlen``, an ID for ``minid`` and bytes for ``maxbytes`` (what
+    the entries hold, ``Stream.entries_memory``: no command asks for that one, and it always goes
+    a block at a time, the newest block kept). ``limit`` only applies when ``approximate`` (Redis
+    refuses LIMIT without ``~``): None means Redis's default of 100 * node_max_entries, 0 means
+    unlimited.
     """
 
-    strategy: Literal["maxlen", "minid"]
+    strategy: Literal["maxlen", "minid", "maxbytes"]
     threshold: int
     approximate: bool = False
     limit: int | None = None
 
 
 class _Block:
-    __slots__ = ("data", "fields", "first", "flags", "live", "ms", "offsets", "seq", "size")
+    __slots__ = (
+        "data", "fields", "first", "fixed", "flags", "held", "live", "ms", "names", "offsets", "seq",
+        "size",
+    )  # fmt: skip
 
     def __init__(self, first: int, fields: tuple[bytes, ...]) -> None:
         self.first = first
@@ -76,6 +91,11 @@ class _Block:
         self.live = 0
         # bytes as Redis's listpack would count them, but for the live/deleted counters (see _full)
         self.size = _LP_HEADER + _lp_int(len(fields)) + sum(map(_lp_string, fields))
+        self.fixed = sys.getsizeof(self) + sys.getsizeof(first)
+        self.held = 0
+        """Its ``footprint`` once sealed (0: the tail, worked out when asked)."""
+        self.names = 0
+        """Bytes of ``fields`` when this block is the first of those sharing it (else 0)."""
 
     def ids(self) -> list[int]:
         base = self.first >> 64
@@ -114,16 +134,16 @@ class _Block:
         self.flags = bytearray(self.flags)
         self.data = bytes(self.data)
 
-    def memory(self) -> int:
-        return (
-            sys.getsizeof(self)
-            + sys.getsizeof(self.first)
-            + sys.getsizeof(self.ms)
-            + sys.getsizeof(self.seq)
-            + sys.getsizeof(self.offsets)
-            + sys.getsizeof(self.flags)
-            + sys.getsizeof(self.data)
-        )
+    def footprint(self) -> int:
+        """Bytes the block and its parts hold once sealed, as ``sys.getsizeof`` counts them (field
+        names apart): the tail's growth slack is not counted."""
+        n = len(self.flags)
+        per_entry = self.ms.itemsize + self.seq.itemsize + self.offsets.itemsize + 1
+        return self.fixed + 3 * _ARRAY + _BYTEARRAY + _BYTES + n * per_entry + len(self.data)
+
+
+def _names_size(fields: tuple[bytes, ...]) -> int:
+    return sys.getsizeof(fields) + sum(sys.getsizeof(f) for f in fields)
 
 
 def _lp_int(value: int) -> int:
@@ -216,6 +236,8 @@ class Stream:
         self._first_id = 0
         self._blocks: list[_Block] = []
         self._firsts: list[int] = []
+        self._held = 0
+        """Bytes of the sealed blocks (``_Block.held``) and of every block's ``names``."""
 
     # ----------------------------------------------------------------- introspection
 
@@ -229,16 +251,41 @@ class Stream:
         return len(self._blocks)
 
     def memory_usage(self) -> int:
-        """Bytes held by this stream, Python object headers and container slack included."""
-        total = sys.getsizeof(self) + sys.getsizeof(self._blocks) + sys.getsizeof(self._firsts)
-        total += sum(block.memory() for block in self._blocks)
-        seen_fields: set[int] = set()
-        for block in self._blocks:
-            if id(block.fields) not in seen_fields:
-                seen_fields.add(id(block.fields))
-                total += sys.getsizeof(block.fields) + sum(sys.getsizeof(f) for f in block.fields)
-        total += sum(group.memory_usage() for group in self.groups.values())
+        """Bytes held by this stream: its entries (``entries_memory``) and consumer groups."""
+        total = self.entries_memory()
+        for group in self.groups.values():
+            total += group.memory_usage()
         return total
+
+    def entries_memory(self) -> int:
+        """Bytes held by the stream and its entries (field names shared by blocks counted once),
+        Python object headers included. Costs the same however long the stream is."""
+        blocks = self._blocks
+        total = _STREAM + 2 * _LIST + 16 * len(blocks) + self._held
+        if blocks and not blocks[-1].held:
+            total += blocks[-1].footprint()
+        return total
+
+    def _seal(self, block: _Block) -> None:
+        """``block`` stops being the tail: shrink it and measure it once for all."""
+        block.seal()
+        self._held -= block.held
+        block.held = block.footprint()
+        self._held += block.held
+
+    def _drop(self, start: int, stop: int) -> None:
+        """Remove ``_blocks[start:stop]``; a block left first of those sharing its field names
+        takes over counting them."""
+        blocks = self._blocks
+        for i in range(start, stop):
+            self._held -= blocks[i].held + blocks[i].names
+        del blocks[start:stop]
+        del self._firsts[start:stop]
+        if start < len(blocks):
+            block = blocks[start]
+            if not block.names and (start == 0 or blocks[start - 1].fields is not block.fields):
+                block.names = _names_size(block.fields)
+                self._held += block.names
 
     # ----------------------------------------------------------------- writing
 
@@ -246,17 +293,23 @@ class Stream:
         """Append an entry; the caller has checked ``entry_id > last_id`` (``parse_add_id``)."""
         block = self._blocks[-1] if self._blocks else None
         if block is not None and self._full(block, pairs):
-            block.seal()
+            self._seal(block)
             block = None
         if block is None:
-            last = self._blocks[-1].fields if self._blocks else ()
+            last = self._blocks[-1].fields if self._blocks else None
             # (equal master fields are shared between blocks)
-            fields = last if _same_fields(last, pairs) else tuple(pairs[0::2])
+            fields = last if last is not None and _same_fields(last, pairs) else tuple(pairs[0::2])
             block = _Block(entry_id, fields)
+            if fields is not last:
+                block.names = _names_size(fields)
+                self._held += block.names
             self._blocks.append(block)
             self._firsts.append(entry_id)
         elif isinstance(block.data, bytes):
-            block.data = bytearray(block.data)  # the tail again after its successor was freed
+            # (the tail again after its successor was freed: it grows, so it is measured when asked)
+            self._held -= block.held
+            block.held = 0
+            block.data = bytearray(block.data)
         data = block.data
         assert isinstance(data, bytearray)
         flags = 0
@@ -307,8 +360,7 @@ class Stream:
             if j is None or block.flags[j] & _DELETED:
                 continue
             if block.live == 1:
-                del self._blocks[i]
-                del self._firsts[i]
+                self._drop(i, i + 1)
             else:
                 block.flags[j] |= _DELETED
                 block.live -= 1
@@ -324,13 +376,16 @@ class Stream:
         return deleted
 
     def trim(self, trim: Trim) -> int:
-        """XTRIM / XADD trimming; returns the number of entries removed.
+        """XTRIM / XADD trimming (or ``maxbytes``, see ``Trim``); returns the number of entries
+        removed.
 
         Whole blocks go from the head while the strategy allows it; ``approximate`` stops at the first
         block that cannot go entirely, exact trimming flags entries inside that block. A limit
         (approximate only) stops before a block whose live entries would take the count of removed
         entries past it.
         """
+        if trim.strategy == "maxbytes":
+            return self._trim_bytes(trim.threshold)
         if trim.approximate:
             limit = trim.limit
             if limit is None:
@@ -355,12 +410,32 @@ class Stream:
             if not trim.approximate:
                 deleted += self._trim_inside(block, maxlen, threshold)
             break
-        del self._blocks[:removed_blocks]
-        del self._firsts[:removed_blocks]
+        if removed_blocks:
+            self._drop(0, removed_blocks)
         if self.length == 0:
             self._first_id = 0
         elif deleted:
             self._first_id = self._scan_first()
+        return deleted
+
+    def _trim_bytes(self, max_bytes: int) -> int:
+        """Remove the oldest blocks, all but the newest if need be, until the entries hold at most
+        ``max_bytes``; returns the number of entries removed."""
+        blocks = self._blocks
+        over = self.entries_memory() - max_bytes
+        count = deleted = 0
+        while over > 0 and count < len(blocks) - 1:  # (a first guess, made in one pass ...)
+            over -= blocks[count].held + blocks[count].names
+            deleted += blocks[count].live
+            count += 1
+        if count:
+            self._drop(0, count)
+        while self.entries_memory() > max_bytes and len(blocks) > 1:  # (... then made exact)
+            deleted += blocks[0].live
+            self._drop(0, 1)
+        if deleted:
+            self.length -= deleted
+            self._first_id = self._scan_first() if self.length else 0
         return deleted
 
     def _trim_inside(self, block: _Block, maxlen: bool, threshold: int) -> int:
@@ -524,6 +599,9 @@ class Stream:
 
     def destroy_group(self, name: bytes) -> bool:
         return self.groups.pop(name, None) is not None
+
+
+_STREAM: Final = sys.getsizeof(Stream())
 
 
 def check_setid_args(last_id: int, max_deleted_id: int | None) -> None:

@@ -4,6 +4,7 @@ and the ``[[streams]]`` configuration with its errors."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
@@ -160,12 +161,16 @@ def test_configuration() -> None:
             "streams": [
                 {"name": "events", "subjects": ["orders.>", "$R.>"]},
                 {"name": "audit", "subjects": "log.*", "account": "acme", "maxlen": 10, "max_age": "2h"},
+                {"name": "sized", "subjects": ["x"], "max_bytes": "64MB"},
+                {"name": "bytes", "subjects": ["y"], "max_bytes": 1000},
             ],
         }
     )
     assert config.streams == (
         StreamConfig("events", ("orders.>", "$R.>")),
         StreamConfig("audit", ("log.*",), "acme", 10, 7200.0),
+        StreamConfig("sized", ("x",), max_bytes=64 * 1024**2),
+        StreamConfig("bytes", ("y",), max_bytes=1000),
     )
 
 
@@ -184,6 +189,8 @@ def test_configuration() -> None:
         ({"name": "s", "subjects": ["a"], "max_age": "xh"}, "max_age: expected a duration"),
         ({"name": "s", "subjects": ["a"], "max_age": float("nan")}, "must be 0 (no limit)"),
         ({"name": "s", "subjects": ["a"], "maxlength": 5}, "unknown option 'maxlength'"),
+        ({"name": "s", "subjects": ["a"], "max_bytes": -1}, "must be 0 (no limit) or positive"),
+        ({"name": "s", "subjects": ["a"], "max_bytes": "big"}, "max_bytes: expected a size"),
     ],
 )
 def test_configuration_errors_say_where(stream: dict[str, Any], error: str) -> None:
@@ -232,3 +239,48 @@ async def test_a_failed_commit_is_answered_with_the_error_and_later_messages_are
     await trio.testing.wait_all_tasks_blocked()
     ack = [entry for entry in log if entry[0] == "delivered"][-1]
     assert json.loads(ack[2])["id"] == format_id(stream(broker).last_id).decode()
+
+
+def test_max_bytes_keeps_the_entries_under_it_a_block_at_a_time() -> None:
+    broker, _ = node(StreamConfig("events", ("a",), max_bytes=20_000))
+    for _ in range(2000):
+        publish(broker, b"a", b"x" * 100)
+    captured = stream(broker)
+    assert captured.entries_memory() <= 20_000
+    assert 100 < captured.length < 200  # (some 160 entries fit; a block holds 100 at most)
+    assert captured.entries_added == 2000
+    assert broker.keyspaces.dataset_bytes == sys.getsizeof(b"events") + captured.memory_usage()
+
+
+def test_max_bytes_smaller_than_a_block_keeps_the_newest_block() -> None:
+    broker, _ = node(StreamConfig("events", ("a",), max_bytes=1))
+    for _ in range(250):
+        publish(broker, b"a")
+    assert 0 < stream(broker).length <= 100
+    assert stream(broker).node_count == 1
+
+
+async def test_past_maxmemory_messages_are_refused_with_the_oom_error(nursery: trio.Nursery) -> None:
+    log: list[Any] = []
+    broker, captures = node(StreamConfig("events", ("a",)))
+    broker.subscribe(broker.account("$G"), Subscription("inbox", owner=Recorder(log)))
+    await nursery.start(captures.run)
+    broker.keyspaces.maxmemory = 10_000
+    for _ in range(200):
+        publish(broker, b"a", b"x" * 100, reply=b"inbox")
+        await trio.testing.wait_all_tasks_blocked()
+    answers = [json.loads(entry[2]) for entry in log if entry[0] == "delivered"]
+    refused = [answer for answer in answers if "error" in answer]
+    oom = {"stream": "events", "error": "OOM command not allowed when used memory > 'maxmemory'."}
+    assert refused
+    assert all(answer == oom for answer in refused)
+    assert answers.index(oom) == len(answers) - len(refused)  # (refused from the first one on)
+    assert captures.streams[0].refused == len(refused)
+    used = broker.keyspaces.used_memory
+    assert 10_000 < used < 10_000 + 1000  # (one entry past the limit at most)
+    assert stream(broker).length == captures.streams[0].captured
+    broker.keyspaces.database("$G", 0).delete(b"events")  # (as DEL would)
+    assert broker.keyspaces.used_memory == 0
+    publish(broker, b"a", reply=b"inbox")
+    await trio.testing.wait_all_tasks_blocked()
+    assert "id" in json.loads(log[-1][2])

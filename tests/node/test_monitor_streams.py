@@ -132,6 +132,7 @@ async def test_streamz_varz_and_metrics_follow_streams(nursery: trio.Nursery) ->
                 "subjects": ["orders.>"],
                 "maxlen": 1000,
                 "max_age": 0.0,
+                "max_bytes": 0,
                 "captured": 1,
                 "refused": 0,
             }

@@ -1,11 +1,14 @@
-"""The Redis front door's settings: the ``[redis]`` table and the ``--redis_*`` flags."""
+"""The Redis front door's settings: the ``[redis]`` table (or ``redis`` block) and the ``--redis_*``
+flags."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from node.cli import command_line_config
-from node.config import ConfigError, RedisConfig, from_mapping
+from node.config import ConfigError, RedisConfig, StreamConfig, from_mapping, load
 
 
 def test_no_table_no_flag_no_listener() -> None:
@@ -26,3 +29,25 @@ def test_redis_flags() -> None:
     assert command_line_config(["--redis_port", "0"]).redis == RedisConfig(port=0)
     config = command_line_config(["--redis_port", "7000", "--redis_host", "127.0.0.1"])
     assert config.redis == RedisConfig(host="127.0.0.1", port=7000)
+
+
+def test_maxmemory() -> None:
+    config = from_mapping({"redis": {"maxmemory": "512MB"}})
+    assert config.redis == RedisConfig(maxmemory=512 * 1024**2)
+    assert from_mapping({"redis": {"maxmemory": 1000}}).redis == RedisConfig(maxmemory=1000)
+    assert RedisConfig().maxmemory == 0  # (no limit)
+    with pytest.raises(ConfigError, match="maxmemory: expected a size"):
+        from_mapping({"redis": {"maxmemory": "lots"}})
+    with pytest.raises(ConfigError, match="maxmemory must be 0"):
+        from_mapping({"redis": {"maxmemory": -1}})
+
+
+def test_maxmemory_and_max_bytes_in_the_nats_server_format(tmp_path: Path) -> None:
+    conf = tmp_path / "node.conf"
+    conf.write_text(
+        "redis { port: 6380, maxmemory: 512MB }\n"
+        "streams: [ {name: events, subjects: ['orders.>'], max_bytes: 64MB} ]\n"
+    )
+    config = load(conf)
+    assert config.redis == RedisConfig(port=6380, maxmemory=512 * 1024**2)
+    assert config.streams == (StreamConfig("events", ("orders.>",), max_bytes=64 * 1024**2),)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from array import array
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from node.streams import MAX_ID, Stream, StreamError, Trim, make_id
 from node.streams.ids import (
@@ -215,3 +221,49 @@ def test_counts_that_are_not_positive_mean_no_limit() -> None:
     stream = filled(5)
     assert len(stream.range(0, MAX_ID, 0)) == len(stream.range(0, MAX_ID, -3)) == 5
     assert len(stream.after(0, 0)) == 5
+
+
+def sealed_size(block: Any) -> int:
+    """What ``sys.getsizeof`` says of a block and its parts, sealed (a copy, for the tail)."""
+    arrays = [array(a.typecode, a) for a in (block.ms, block.seq, block.offsets)]
+    parts = [block.first, *arrays, bytearray(block.flags), bytes(block.data)]
+    return sys.getsizeof(block) + sum(map(sys.getsizeof, parts))
+
+
+def counted_from_scratch(stream: Stream) -> int:
+    """``memory_usage`` as a walk over every block with ``sys.getsizeof`` (what the running tally
+    must equal)."""
+    blocks = stream._blocks
+    total = sys.getsizeof(stream) + sys.getsizeof(blocks[:]) + sys.getsizeof(stream._firsts[:])
+    total += sum(sealed_size(block) for block in blocks)
+    for fields in {id(block.fields): block.fields for block in blocks}.values():
+        total += sys.getsizeof(fields) + sum(sys.getsizeof(f) for f in fields)
+    return total + sum(group.memory_usage() for group in stream.groups.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "add", "other_fields", "xdel", "pop", "trim", "trim_exact"]),
+            st.integers(0, 40),
+        ),
+        max_size=120,
+    )
+)
+def test_memory_tally_equals_a_walk_over_the_blocks(steps: list[tuple[str, int]]) -> None:
+    """Whatever adds, deletions and trims did, the running tally is what a full walk counts."""
+    stream = Stream(node_max_entries=4, node_max_bytes=150)  # (blocks sealed by either limit)
+    ms = 1
+    for op, n in steps:
+        if op in ("add", "other_fields"):
+            ms += 1
+            name = b"f" if op == "add" else b"g%d" % (n % 3)
+            stream.add(make_id(ms, 0), [name, b"v" * (60 if n % 3 == 0 else n % 10)])
+        elif op == "xdel":
+            stream.delete([make_id(m, 0) for m in range(n % 5 + 1, ms + 1, n % 3 + 2)])
+        elif op == "pop":  # (the newest entries: a sealed block may become the tail again)
+            stream.delete([make_id(m, 0) for m in range(ms - n % 7, ms + 1)])
+        else:
+            stream.trim(Trim("maxlen", n, approximate=op == "trim"))
+        assert stream.memory_usage() == counted_from_scratch(stream)
