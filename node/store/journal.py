@@ -92,6 +92,11 @@ class StoreError(Exception):
     """The store cannot be opened: in use, unreadable, or damaged other than by a torn tail."""
 
 
+def _free_bytes(fd: int) -> int:
+    stats = os.fstatvfs(fd)
+    return stats.f_bavail * stats.f_frsize
+
+
 @attrs.frozen
 class Disk:
     """The system calls the store writes its file with (tests hand it ones that fail on purpose)."""
@@ -99,12 +104,7 @@ class Disk:
     write: Callable[[int, memoryview], int] = os.write
     fsync: Callable[[int], None] = os.fsync
     ftruncate: Callable[[int, int], None] = os.ftruncate
-    free_bytes: Callable[[int], int] = lambda fd: _free_bytes(fd)
-
-
-def _free_bytes(fd: int) -> int:
-    stats = os.fstatvfs(fd)
-    return stats.f_bavail * stats.f_frsize
+    free_bytes: Callable[[int], int] = _free_bytes
 
 
 def _write_all(write: Callable[[int, memoryview], int], fd: int, data: bytes | bytearray) -> None:

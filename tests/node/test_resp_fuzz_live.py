@@ -35,7 +35,7 @@ GROWTH = 48 * MiB
 NAMES = [name.decode() for name in COMMANDS] + ["get", "hello", "client", "pubsub", "x"]
 SUBCOMMANDS = ["id", "list", "info", "reply", "channels", "numsub", "numpat", "count", "docs", "get"]
 SUBCOMMANDS += ["create", "setid", "destroy", "createconsumer", "delconsumer", "stream", "groups"]
-SUBCOMMANDS += ["consumers", "unblock"]
+SUBCOMMANDS += ["consumers", "unblock", "set", "maxmemory", "maxmemory-policy", "noeviction"]
 STREAM_WORDS = ["s", "g", "c", "0", "0-0", "1-1", "$", "+", "-", "(1", "1-*", "18446744073709551615"]
 STREAM_WORDS += ["MAXLEN", "MINID", "~", "=", "LIMIT", "NOMKSTREAM", "COUNT", "BLOCK", "STREAMS"]
 STREAM_WORDS += ["GROUP", "NOACK", "IDLE", "TIME", "RETRYCOUNT", "FORCE", "JUSTID", "LASTID"]
