@@ -13,7 +13,7 @@ $(BIN)/python:
 
 # The publish path is compiled (see setup.py): edits to those modules need a rebuild, so the install
 # step depends on every source file of the packages.
-SOURCES := $(wildcard routing/*.py transport/*.py node/*.py node/protocol/*.py node/resp/*.py node/streams/*.py node/store/*.py cluster/*.py pipeline/*.py pipeline/jobs/*.py)
+SOURCES := $(shell find routing transport node cluster pipeline pubmesh_testing -name '*.py')
 
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(SOURCES)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from node.accounts import DEFAULT_ACCOUNT, Account
-from node.auth import Authenticator
-from node.config import Config
-from node.imports import install_imports
-from node.keyspace import Keyspaces
+from node.accounts.account import DEFAULT_ACCOUNT, Account
+from node.accounts.auth import Authenticator
+from node.accounts.imports import install_imports
+from node.config.options import Config
+from node.data.keyspace import Keyspaces
 from routing import (
     EMPTY_MATCH,
     InterestChange,
@@ -130,7 +130,7 @@ class Client(Subscriber, Consumer, Protocol):
 
 class ClientEvents(Protocol):
     """Told when a client signs in (CONNECT accepted) and when one is gone: the system account's
-    advisories (``node.system``). Called on those two occasions only, never per message."""
+    advisories (``node.monitoring.system``). Called on those two occasions only, never per message."""
 
     def connected(self, client: Client) -> None: ...
 

@@ -3,9 +3,9 @@
 Each connection runs three tasks: a reader feeding ``ClientConnection.receive_data`` (through the
 node's ``Flusher``, which writes what that input produced straight to the sockets it reached), a
 writer for output that had to wait, and its timers (ping, auth timeout). The protocol decisions all
-live in ``node.client``; this module only moves bytes and keeps time.
+live in ``node.nats.client``; this module only moves bytes and keeps time.
 
-The server also keeps what its INFO says of the cluster (``connect_urls``, see ``node.discovery``),
+The server also keeps what its INFO says of the cluster (``connect_urls``, see ``node.nats.discovery``),
 telling the clients that take INFO updates whenever it changes, and runs lame duck mode: it stops
 accepting, tells its clients (``ldm``) so they can move elsewhere, and after a grace period closes
 them a few at a time, spread over ``lame_duck_duration``, before it stops for good.
@@ -28,11 +28,11 @@ import attrs
 import trio
 
 from node.broker import Broker
-from node.client import ClientConnection, Reason
-from node.config import Config
-from node.discovery import connect_urls
-from node.keyspace import SWEEP_SECONDS
-from node.protocol import writer as w
+from node.config.options import Config
+from node.data.keyspace import SWEEP_SECONDS
+from node.nats.client import ClientConnection, Reason
+from node.nats.discovery import connect_urls
+from node.nats.protocol import writer as w
 from node.resp.connection import RespConnection
 from node.resp.writer import error
 from transport.sessions import Flusher, Session

@@ -76,7 +76,7 @@ def pubmesh_node(streams: Mapping[str, str]) -> Iterator[NodeUrls]:
     with tempfile.TemporaryDirectory(prefix="pubmesh-node-") as scratch:
         config = Path(scratch) / "node.toml"
         config.write_text(streams_toml(streams))
-        args = [sys.executable, "-m", "node.cli", "serve", "-c", str(config), "-a", "127.0.0.1"]
+        args = [sys.executable, "-m", "node.run.cli", "serve", "-c", str(config), "-a", "127.0.0.1"]
         args += ["-p", str(port), "--redis_port", str(redis_port)]
         with _running(args, [port, redis_port], "the pubmesh node"):
             yield NodeUrls(f"nats://127.0.0.1:{port}", f"redis://127.0.0.1:{redis_port}")

@@ -23,8 +23,8 @@ import attrs
 import trio
 
 from cluster.config import ClusterConfig, GatewayConfig
-from node.config import Config, RedisConfig
-from node.launch import NodeHandle, run_node
+from node.config.options import Config, RedisConfig
+from node.run.launch import NodeHandle, run_node
 
 __all__ = [
     "RunningCluster",

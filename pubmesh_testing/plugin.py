@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from node.config import Config
+    from node.config.options import Config
     from pubmesh_testing import RunningCluster, RunningNode, RunningSuperCluster
 
 
 @pytest.fixture
 def pubmesh_config() -> Config:
     """The configuration every pubmesh fixture starts its nodes with (ports aside)."""
-    from node.config import Config
+    from node.config.options import Config
 
     return Config()
 

@@ -102,7 +102,7 @@ def live_node(*flags: str, redis: bool = False, ports: LiveNode | None = None) -
     kill it); on the ports of ``ports`` (a node that ran before), else on free ones."""
     port = ports.port if ports is not None else free_port()
     http_port = ports.http_port if ports is not None else free_port()
-    args = [sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(port)]
+    args = [sys.executable, "-m", "node.run.cli", "serve", "-a", "127.0.0.1", "-p", str(port)]
     args += ["-m", str(http_port), "--http_host", "127.0.0.1", *flags]
     redis_port = None
     if redis:

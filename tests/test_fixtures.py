@@ -14,7 +14,7 @@ import redis
 import trio
 from nats.aio.client import Client
 
-from node.config import Config, UserConfig
+from node.config.options import Config, UserConfig
 from pubmesh_testing import (
     RunningCluster,
     RunningNode,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from node.config import Config, from_mapping, load
+from node.config.options import Config, from_mapping, load
 from tests.certs import make_certs
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -33,7 +33,7 @@ import attrs
 from node.bench.scenarios import Latency
 from node.bench.servers import Flavor, Servers
 from node.bench.wire import PING, PONG, BenchError, Endpoint, Reader, connect, flush
-from node.protocol import writer as w
+from node.nats.protocol import writer as w
 
 __all__ = ["Convergence", "Resync", "converge", "resync"]
 

@@ -38,7 +38,7 @@ from node.bench.workers import (
     subscriber,
     work,
 )
-from node.protocol import writer as w
+from node.nats.protocol import writer as w
 
 __all__ = ["DEFAULT_TIMEOUT", "SCENARIOS", "Latency", "Result", "Scenario", "Spec", "run"]
 

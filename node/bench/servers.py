@@ -105,7 +105,7 @@ class Flavor:
 
 PUBMESH = Flavor(
     "pubmesh",
-    (sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", "0"),
+    (sys.executable, "-m", "node.run.cli", "serve", "-a", "127.0.0.1", "-p", "0"),
     any_port="0",
     pool_size=ClusterConfig().pool_size,
 )

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 import attrs
 
-from node.protocol import writer as w
+from node.nats.protocol import writer as w
 
 __all__ = [
     "ERR",

@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 import attrs
 
 from node.bench.wire import BenchError, Endpoint, Reader, connect, flush, pub_lines
-from node.protocol import writer as w
+from node.nats.protocol import writer as w
 
 __all__ = [
     "GO",

@@ -33,19 +33,19 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from node.accounts import Account
-from node.auth import Verification, Verifying
+from node.accounts.account import Account
+from node.accounts.auth import Verification, Verifying
+from node.accounts.permissions import PermissionSet
 from node.broker import VERSION, Broker
-from node.client import HANGUP_REASONS, KEEPS_OUTPUT, MAX_SUBS_EXCEEDED, Reason
-from node.config import RedisConfig, UserConfig
+from node.config.options import RedisConfig, UserConfig
+from node.data.keyspace import CommitFailed, Condition, Database
 from node.integers import string2ll
-from node.keyspace import CommitFailed, Condition, Database
-from node.permissions import PermissionSet
+from node.nats.client import HANGUP_REASONS, KEEPS_OUTPUT, MAX_SUBS_EXCEEDED, Reason
+from node.resp.commands.keys import KEY_COMMANDS
+from node.resp.commands.memory import POLICY, config_set, memory_info
+from node.resp.commands.streams import HELP, STREAM_COMMANDS, XGROUP, XINFO
 from node.resp.errors import RespProtocolError
-from node.resp.keys import KEY_COMMANDS
-from node.resp.memory import POLICY, config_set, memory_info
 from node.resp.parser import RequestParser
-from node.resp.streams import HELP, STREAM_COMMANDS, XGROUP, XINFO
 from node.resp.writer import (
     OK,
     PONG,

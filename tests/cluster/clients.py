@@ -13,7 +13,7 @@ import trio
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from node.launch import NodeHandle
+from node.run.launch import NodeHandle
 
 W = 10.0
 """The bound on every wait."""

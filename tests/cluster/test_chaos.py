@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.config import ClusterConfig, GatewayConfig
-from node.harness import (
+from pubmesh_testing.harness import (
     Cluster,
     Inbox,
     PatternInbox,

@@ -34,8 +34,8 @@ from nats.aio.msg import Msg
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.frames import MAX_CLUSTERS, Challenge, Err
 from cluster.routes import MAX_UNMET_PEERS
-from node.config import Config
-from node.launch import NodeHandle, run_node
+from node.config.options import Config
+from node.run.launch import NodeHandle, run_node
 from tests.cluster.impostor import Impostor, frames_in, gateway_hello, route_hello
 from tests.cluster.test_real_link_attacks import subscribed
 

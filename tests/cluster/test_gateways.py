@@ -17,8 +17,8 @@ from trio.testing import MockClock
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.frames import MessageFrame, SubAdd, encode
 from cluster.replies import short_hash
-from node.config import AccountConfig, Config
-from node.harness import HarnessNode, SuperCluster, open_supercluster
+from node.config.options import AccountConfig, Config
+from pubmesh_testing.harness import HarnessNode, SuperCluster, open_supercluster
 from routing import Message, Origin, Subscription
 from tests.cluster.impostor import Impostor, gateway_hello
 

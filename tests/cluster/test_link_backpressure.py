@@ -27,18 +27,18 @@ from trio.testing import MockClock
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.frames import Ping, SubAdd, encode
 from cluster.link import SLOW_DEADLINE, SLOW_PENDING, Link
-from node.assembly import Node as Assembled
 from node.broker import Broker
-from node.config import Config, from_mapping
-from node.harness import open_cluster
-from node.launch import NodeHandle
-from node.monitoring_views import GatewayzOptions, Pacer, RoutezOptions, gatewayz, routez
-from node.protocol import writer as w
+from node.config.options import Config, from_mapping
+from node.monitoring.views import GatewayzOptions, Pacer, RoutezOptions, gatewayz, routez
+from node.nats.protocol import writer as w
+from node.run.assembly import Node as Assembled
+from node.run.launch import NodeHandle
+from pubmesh_testing.harness import open_cluster
 from routing import RemoteEntry
 from tests.cluster.clients import free_port
 from tests.cluster.impostor import Impostor, gateway_hello, route_hello
 from tests.node.conftest import start_node
-from tests.node.test_monitor import Node, RawClient
+from tests.node.monitoring.test_monitor import Node, RawClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -269,7 +269,7 @@ async def frozen_node(seed: int) -> AsyncIterator[tuple[trio.Process, int]]:
     """A real node in its own process, joined to the route port ``seed``: (process, client port).
     Stopped with SIGKILL whatever happens (after SIGCONT, should the test have frozen it)."""
     port = free_port()
-    command = [sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(port)]
+    command = [sys.executable, "-m", "node.run.cli", "serve", "-a", "127.0.0.1", "-p", str(port)]
     command += ["--cluster", "nats://127.0.0.1:0", "--cluster_name", "c"]
     command += ["--routes", f"nats://127.0.0.1:{seed}"]
     process = await trio.lowlevel.open_process(

@@ -16,8 +16,8 @@ import pytest
 import redis.asyncio
 import trio
 
-from node.config import Config, RedisConfig, StreamConfig
-from node.launch import NodeHandle
+from node.config.options import Config, RedisConfig, StreamConfig
+from node.run.launch import NodeHandle
 from tests.cluster.clients import W, connect, eventually, until
 from tests.cluster.test_real_gateways import knows, start_supercluster
 from tests.node.conftest import in_asyncio

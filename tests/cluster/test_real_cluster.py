@@ -23,8 +23,8 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from cluster.config import ClusterConfig
-from node.config import AccountConfig, Config, UserConfig
-from node.launch import NodeHandle
+from node.config.options import AccountConfig, Config, UserConfig
+from node.run.launch import NodeHandle
 from tests.cluster.clients import Box, W, connect, eventually, free_port, settled, until
 from tests.node.conftest import in_asyncio, start_node
 
@@ -194,7 +194,7 @@ def spawn_node(
     name: str, route_port: int, client_port: int, seed: int | None
 ) -> subprocess.Popen[bytes]:
     args = [
-        sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(client_port),
+        sys.executable, "-m", "node.run.cli", "serve", "-a", "127.0.0.1", "-p", str(client_port),
         "-n", name, "--cluster", f"nats://127.0.0.1:{route_port}", "--cluster_name", "real",
     ]  # fmt: skip
     if seed is not None:

@@ -19,8 +19,8 @@ import trio
 from nats.aio.msg import Msg
 
 from cluster.config import ClusterConfig, GatewayConfig
-from node.config import AccountConfig, Config, UserConfig
-from node.launch import NodeHandle
+from node.config.options import AccountConfig, Config, UserConfig
+from node.run.launch import NodeHandle
 from tests.cluster.clients import Box, W, connect, eventually, free_port, until
 from tests.node.conftest import in_asyncio, start_node
 
@@ -136,7 +136,7 @@ async def test_accounts_stay_apart_across_gateways(nursery: trio.Nursery) -> Non
 
 def spawn_west(client_port: int, gateway_port: int, east: str) -> subprocess.Popen[bytes]:
     args = [
-        sys.executable, "-m", "node.cli", "serve", "-a", "127.0.0.1", "-p", str(client_port),
+        sys.executable, "-m", "node.run.cli", "serve", "-a", "127.0.0.1", "-p", str(client_port),
         "-n", "w1", "--gateway_name", "west", "--gateway_listen", url(gateway_port),
         "--gateways", f"east={east}",
     ]  # fmt: skip

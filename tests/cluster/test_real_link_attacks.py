@@ -31,8 +31,8 @@ from cluster.frames import (
     encode,
 )
 from cluster.routes import MAX_UNMET_PEERS
-from node.config import Config
-from node.launch import NodeHandle
+from node.config.options import Config
+from node.run.launch import NodeHandle
 from tests.cluster.clients import connect, eventually, until
 from tests.cluster.impostor import Impostor, frames_in, peers, route_hello
 from tests.node.conftest import in_asyncio, start_node

@@ -18,8 +18,8 @@ import pytest
 import redis.asyncio
 import trio
 
-from node.config import Config, RedisConfig
-from node.launch import NodeHandle
+from node.config.options import Config, RedisConfig
+from node.run.launch import NodeHandle
 from routing import channel_subject
 from tests.cluster.clients import Box, W, connect, eventually
 from tests.cluster.test_real_cluster import start_cluster

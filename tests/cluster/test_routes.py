@@ -20,8 +20,8 @@ from cluster.frames import Err, Gossip, MessageFrame, PeerInfo, SubAdd, encode
 from cluster.link import Link
 from cluster.peer import fnv1a32
 from cluster.routes import RouteManager
-from node.config import AccountConfig, Config
-from node.harness import Cluster, HarnessNode, open_cluster
+from node.config.options import AccountConfig, Config
+from pubmesh_testing.harness import Cluster, HarnessNode, open_cluster
 from routing import Message, Origin
 from tests.cluster.impostor import Impostor, route_hello
 

@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from cluster.config import ClusterConfig, GatewayConfig
-from node.config import Config
-from node.launch import NodeHandle
+from node.config.options import Config
+from node.run.launch import NodeHandle
 from tests.certs import Certs, make_certs
 from tests.cluster import test_real_gateways
 from tests.cluster.clients import Box, connect, eventually, until

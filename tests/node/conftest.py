@@ -14,8 +14,8 @@ from typing import TypeVar
 import pytest
 import trio
 
-from node.config import Config
-from node.launch import NodeHandle, run_node
+from node.config.options import Config
+from node.run.launch import NodeHandle, run_node
 
 T = TypeVar("T")
 

@@ -178,7 +178,7 @@ def test_command_line_defaults_are_the_options_defaults() -> None:
 
 
 def test_pubmesh_pipeline_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
-    from node.cli import main
+    from node.run.cli import main
 
     assert main(["pipeline"]) == 2
     assert main(["pipeline", "--help"]) == 0

@@ -1,0 +1,147 @@
+"""Stream IDs as plain ints, and the exact parsing rules and error texts of Redis streams.
+
+An ID ``ms-seq`` (two unsigned 64-bit numbers) is the int ``(ms << 64) | seq``: IDs then compare, sort
+and bisect as ints with no per-ID object beyond the int itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from node.integers import U64 as U64
+from node.integers import string2ull
+
+if TYPE_CHECKING:
+    from node.data.streams.stream import Stream
+
+MAX_ID: Final = (1 << 128) - 1
+
+INVALID_ID: Final = "ERR Invalid stream ID specified as stream command argument"
+INVALID_START: Final = "ERR invalid start ID for the interval"
+INVALID_END: Final = "ERR invalid end ID for the interval"
+XADD_TOO_SMALL: Final = (
+    "ERR The ID specified in XADD is equal or smaller than the target stream top item"
+)
+XADD_ZERO: Final = "ERR The ID specified in XADD must be greater than 0-0"
+XADD_EXHAUSTED: Final = "ERR The stream has exhausted the last possible ID, unable to add more items"
+XSETID_TOO_SMALL: Final = "ERR The ID specified in XSETID is smaller than the target stream top item"
+XSETID_BELOW_MAX_DELETED: Final = (
+    "ERR The ID specified in XSETID is smaller than current max_deleted_entry_id"
+)
+XSETID_BELOW_GIVEN_MAX_DELETED: Final = (
+    "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id"
+)
+XSETID_ENTRIES_ADDED: Final = (
+    "ERR The entries_added specified in XSETID is smaller than the target stream length"
+)
+
+# Redis copies an ID argument into a 128-byte buffer; longer arguments are rejected outright.
+_MAX_ARG = 127
+
+
+class StreamError(Exception):
+    """A command error; ``str(exc)`` is the exact Redis error reply without the leading ``-``."""
+
+
+def make_id(ms: int, seq: int) -> int:
+    return (ms << 64) | seq
+
+
+def id_ms(i: int) -> int:
+    return i >> 64
+
+
+def id_seq(i: int) -> int:
+    return i & U64
+
+
+def format_id(i: int) -> bytes:
+    return b"%d-%d" % (i >> 64, i & U64)
+
+
+def _parse(arg: bytes, missing_seq: int, *, strict: bool) -> int:
+    if len(arg) > _MAX_ARG:
+        raise StreamError(INVALID_ID)
+    if b"\0" in arg:  # the C string ends at the first NUL
+        arg = arg.split(b"\0", 1)[0]
+    if arg == b"-":
+        if strict:
+            raise StreamError(INVALID_ID)
+        return 0
+    if arg == b"+":
+        if strict:
+            raise StreamError(INVALID_ID)
+        return MAX_ID
+    ms_text, dash, seq_text = arg.partition(b"-")
+    ms = string2ull(ms_text)
+    seq = string2ull(seq_text) if dash else missing_seq
+    if ms is None or seq is None:
+        raise StreamError(INVALID_ID)
+    return (ms << 64) | seq
+
+
+def parse_id(arg: bytes, *, missing_seq: int = 0) -> int:
+    """A strict ID (``ms`` or ``ms-seq``; ``-`` and ``+`` are refused), as XADD/XDEL/XACK/XCLAIM take."""
+    return _parse(arg, missing_seq, strict=True)
+
+
+def parse_bound(arg: bytes, *, end: bool) -> int:
+    """An interval bound of XRANGE/XREVRANGE/XPENDING/XAUTOCLAIM, as the inclusive ID it denotes.
+
+    ``-``/``+`` are the extremes, a bare ``ms`` is ``ms-0`` as a start and ``ms-<max>`` as an end, and
+    ``(id`` excludes the ID (strict, so ``(-`` and ``(+`` are invalid).
+    """
+    missing_seq = U64 if end else 0
+    if len(arg) > 1 and arg[:1] == b"(":
+        value = _parse(arg[1:], missing_seq, strict=True)
+        if end:
+            if value == 0:
+                raise StreamError(INVALID_END)
+            return value - 1
+        if value == MAX_ID:
+            raise StreamError(INVALID_START)
+        return value + 1
+    return _parse(arg, missing_seq, strict=False)
+
+
+def next_id(last_id: int, now: int) -> int:
+    """The ID ``*`` generates: the clock if it moved past the last ID's ms, else the last ID plus one."""
+    if now > last_id >> 64:
+        return now << 64
+    return last_id + 1
+
+
+def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
+    """The ID XADD will use for ``arg`` (``*``, ``ms-*``, ``ms`` or ``ms-seq``) on ``stream``.
+
+    Raises the errors of XADD in Redis's order: an invalid ID, then ``0-0``, then an exhausted stream,
+    then an ID not above the top item. (WRONGTYPE sits between ``0-0`` and the rest in Redis; that is
+    the caller's.)
+    """
+    last = 0 if stream is None else stream.last_id
+    if len(arg) <= _MAX_ARG and b"\0" in arg:  # the C string ends at the first NUL
+        arg = arg.split(b"\0", 1)[0]
+    if arg == b"*":
+        if last == MAX_ID:
+            raise StreamError(XADD_EXHAUSTED)
+        return next_id(last, now)
+    if arg.endswith(b"-*") and len(arg) <= _MAX_ARG:
+        ms = string2ull(arg[:-2])
+        if ms is None or b"-" in arg[:-2]:
+            raise StreamError(INVALID_ID)
+        if last == MAX_ID:
+            raise StreamError(XADD_EXHAUSTED)
+        if ms == last >> 64:
+            if last & U64 == U64:
+                raise StreamError(XADD_TOO_SMALL)
+            return last + 1
+        new = ms << 64
+    else:
+        new = parse_id(arg)
+        if new == 0:
+            raise StreamError(XADD_ZERO)
+        if last == MAX_ID:
+            raise StreamError(XADD_EXHAUSTED)
+    if new <= last:
+        raise StreamError(XADD_TOO_SMALL)
+    return new

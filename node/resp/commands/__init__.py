@@ -1,0 +1,1 @@
+"""The Redis commands, one module per command family."""

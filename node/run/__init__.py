@@ -1,0 +1,2 @@
+"""The node as a program: the command line, starting and stopping, assembly, reload, signals, logs,
+and ``pubmesh local``."""
