@@ -39,8 +39,8 @@ from node.data.keyspace import DATABASES, Database
 from node.data.streams import Stream, format_id, group_infos
 from node.monitoring.gofmt import go_duration, go_time, uptime
 from node.nats.client import ClientConnection
+from node.process_memory import resident_bytes
 from node.resp.connection import RespConnection
-from node.run.process import resident_bytes
 from routing import (
     RemoteEntry,
     SubListStats,
