@@ -1,4 +1,5 @@
-"""Putting a node together: the broker, its client server, and its cluster links.
+"""Putting a node together: the broker (with its accounts' imports), its client server, and its cluster
+links.
 
 This is the one place that wires ``node`` and ``cluster`` together. The launcher (real sockets) and
 the in-process harness (a memory network) both build nodes with ``assemble`` and run them with
@@ -14,6 +15,7 @@ import trio
 from cluster.connections import Dial
 from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
+from node.accounts.imports import install_imports
 from node.broker import Broker
 from node.config.options import Config
 from node.data.capture import Captures
@@ -39,7 +41,9 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
     def rng() -> random.Random | None:
         return random.Random(seed) if seed is not None else None
 
-    server = Server(config, broker=Broker(config, rng=rng()))
+    broker = Broker(config, rng=rng())
+    install_imports(broker)
+    server = Server(config, broker=broker)
     node = Node(server)
     if config.store_dir is not None:
         node.store = Store(
