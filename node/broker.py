@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
-from node.accounts.imports import install_imports
 from node.config.options import Config
 from node.data.keyspace import Keyspaces
 from routing import (
@@ -214,7 +213,6 @@ class Broker:
         publisher that wants it sets it to 0 first, since a publish nobody wants skips the count."""
         # Traffic of connections that have closed, by class, so totals survive them.
         self._closed_traffic: dict[type, list[int]] = {}
-        install_imports(self)
 
     def identity(self) -> dict[str, Any]:
         """Who this node is, in the fields (and order) INFO and /varz both start with."""

@@ -45,7 +45,8 @@ from cluster.network import MemoryNetwork
 from cluster.routes import RouteManager
 from node.broker import Broker
 from node.config.options import Config
-from node.run.assembly import Listeners, Node, assemble
+from node.run.assembly import assemble
+from node.run.node import Listeners, Node
 from node.server import Server
 from routing import Message, Subscription
 

@@ -16,18 +16,17 @@ to the requester's reply subject in the importing account. Mappings are bounded 
 from __future__ import annotations
 
 import collections
+import random
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from node.accounts.account import Account
 from node.accounts.subjectmap import SubjectMap
+from node.config.options import Config
 from routing import Message, Subscription, subjects_collide
 
-if TYPE_CHECKING:
-    from node.broker import Broker
-
-__all__ = ["MAX_RESPONSES", "RESPONSE_TTL", "Responses", "install_imports"]
+__all__ = ["MAX_RESPONSES", "RESPONSE_TTL", "ImportHost", "Responses", "install_imports"]
 
 IMPORT_QUEUE = "_pubmesh_import"
 """The queue group of service imports' subscriptions (one member per node)."""
@@ -38,6 +37,28 @@ RESPONSE_TTL = 120.0
 """Seconds a request waits for its response (nats-server's default response threshold)."""
 MAX_CHAIN = 4
 """Service imports one request may pass through (an import of an import...): a bound on loops."""
+
+
+class ImportHost(Protocol):
+    """What imports use of the node's broker (``node.broker.Broker``): its configuration and accounts,
+    subscribing and publishing in an account, and its random source."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def server_id(self) -> str: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    def account(self, name: str) -> Account: ...
+
+    def subscribe(self, account: Account, sub: Subscription) -> None: ...
+
+    def unsubscribe(self, account: Account, subs: Collection[Subscription]) -> None: ...
+
+    def publish(self, account: Account, msg: Message) -> bool: ...
 
 
 class Shadow:
@@ -63,7 +84,7 @@ class Shadow:
 class StreamImports:
     """One importing account's stream imports, and the shadows of its subscriptions."""
 
-    def __init__(self, broker: Broker, imports: Sequence[tuple[Account, SubjectMap]]) -> None:
+    def __init__(self, broker: ImportHost, imports: Sequence[tuple[Account, SubjectMap]]) -> None:
         self._broker = broker
         self._imports = imports
         self._shadows: dict[Subscription, list[tuple[Account, Subscription]]] = {}
@@ -120,7 +141,9 @@ class Responses:
         clock: seconds, for expiry.
     """
 
-    def __init__(self, broker: Broker, tag: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, broker: ImportHost, tag: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._broker = broker
         self.prefix = RESPONSE_PREFIX + tag.encode() + b"."
         self._clock = clock
@@ -185,8 +208,9 @@ class Responses:
         return self._broker.publish(importer, Message(reply, None, msg.headers, msg.payload))
 
 
-def install_imports(broker: Broker) -> None:
-    """Set up the imports ``broker.config`` lists (before any client connects)."""
+def install_imports(broker: ImportHost) -> None:
+    """Set up the imports ``broker.config`` lists (before any client connects): whoever builds the
+    broker installs them, once."""
     responses: Responses | None = None
     for config in broker.config.accounts:
         importer = broker.account(config.name)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import datetime
 
-__all__ = ["go_duration", "go_time", "uptime"]
+__all__ = ["SECOND", "go_duration", "go_time", "rtt", "uptime"]
 
-_SECOND = 10**9
+SECOND = 10**9
+"""Nanoseconds in a second (Go's ``time.Second``): durations in monitoring JSON are counted in ns."""
 
 
 def uptime(ns: int) -> str:
     """nats-server's ``myUptime``: whole seconds, leading zero units dropped (``1h0m5s``)."""
-    secs = max(ns, 0) // _SECOND
+    secs = max(ns, 0) // SECOND
     mins, hours = secs // 60, secs // 3600
     days = hours // 24
     years = days // 365
@@ -40,7 +41,7 @@ def go_duration(ns: int) -> str:
     if ns == 0:
         return "0s"
     magnitude = abs(ns)
-    if magnitude < _SECOND:
+    if magnitude < SECOND:
         if magnitude < 1000:
             text = f"{magnitude}ns"
         elif magnitude < 10**6:
@@ -48,8 +49,8 @@ def go_duration(ns: int) -> str:
         else:
             text = _frac(magnitude, 10**6, 6) + "ms"
     else:
-        text = _frac(magnitude % (60 * _SECOND), _SECOND, 9) + "s"
-        mins = magnitude // _SECOND // 60
+        text = _frac(magnitude % (60 * SECOND), SECOND, 9) + "s"
+        mins = magnitude // SECOND // 60
         if mins:
             text = f"{mins % 60}m" + text
             if mins // 60:
@@ -57,8 +58,13 @@ def go_duration(ns: int) -> str:
     return ("-" if ns < 0 else "") + text
 
 
+def rtt(ns: int) -> str:
+    """nats-server shows round trips under a millisecond to the microsecond, others to the nanosecond."""
+    return go_duration(ns - ns % 1000 if 1000 < ns < 1_000_000 else ns)
+
+
 def go_time(ns_since_epoch: int) -> str:
     """RFC 3339 in UTC with nanoseconds, trailing zeros trimmed, as Go marshals ``time.Time``."""
-    secs, nanos = divmod(ns_since_epoch, _SECOND)
+    secs, nanos = divmod(ns_since_epoch, SECOND)
     base = datetime.datetime.fromtimestamp(secs, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return base + (("." + f"{nanos:09d}".rstrip("0")) if nanos else "") + "Z"

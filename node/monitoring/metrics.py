@@ -15,7 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from node.monitoring.views import ConnzOptions, MonitorState, Pacer, SubszOptions, connz, subsz, varz
+from node.monitoring.connz import ConnzOptions, connz
+from node.monitoring.pacing import Pacer
+from node.monitoring.state import MonitorState
+from node.monitoring.subsz import SubszOptions, subsz
+from node.monitoring.varz import varz
 
 __all__ = ["CONTENT_TYPE", "exposition"]
 

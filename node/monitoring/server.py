@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import parse_qs
 
 import trio
@@ -29,30 +29,15 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
 from node.broker import VERSION
 from node.monitoring import gojson, metrics
-from node.monitoring.views import (
-    DEFAULT_LIST_SIZE,
-    AccountStatzOptions,
-    AccountzOptions,
-    BadRequest,
-    ConnState,
-    ConnzOptions,
-    GatewayzOptions,
-    MonitorState,
-    Pacer,
-    RoutezOptions,
-    StreamzOptions,
-    SubszOptions,
-    accountz,
-    accstatz,
-    connz,
-    gatewayz,
-    link_problems,
-    routez,
-    streamz,
-    subsz,
-    varz,
-)
-from node.run.assembly import Node
+from node.monitoring.accountz import AccountStatzOptions, AccountzOptions, accountz, accstatz
+from node.monitoring.connz import ConnState, ConnzOptions, connz
+from node.monitoring.links import GatewayzOptions, RoutezOptions, gatewayz, link_problems, routez
+from node.monitoring.pacing import Pacer
+from node.monitoring.state import DEFAULT_LIST_SIZE, BadRequest, MonitoredNode, MonitorState
+from node.monitoring.streamz import StreamzOptions, streamz
+from node.monitoring.subsz import SubszOptions, subsz
+from node.monitoring.system import SystemAccount
+from node.monitoring.varz import varz
 from transport.tls import TlsConfig
 
 __all__ = ["serve_monitoring"]
@@ -67,6 +52,14 @@ _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
+
+
+class ServedNode(MonitoredNode, Protocol):
+    """A node whose monitoring is served: what monitoring reads of it, and its system account (None
+    without one), whose answers share the monitoring state."""
+
+    @property
+    def system(self) -> SystemAccount | None: ...
 
 
 class Response(NamedTuple):
@@ -406,7 +399,7 @@ def _hypercorn_config(host: str, port: int, tls: TlsConfig | None) -> HypercornC
 
 
 async def serve_monitoring(
-    node: Node,
+    node: ServedNode,
     host: str,
     port: int,
     *,

@@ -17,7 +17,8 @@ filters do not select stays silent. Answers come in nats-server's envelope,
 ``{"server": {...}, "data": {...}}``, with ``{"error": {"code": 400, "description": ...}}`` in
 place of ``data`` for a body that is not such an object, and code 500 for options the endpoint
 refuses; STATSZ answers ``{"server": ..., "statsz": ...}`` and IDZ ``{"name", "host", "id"}``, as
-there. Documents are those of the HTTP monitoring endpoints (``node.monitoring.views``).
+there (``node.monitoring.request_options`` reads the bodies). Documents are those of the HTTP
+monitoring endpoints.
 
 When a NATS client signs in, the node publishes ``$SYS.ACCOUNT.<account>.CONNECT`` in the system
 account, and ``$SYS.ACCOUNT.<account>.DISCONNECT`` when it leaves (with its traffic and the close
@@ -34,12 +35,11 @@ memory.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
@@ -47,40 +47,31 @@ import trio
 from node.accounts.account import Account
 from node.broker import NATS_VERSION, Broker, Client
 from node.monitoring import gojson
+from node.monitoring.accountz import AccountzOptions, accountz
+from node.monitoring.connz import connz
 from node.monitoring.gofmt import go_time
-from node.monitoring.views import (
-    DEFAULT_LIST_SIZE,
-    AccountzOptions,
-    BadRequest,
-    ConnState,
-    ConnzOptions,
-    GatewayzOptions,
-    MonitorState,
-    Pacer,
-    RoutezOptions,
-    SubszOptions,
-    accountz,
-    connz,
-    gatewayz,
-    routez,
-    statsz,
-    subsz,
-    varz,
+from node.monitoring.links import gatewayz, routez
+from node.monitoring.pacing import Pacer
+from node.monitoring.request_options import (
+    RequestError,
+    connz_options,
+    decode_options,
+    gatewayz_options,
+    routez_options,
+    subsz_options,
 )
+from node.monitoring.state import BadRequest, MonitoredNode, MonitorState
+from node.monitoring.subsz import subsz
+from node.monitoring.varz import statsz, varz
 from node.nats.client import ClientConnection
 from routing import Message, Subscription, is_valid_literal_subject
-
-if TYPE_CHECKING:
-    from node.run.assembly import Node
 
 __all__ = [
     "CONNECT_EVENT",
     "DISCONNECT_EVENT",
     "ENDPOINTS",
     "PING",
-    "RequestError",
     "SystemAccount",
-    "decode_options",
 ]
 
 log = logging.getLogger("pubmesh")
@@ -111,186 +102,6 @@ BODY_MAX = 16 * 1024
 """Bytes of options a request may carry; a larger body is answered with an error, not kept."""
 EVENTS_QUEUED = 4096
 """Events waiting to be published at most; past that the oldest are dropped."""
-
-
-# -- requests: decoding the options, as Go's encoding/json decodes them into nats-server's structs ---
-
-
-class RequestError(ValueError):
-    """A request answered with an error envelope: ``code`` (400 for a body that does not decode,
-    500 for options the endpoint refuses, as nats-server) and the description."""
-
-    def __init__(self, code: int, description: str) -> None:
-        super().__init__(description)
-        self.code = code
-        self.description = description
-
-
-# The Go type of each option, as its decoding errors name it.
-_BOOL, _INT, _UINT, _STRING, _STRINGS = "bool", "int", "uint64", "string", "[]string"
-_FILTERS = {
-    "server_name": _STRING,
-    "cluster": _STRING,
-    "host": _STRING,
-    "exact_match": _BOOL,
-    "tags": _STRINGS,
-    "domain": _STRING,
-}
-"""nats-server's ``EventFilterOptions``, which every endpoint's options include."""
-_OPTIONS: dict[str, dict[str, str]] = {
-    "VARZ": {},
-    "CONNZ": {
-        "sort": _STRING,
-        "auth": _BOOL,
-        "subscriptions": _BOOL,
-        "subscriptions_detail": _BOOL,
-        "offset": _INT,
-        "limit": _INT,
-        "cid": _UINT,
-        "mqtt_client": _STRING,
-        "state": _INT,
-        "user": _STRING,
-        "acc": _STRING,
-        "filter_subject": _STRING,
-    },
-    "SUBSZ": {
-        "offset": _INT,
-        "limit": _INT,
-        "subscriptions": _BOOL,
-        "account": _STRING,
-        "test": _STRING,
-    },
-    "ROUTEZ": {"subscriptions": _BOOL, "subscriptions_detail": _BOOL},
-    "GATEWAYZ": {
-        "name": _STRING,
-        "accounts": _BOOL,
-        "account_name": _STRING,
-        "subscriptions": _BOOL,
-        "subscriptions_detail": _BOOL,
-    },
-    "HEALTHZ": {
-        "js-enabled": _BOOL,
-        "js-enabled-only": _BOOL,
-        "js-server-only": _BOOL,
-        "js-meta-only": _BOOL,
-        "account": _STRING,
-        "stream": _STRING,
-        "consumer": _STRING,
-        "details": _BOOL,
-    },
-    "ACCOUNTZ": {"account": _STRING},
-    "STATSZ": {},
-}
-_GO_TYPES = {
-    "VARZ": "VarzEventOptions",
-    "CONNZ": "ConnzEventOptions",
-    "SUBSZ": "SubszEventOptions",
-    "ROUTEZ": "RoutezEventOptions",
-    "GATEWAYZ": "GatewayzEventOptions",
-    "HEALTHZ": "HealthzEventOptions",
-    "ACCOUNTZ": "AccountzEventOptions",
-    "STATSZ": "StatszEventOptions",
-}
-_INT64 = 2**63
-
-
-def _json_kind(value: Any) -> str:
-    """What Go's decoding errors call a JSON value."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def _fits(kind: str, value: Any) -> bool:
-    if kind == _BOOL:
-        return isinstance(value, bool)
-    if kind in (_INT, _UINT):
-        low = 0 if kind == _UINT else -_INT64
-        high = 2 * _INT64 if kind == _UINT else _INT64
-        return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
-    if kind == _STRING:
-        return isinstance(value, str)
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"invalid character {name[0]!r} looking for beginning of value")
-
-
-def decode_options(endpoint: str, body: bytes) -> dict[str, Any]:
-    """The options a request's body sets (those it leaves out are absent), read as nats-server's
-    ``json.Unmarshal`` reads them: unknown names ignored, names matched regardless of case, ``null``
-    (for the whole body or one option) changing nothing, a value of the wrong type an error.
-
-    Raises:
-        RequestError: (400) the body is not JSON, not an object, or an option has the wrong type.
-    """
-    if not body:
-        return {}
-    go_type = _GO_TYPES[endpoint]
-    try:
-        value = json.loads(body, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        raise RequestError(400, f"invalid JSON: {exc}") from None
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RequestError(
-            400, f"json: cannot unmarshal {_json_kind(value)} into Go value of type server.{go_type}"
-        )
-    fields = _FILTERS | _OPTIONS[endpoint]
-    folded = {name.casefold(): name for name in fields}
-    options: dict[str, Any] = {}
-    for key, item in value.items():
-        name = key if key in fields else folded.get(key.casefold())
-        if name is None or item is None:
-            continue
-        kind = fields[name]
-        if not _fits(kind, item):
-            raise RequestError(
-                400,
-                f"json: cannot unmarshal {_json_kind(item)} into Go struct field "
-                f"{go_type}.{name} of type {kind}",
-            )
-        options[name] = item
-    return options
-
-
-_STATES = {0: ConnState.OPEN, 1: ConnState.CLOSED, 2: ConnState.ALL}
-
-
-def _page(options: Mapping[str, Any]) -> tuple[int, int]:
-    """``offset`` and ``limit`` as the HTTP endpoints take them (a limit under 1: the default)."""
-    limit = options.get("limit", 0)
-    return max(options.get("offset", 0), 0), limit if limit > 0 else DEFAULT_LIST_SIZE
-
-
-def connz_options(options: Mapping[str, Any]) -> ConnzOptions:
-    """CONNZ's options (``state`` is nats-server's number: 0 open, 1 closed, 2 all).
-
-    Raises:
-        BadRequest: an unknown state.
-    """
-    state = _STATES.get(options.get("state", 0))
-    if state is None:
-        raise BadRequest(f"invalid connection state: {options['state']}")
-    offset, limit = _page(options)
-    return ConnzOptions(
-        sort=options.get("sort") or "cid",
-        auth=options.get("auth", False),
-        subs=options.get("subscriptions", False),
-        subs_detail=options.get("subscriptions_detail", False),
-        offset=offset,
-        limit=limit,
-        cid=options.get("cid", 0),
-        state=state,
-        user=options.get("user", ""),
-        account=options.get("acc", ""),
-    )
 
 
 # -- events ----------------------------------------------------------------------------------------
@@ -382,7 +193,7 @@ class SystemAccount:
     cid = 0
     """The connection id /subsz lists the node's own subscriptions under."""
 
-    def __init__(self, node: Node, monitor: MonitorState) -> None:
+    def __init__(self, node: MonitoredNode, monitor: MonitorState) -> None:
         broker = node.broker
         if broker.system_account is None:
             raise ValueError("the node runs without a system account")
@@ -548,29 +359,10 @@ class SystemAccount:
             if endpoint == "CONNZ":
                 return await connz(broker, connz_options(options), pace)
             if endpoint == "SUBSZ":
-                offset, limit = _page(options)
-                subs = SubszOptions(
-                    subs=options.get("subscriptions", False),
-                    offset=offset,
-                    limit=limit,
-                    test=options.get("test", ""),
-                    account=options.get("account", ""),
-                )
-                return await subsz(broker, subs, pace)
+                return await subsz(broker, subsz_options(options), pace)
             if endpoint == "ROUTEZ":
-                route_opts = RoutezOptions(
-                    subs=options.get("subscriptions", False),
-                    subs_detail=options.get("subscriptions_detail", False),
-                )
-                return await routez(node, route_opts, pace)
-            gateway_opts = GatewayzOptions(
-                name=options.get("name", ""),
-                accounts=options.get("accounts", False),
-                account=options.get("account_name", ""),
-                subs=options.get("subscriptions", False),
-                subs_detail=options.get("subscriptions_detail", False),
-            )
-            return await gatewayz(node, gateway_opts, pace)
+                return await routez(node, routez_options(options), pace)
+            return await gatewayz(node, gatewayz_options(options), pace)
 
     async def _respond(self, request: _Request) -> None:
         """Answer one request; a failure is logged and answered as an internal error, and the

@@ -19,7 +19,8 @@ from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
 from node.config.options import RANDOM_PORT, Config
 from node.nats.discovery import own_urls
-from node.run.assembly import Listeners, Node, assemble
+from node.run.assembly import assemble
+from node.run.node import Listeners, Node
 from node.server import Server
 
 __all__ = ["NodeHandle", "StartupError", "run_node"]

@@ -9,7 +9,6 @@ import fcntl
 import itertools
 import json
 import os
-import resource
 import signal
 import socket
 import struct
@@ -26,20 +25,10 @@ __all__ = [
     "SignalError",
     "find_nodes",
     "ports_info",
-    "resident_bytes",
     "send_signal",
 ]
 
 PROCESS_NAME = "pubmesh"
-
-
-def resident_bytes() -> int:
-    """Resident set size now; where /proc is missing, the peak the kernel reports instead."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 COMMANDS = {

@@ -26,8 +26,8 @@ from node.accounts.auth import Authenticator
 from node.config.options import Config, ConfigError
 from node.nats.client import ClientConnection, Reason
 from node.nats.discovery import own_urls
-from node.run.assembly import Node
 from node.run.logs import LogOutput
+from node.run.node import Node
 from node.run.process import Bound, ProcessFiles, ports_info
 
 __all__ = ["ReloadPlan", "Reloader", "plan_reload"]

@@ -29,10 +29,11 @@ from cluster.frames import Ping, SubAdd, encode
 from cluster.link import SLOW_DEADLINE, SLOW_PENDING, Link
 from node.broker import Broker
 from node.config.options import Config, from_mapping
-from node.monitoring.views import GatewayzOptions, Pacer, RoutezOptions, gatewayz, routez
+from node.monitoring.links import GatewayzOptions, RoutezOptions, gatewayz, routez
+from node.monitoring.pacing import Pacer
 from node.nats.protocol import writer as w
-from node.run.assembly import Node as Assembled
 from node.run.launch import NodeHandle
+from node.run.node import Node as Assembled
 from pubmesh_testing.harness import open_cluster
 from routing import RemoteEntry
 from tests.cluster.clients import free_port

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
+from node.process_memory import resident_bytes
 from node.resp.writer import OK
-from node.run.process import resident_bytes
 
 if TYPE_CHECKING:
     from node.resp.connection import RespConnection

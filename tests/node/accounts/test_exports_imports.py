@@ -13,7 +13,7 @@ import trio
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from node.accounts.imports import MAX_RESPONSES, Responses
+from node.accounts.imports import MAX_RESPONSES, Responses, install_imports
 from node.accounts.subjectmap import SubjectMap, is_subset
 from node.config import options as cfg
 from node.config.options import (
@@ -162,6 +162,7 @@ def test_response_mappings_are_bounded_and_expire() -> None:
 
     now = [0.0]
     broker = Broker(config)
+    install_imports(broker)
     responses = Responses(broker, "t", clock=lambda: now[0])
     a, b = broker.account("A"), broker.account("B")
     responses.listen(a)
@@ -373,6 +374,7 @@ def test_service_imports_chain_and_loops_end() -> None:
         )
     )
     broker = Broker(config)
+    install_imports(broker)
     seen: list[tuple[str, Message]] = []
 
     class Responder:

@@ -29,8 +29,8 @@ from node.monitoring.server import serve_monitoring
 from node.nats.client import ClientConnection
 from node.nats.protocol import Err, Info, Msg, Ping, Pong, ServerEvent, ServerOpParser
 from node.nats.protocol import writer as w
-from node.run.assembly import Node as Assembled
 from node.run.launch import run_node
+from node.run.node import Node as Assembled
 from node.server import Server
 
 pytestmark = pytest.mark.timeout(30)

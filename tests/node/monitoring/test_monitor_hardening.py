@@ -24,7 +24,7 @@ from hypothesis import given, settings
 
 from node.config.options import Config
 from node.monitoring import gojson
-from node.monitoring.views import Pacer, _paced_sorted
+from node.monitoring.pacing import Pacer, paced_sorted
 from node.nats.protocol import Pong
 from node.nats.protocol import writer as w
 from tests.node.monitoring.test_monitor import Node, NodeFactory, RawClient, make_node, node
@@ -199,10 +199,10 @@ def test_sorting_in_runs_gives_what_sorted_gives(
     with the loop given back between items (a step of 0 yields at every one)."""
 
     async def main() -> list[tuple[int, int]]:
-        return await _paced_sorted(items, lambda item: item[0], Pacer(step=0), count)
+        return await paced_sorted(items, lambda item: item[0], Pacer(step=0), count)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("node.monitoring.views._RUN", run)
+        patch.setattr("node.monitoring.pacing._RUN", run)
         assert trio.run(main) == sorted(items, key=lambda item: item[0])[:count]
 
 
