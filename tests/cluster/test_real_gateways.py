@@ -21,8 +21,8 @@ from nats.aio.msg import Msg
 from cluster.config import ClusterConfig, GatewayConfig
 from node.config.options import AccountConfig, Config, UserConfig
 from node.run.launch import NodeHandle
-from tests.cluster.clients import Box, W, connect, eventually, free_port, until
-from tests.node.conftest import in_asyncio, start_node
+from pipeline.local import free_port
+from tests.support import Box, W, connect, eventually, in_asyncio, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,9 +6,10 @@ import socket
 
 import pytest
 
+from pipeline.local import free_port
 from pipeline.options import MAX_SEQ, Endpoint, OptionError, StreamId, parse_bound, read_options
 from pipeline.resp import Incomplete, Parser, ProtocolError, RespClient, ServerError, encode
-from tests.live import LiveNode, free_port
+from tests.live import LiveNode
 
 
 def test_encode_is_an_array_of_bulk_strings() -> None:

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 import redis
 
+from pipeline.local import free_port
+from pipeline.local import redis_server as redis_server_process
 from pipeline.options import Endpoint, StreamId
 from pipeline.streams import StagedWrite
-from tests.live import LiveNode, free_port, redis_server_process
+from tests.live import LiveNode
 from tests.pipeline.conftest import needs_spark
 
 if TYPE_CHECKING:

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, cast
 import pytest
 import redis
 
+from pipeline.local import redis_server as redis_server_process
 from pipeline.options import OptionError, StreamId, stream_read_options
-from tests.live import LiveNode, redis_server_process
+from tests.live import LiveNode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

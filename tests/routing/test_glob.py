@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.local import free_port
 from routing import GlobPattern, glob_match, is_literal, literal_prefix
 
 # --- the reference: Redis 7.4's stringmatchlen, ported statement by statement ---------------------
@@ -340,13 +341,6 @@ class Server:
     def close(self) -> None:
         self.subscriber.sock.close()
         self.query.sock.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")

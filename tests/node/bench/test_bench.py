@@ -41,7 +41,7 @@ from node.bench.stall import Stall
 from node.bench.wire import BenchError, Endpoint, Reader, Tally, parse_url
 from node.config.options import Config
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,7 +20,7 @@ from node.config.options import Config, RedisConfig
 from node.run.launch import NodeHandle
 from tests.node.bench.test_bench import made_up, needs_redis
 from tests.node.bench.test_bench import redis as redis  # (the redis-server fixture)
-from tests.node.conftest import start_node
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 

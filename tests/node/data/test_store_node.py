@@ -16,8 +16,8 @@ from node.broker import Broker
 from node.config.options import Config, ConfigError, RedisConfig, from_mapping
 from node.data.store import COMMIT, FILE_NAME, encode
 from node.run.cli import command_line_config
-from tests.node.conftest import start_node
 from tests.node.resp.test_resp_connection import Peer
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 

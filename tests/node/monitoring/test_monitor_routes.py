@@ -21,8 +21,8 @@ from node.config.options import Config
 from node.nats.protocol import Msg
 from node.nats.protocol import writer as w
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
 from tests.node.monitoring.test_monitor import GO_TIME, Node, parse_metrics
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 

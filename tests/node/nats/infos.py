@@ -11,7 +11,7 @@ import nats
 import trio
 from nats.aio.client import Client
 
-from tests.cluster.clients import Box
+from tests.support import Box
 
 W = 10.0
 """The bound on every wait."""

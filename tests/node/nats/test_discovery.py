@@ -36,11 +36,11 @@ from node.nats.discovery import MAX_CONNECT_URLS, connect_urls, interface_addres
 from node.nats.protocol import writer as w
 from node.run.cli import command_line_config
 from node.run.launch import NodeHandle
-from tests.cluster.clients import Box, free_port, settled, until
+from pipeline.local import free_port
 from tests.cluster.impostor import Impostor, route_hello
-from tests.node.conftest import in_asyncio, start_node
 from tests.node.monitoring.test_monitor_redis import get_json
 from tests.node.nats.infos import W, Watcher, still_served
+from tests.support import Box, in_asyncio, settled, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,9 +23,8 @@ from node.config.options import AccountConfig, Config, UserConfig
 from node.nats.client import ClientConnection, Reason
 from node.run.launch import NodeHandle
 from tests.certs import Certs, make_certs
-from tests.cluster.clients import eventually
-from tests.node.conftest import in_asyncio, start_node
-from tests.node.nats.test_nats_py import FLUSH, Inbox, W, connect
+from tests.node.nats.test_nats_py import FLUSH, Inbox, W
+from tests.support import connect, eventually, in_asyncio, start_node
 from transport.tls import subject_dn
 
 pytestmark = pytest.mark.timeout(30)

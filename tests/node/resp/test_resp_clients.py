@@ -16,20 +16,13 @@ import redis.asyncio
 import trio
 
 from cluster.config import ClusterConfig
-from node.config.options import Config, Permissions, RedisConfig, SubjectRule, UserConfig
+from node.config.options import Config, Permissions, SubjectRule, UserConfig
 from node.run.launch import NodeHandle
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import in_asyncio, start_redis_node
 
 pytestmark = pytest.mark.timeout(60)
 
 W = 5.0  # every wait in a scenario is bounded by this
-
-
-async def start_redis_node(nursery: trio.Nursery, config: Config | None = None) -> NodeHandle:
-    config = (config or Config()).evolve(redis=RedisConfig(host="127.0.0.1", port=0))
-    handle = await start_node(nursery, config)
-    assert handle.redis_port
-    return handle
 
 
 @pytest.fixture

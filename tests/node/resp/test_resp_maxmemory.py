@@ -20,9 +20,9 @@ import trio
 from node.config.options import Config, RedisConfig, StreamConfig
 from node.resp.commands.memory import human, parse_memory
 from node.run.launch import NodeHandle
-from tests.live import redis_server_process
-from tests.node.conftest import start_node
+from pipeline.local import redis_server
 from tests.node.resp.test_resp_conformance import Step, play
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -93,7 +93,7 @@ OOM_SCENARIO: list[Step] = [
 
 @pytest.fixture(scope="module")
 def redis_port() -> Iterator[int]:
-    with redis_server_process() as port:
+    with redis_server() as port:
         yield port
 
 

@@ -21,10 +21,9 @@ from node.config.options import Config
 from node.run.launch import NodeHandle
 from node.server import LAME_DUCK_MAX_PAUSE, LAME_DUCK_MIN_PAUSE, ClosingPace, closing_pace
 from routing import Message
-from tests.cluster.clients import Box, until
 from tests.live import live_node
-from tests.node.conftest import in_asyncio, start_node
 from tests.node.nats.infos import W, Watcher, still_served
+from tests.support import Box, in_asyncio, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
