@@ -117,7 +117,7 @@ def test_signal_errors_and_finding_the_only_node(tmp_path: Path) -> None:
         assert send_signal("term", proc=str(proc)) == sleeper.pid
         assert sleeper.wait(timeout=WAIT) == -signal.SIGTERM
         (proc / "222").mkdir()
-        (proc / "222" / "cmdline").write_bytes(b"python3\0-m\0node.cli\0serve\0")
+        (proc / "222" / "cmdline").write_bytes(b"python3\0-m\0node.run.cli\0serve\0")
         with pytest.raises(SignalError) as many:
             send_signal("reload", proc=str(proc))
         assert str(many.value) == f"multiple pubmesh processes running:\n222\n{sleeper.pid}"
