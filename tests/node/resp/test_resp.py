@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import socket
-import subprocess
-import time
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -31,6 +29,7 @@ from node.resp import (
     writer_for,
 )
 from node.resp import writer as w
+from pipeline.local import redis_server
 
 K = 1024
 AUTH_LIMITS: dict[str, object] = {"authenticated": False}
@@ -510,28 +509,10 @@ PASSWORD = b"pw"
 def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     if REDIS is None:
         pytest.skip("redis-server is not installed")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
     folder = tmp_path_factory.mktemp("redis")
-    server = subprocess.Popen(
-        [REDIS, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-         "--dir", str(folder), "--requirepass", PASSWORD.decode(), "--logfile", str(folder / "log")],
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    flags = ["--dir", str(folder), "--requirepass", PASSWORD.decode(), "--logfile", str(folder / "log")]
+    with redis_server(*flags) as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def exchange(port: int, data: bytes, *, authenticated: bool, until: int | None = None) -> bytes:

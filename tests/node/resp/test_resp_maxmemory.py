@@ -10,7 +10,6 @@ import json
 import shutil
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,8 +19,8 @@ import trio
 from node.config.options import Config, RedisConfig, StreamConfig
 from node.resp.commands.memory import human, parse_memory
 from node.run.launch import NodeHandle
-from pipeline.local import redis_server
 from tests.node.resp.test_resp_conformance import Step, play
+from tests.node.resp.test_resp_conformance import redis_port as redis_port  # (the redis-server fixture)
 from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
@@ -89,12 +88,6 @@ OOM_SCENARIO: list[Step] = [
     (0, b"del s\r\n"),
     (1, b"config set maxmemory 0\r\n"),
 ]
-
-
-@pytest.fixture(scope="module")
-def redis_port() -> Iterator[int]:
-    with redis_server() as port:
-        yield port
 
 
 async def redis_node(nursery: trio.Nursery, maxmemory: int = 0, **config: object) -> NodeHandle:
