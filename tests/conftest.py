@@ -1,7 +1,8 @@
 """Suite-wide settings: Hypothesis profiles sized for a 2-core machine, no per-example deadlines.
 
 Every test runs under pytest-timeout's wall-clock bound (``timeout`` in pyproject.toml); tests that
-need a tighter one say so with ``@pytest.mark.timeout``.
+need a tighter one say so with ``@pytest.mark.timeout``. Tests that start processes or run long are
+marked ``slow``, so that ``pytest -m "not slow"`` (``make unit-fast``) is the quick run.
 """
 
 import os

@@ -276,6 +276,7 @@ async def frozen_node(seed: int) -> AsyncIterator[tuple[trio.Process, int]]:
             await process.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_frozen_route_peer_costs_at_most_max_pending(start: Start) -> None:
     # Heartbeats would cut the frozen peer too, after ping_max silent intervals: slowed down here,

@@ -202,6 +202,7 @@ def spawn_node(
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_killed_node_vanishes_from_its_peers_and_rejoins(nursery: trio.Nursery) -> None:
     survivor = await start_node(nursery, Config(server_name="survivor", cluster=ROUTES))

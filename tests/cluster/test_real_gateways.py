@@ -143,6 +143,7 @@ def spawn_west(client_port: int, gateway_port: int, east: str) -> subprocess.Pop
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_killed_cluster_is_forgotten_and_traffic_resumes_when_it_returns(
     nursery: trio.Nursery,

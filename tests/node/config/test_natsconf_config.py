@@ -174,6 +174,7 @@ def test_a_production_file_means_the_same_in_both_formats(tmp_path: Path, certs:
     assert nats != Config()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server is not installed")
 def test_nats_server_accepts_the_production_file(tmp_path: Path, certs: Certs) -> None:
     """The file is nats-server's language as nats-server itself reads it (``-t`` checks a file)."""
@@ -364,6 +365,7 @@ def test_durations_and_sizes_in_toml() -> None:
         from_mapping({"ping_intervl": 1})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_serve_starts_a_node_from_a_conf_file(tmp_path: Path) -> None:
     conf = write(tmp_path / "node.conf", 'NAME: "from-conf"\nserver_name: $NAME\nmax_payload: 2KB\n')

@@ -119,6 +119,7 @@ async def test_the_file_is_rewritten_when_it_has_doubled(tmp_path: Path) -> None
             node.shutdown()
 
 
+@pytest.mark.slow
 def test_a_damaged_file_stops_the_start_naming_file_and_offset(tmp_path: Path) -> None:
     first = encode("$G", 0, [b"XADD", b"s", b"1-1", b"f", b"v"]) + COMMIT
     damaged = bytearray(first)

@@ -65,6 +65,7 @@ async def collect(
     return await in_asyncio(scenario)
 
 
+@pytest.mark.slow
 async def test_every_node_of_the_supercluster_answers_a_ping(nursery: trio.Nursery) -> None:
     e1, e2, w1 = await start_supercluster(nursery, CONFIG)
     nodes = {"e1": e1, "e2": e2, "w1": w1}

@@ -300,6 +300,7 @@ async def test_client_advertise_is_what_peers_pass_on(nursery: trio.Nursery) -> 
     assert n2.server.broker.connect_urls == ["127.0.0.1:4999", url(n1)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_a_reloaded_client_advertise_reaches_the_peers(
     nursery: trio.Nursery, tmp_path: Path
@@ -342,6 +343,7 @@ def spawn(client_port: int, seed: int) -> subprocess.Popen[bytes]:
 RECONNECT_WAIT = 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_client_given_one_url_fails_over_to_a_discovered_node(nursery: trio.Nursery) -> None:
     survivor = await start_member(nursery, "survivor")

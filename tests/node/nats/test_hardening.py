@@ -267,6 +267,7 @@ async def test_connect_is_answered_as_the_conformance_table_says(
     assert await answers(handle.port, mode) == CONFORMANCE[mode]  # (each on a connection of its own)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server is not installed")
 @pytest.mark.parametrize("mode", sorted(CONFORMANCE))
 async def test_nats_server_answers_connect_as_the_conformance_table_says(mode: str) -> None:

@@ -343,6 +343,7 @@ async def test_garbage_closes_only_the_sender(node: NodeHandle) -> None:
     assert await in_asyncio(scenario) == [b"yes"]
 
 
+@pytest.mark.slow
 async def test_slow_consumer_is_cut_off_and_healthy_subscriber_loses_nothing(
     nursery: trio.Nursery,
 ) -> None:

@@ -538,6 +538,7 @@ def exchange(port: int, data: bytes, *, authenticated: bool, until: int | None =
         return received
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("request_bytes", "text", "limits"), ERRORS)
 def test_live_error_texts(
@@ -552,6 +553,7 @@ def expected_reply(args: list[bytes]) -> bytes:
     return w.PONG if args == [b"PING"] else w.bulk(args[1])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("request_bytes", "expected"), ACCEPTED)
 def test_live_accepted_requests(
@@ -561,12 +563,14 @@ def test_live_accepted_requests(
     assert exchange(redis_port, request_bytes, authenticated=True, until=len(replies)) == replies
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("request_bytes", WAITING)
 def test_live_incomplete_requests_wait(redis_port: int, request_bytes: bytes) -> None:
     assert exchange(redis_port, request_bytes, authenticated=True, until=0) == b""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_live_inline_lines_split_alike(redis_port: int) -> None:
     """Lines the reference splitter reads, sent as ``ECHO`` arguments: redis-server's reply and the
@@ -611,6 +615,7 @@ def read_reply(sock: socket.socket, expected: bytes) -> bytes:
     return received
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("what", "resp2", "resp3"), REPLIES)
 def test_live_replies(redis_port: int, what: str, resp2: bytes, resp3: bytes) -> None:

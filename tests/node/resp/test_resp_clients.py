@@ -190,6 +190,7 @@ async def test_channel_subscriptions_cross_a_cluster(nursery: trio.Nursery) -> N
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
 async def test_redis_cli(node: NodeHandle) -> None:
     def scenario() -> None:
@@ -214,6 +215,7 @@ async def test_redis_cli(node: NodeHandle) -> None:
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.slow
 async def test_auth_and_permissions_with_redis_py(nursery: trio.Nursery) -> None:
     rules = Permissions(publish=SubjectRule(deny=("secret",)))
     users = (UserConfig(user="alice", password="pw", permissions=rules),)

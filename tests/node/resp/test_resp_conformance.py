@@ -21,6 +21,7 @@ from pipeline.local import redis_server
 from tests.support import start_node
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.timeout(60),
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
 ]

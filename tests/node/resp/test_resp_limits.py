@@ -148,6 +148,7 @@ async def test_the_limit_is_redis_servers(nursery: trio.Nursery, pings: int, clo
     assert answer == (CLOSED if closed else NOAUTH * pings + b"+OK\r\n")
 
 
+@pytest.mark.slow
 async def test_a_client_that_signed_in_once_keeps_its_freedom(nursery: trio.Nursery) -> None:
     """The limit holds until the first sign-in: after a RESET (signed out again) replies may pile
     up, as redis-server lets a client that was ever authenticated do."""

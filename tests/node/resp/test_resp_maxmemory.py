@@ -106,11 +106,13 @@ async def same_bytes(nursery: trio.Nursery, redis_port: int, steps: list[Step]) 
         assert got == expected
 
 
+@pytest.mark.slow
 @needs_redis_server
 async def test_config_set_and_get_as_redis_server(nursery: trio.Nursery, redis_port: int) -> None:
     await same_bytes(nursery, redis_port, CONFIG_SCENARIO)
 
 
+@pytest.mark.slow
 @needs_redis_server
 async def test_past_maxmemory_as_redis_server(nursery: trio.Nursery, redis_port: int) -> None:
     await same_bytes(nursery, redis_port, OOM_SCENARIO)

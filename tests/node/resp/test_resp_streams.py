@@ -245,6 +245,7 @@ async def test_keys_expire_even_unread(node: NodeHandle) -> None:
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_many_keys_nobody_reads_are_reclaimed_soon(node: NodeHandle) -> None:
     many, lasting = 20_000, 50

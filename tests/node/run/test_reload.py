@@ -18,7 +18,7 @@ from nats.errors import AuthorizationError
 from tests import support
 from tests.node.run.signals_support import NodeProcess, launch, ready
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 W = 10.0
 
