@@ -77,12 +77,7 @@ async def poll_routez(
 ) -> dict[str, Any]:
     """The first /routez document of ``member`` that ``ready`` accepts (asked every 50 ms, for at
     most ``WAIT`` seconds): links come up, and interest spreads, in their own time."""
-    with trio.fail_after(WAIT):
-        while True:
-            doc = await member.view.json("/routez" + query)
-            if ready(doc):
-                return doc
-            await trio.sleep(0.05)
+    return await member.view.json_when("/routez" + query, ready, WAIT)
 
 
 def routes_count(count: int) -> Callable[[dict[str, Any]], bool]:
