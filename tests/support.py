@@ -1,5 +1,6 @@
 """What the tests share: nodes on 127.0.0.1 in the test's trio nursery, nats-py driven from trio,
-bounded waiting from either side of the trio/asyncio divide, and raw reads from a stream.
+bounded waiting from either side of the trio/asyncio divide, and raw reads from a stream (up to a
+marker, or line by line).
 
 Network test rules: loopback only, port 0 always, every wait bounded. nats-py runs on asyncio, so
 its scenarios run in a worker thread with their own event loop (``in_asyncio``) while the node runs
@@ -112,3 +113,28 @@ async def read_until(stream: trio.abc.Stream, end: bytes) -> bytes:
             break
         got += chunk
     return got
+
+
+class Lines:
+    """A raw client's view of a connection: whole protocol lines (payloads are not needed here)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def line(self) -> bytes:
+        """The next line, or b"" once the server has hung up (within ``W`` seconds)."""
+        with trio.fail_after(W):
+            while b"\r\n" not in self.buffer:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    data = b""
+                if not data:
+                    return b""
+                self.buffer += data
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
