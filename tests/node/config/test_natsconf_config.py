@@ -13,7 +13,7 @@ import pytest
 
 from node.config.options import Config, ConfigError, from_mapping, load
 from node.run.cli import main
-from tests.certs import Certs, make_certs
+from tests.certs import Certs
 from tests.live import live_node
 
 NATS = """
@@ -138,11 +138,6 @@ password = "s3cret"
 users = [{ user = "admin", password = "adminpw" }]
 timeout = "3s"
 """
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"), "node")
 
 
 def write(path: Path, text: str, certs: Certs | None = None) -> Path:
