@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit fuzz bench run pipeline clean
+.PHONY: test lint typecheck unit unit-fast fuzz bench run pipeline clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest
+
+# The quick run while editing: every test not marked slow (see the test tiers in README.md).
+unit-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow"
 
 test: lint typecheck unit
 

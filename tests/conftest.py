@@ -1,7 +1,8 @@
 """Suite-wide settings: Hypothesis profiles sized for a 2-core machine, no per-example deadlines.
 
 Every test runs under pytest-timeout's wall-clock bound (``timeout`` in pyproject.toml); tests that
-need a tighter one say so with ``@pytest.mark.timeout``.
+need a tighter one say so with ``@pytest.mark.timeout``. Tests that start processes or run long are
+marked ``slow``, so that ``pytest -m "not slow"`` (``make unit-fast``) is the quick run.
 """
 
 import os
@@ -19,17 +20,8 @@ settings.register_profile("thorough", parent=settings.get_profile("default"), ma
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-PACKAGE_DIRS = (
-    "routing",
-    "transport",
-    "node",
-    "node/protocol",
-    "node/resp",
-    "node/streams",
-    "node/store",
-    "cluster",
-    "pipeline",
-)
+PACKAGES = ("routing", "transport", "node", "cluster", "pipeline")
+"""The packages whose modules may be compiled (setup.py's ``HOT_PATH`` names modules in them)."""
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -39,7 +31,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     changes, but a bare ``pytest`` after an edit would silently test the previous build.
     """
     root = Path(__file__).resolve().parent.parent
-    for source in (path for folder in PACKAGE_DIRS for path in (root / folder).glob("*.py")):
+    for source in (path for package in PACKAGES for path in (root / package).rglob("*.py")):
         for built in source.parent.glob(source.stem + ".*.so"):
             if built.stat().st_mtime < source.stat().st_mtime:
                 pytest.exit(f"{built.name} is older than {source.name}: rebuild with `make`", 2)

@@ -13,9 +13,6 @@ from contextlib import contextmanager
 import attrs
 
 from pipeline.local import free_port
-from pipeline.local import redis_server as redis_server_process
-
-__all__ = ["LiveNode", "free_port", "live_node", "redis_server_process"]
 
 WAIT = 20.0
 

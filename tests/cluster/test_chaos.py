@@ -187,6 +187,7 @@ CHAOS_SETTINGS = settings(
 """A quick sample by default; set CHAOS_EXAMPLES for a long soak."""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @CHAOS_SETTINGS
 @given(steps(NODES))
@@ -194,6 +195,7 @@ def test_the_cluster_heals_exactly_after_any_chaos(steps: list[tuple[Any, ...]])
     trio.run(play_cluster, steps, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @CHAOS_SETTINGS
 @given(steps(SUPER_NODES))

@@ -39,7 +39,7 @@ from node.run.launch import NodeHandle, run_node
 from tests.cluster.impostor import Impostor, frames_in, gateway_hello, route_hello
 from tests.cluster.test_real_link_attacks import subscribed
 
-pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(600)]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 SECRET = "fuzz-secret"

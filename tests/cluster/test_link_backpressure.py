@@ -34,12 +34,12 @@ from node.monitoring.pacing import Pacer
 from node.nats.protocol import writer as w
 from node.run.launch import NodeHandle
 from node.run.node import Node as Assembled
+from pipeline.local import free_port
 from pubmesh_testing.harness import open_cluster
 from routing import RemoteEntry
-from tests.cluster.clients import free_port
 from tests.cluster.impostor import Impostor, gateway_hello, route_hello
-from tests.node.conftest import start_node
 from tests.node.monitoring.test_monitor import Node, RawClient
+from tests.support import start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -127,14 +127,6 @@ async def start(nursery: trio.Nursery) -> AsyncIterator[Start]:
     for view in views:
         for client in view.clients:
             await trio.aclose_forcefully(client.stream)
-
-
-async def until(predicate: Callable[[], Any]) -> Any:
-    """Wait (bounded) for state no event announces; return what ``predicate`` found."""
-    with trio.fail_after(W):
-        while not (found := predicate()):  # noqa: ASYNC110
-            await trio.sleep(0.01)
-        return found
 
 
 @attrs.define
@@ -285,6 +277,7 @@ async def frozen_node(seed: int) -> AsyncIterator[tuple[trio.Process, int]]:
             await process.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_frozen_route_peer_costs_at_most_max_pending(start: Start) -> None:
     # Heartbeats would cut the frozen peer too, after ping_max silent intervals: slowed down here,

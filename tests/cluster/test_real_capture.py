@@ -18,9 +18,8 @@ import trio
 
 from node.config.options import Config, RedisConfig, StreamConfig
 from node.run.launch import NodeHandle
-from tests.cluster.clients import W, connect, eventually, until
 from tests.cluster.test_real_gateways import knows, start_supercluster
-from tests.node.conftest import in_asyncio
+from tests.support import W, connect, eventually, in_asyncio, until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -25,8 +25,8 @@ from nats.errors import NoRespondersError
 from cluster.config import ClusterConfig
 from node.config.options import AccountConfig, Config, UserConfig
 from node.run.launch import NodeHandle
-from tests.cluster.clients import Box, W, connect, eventually, free_port, settled, until
-from tests.node.conftest import in_asyncio, start_node
+from pipeline.local import free_port
+from tests.support import Box, W, connect, eventually, in_asyncio, settled, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -202,6 +202,7 @@ def spawn_node(
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_killed_node_vanishes_from_its_peers_and_rejoins(nursery: trio.Nursery) -> None:
     survivor = await start_node(nursery, Config(server_name="survivor", cluster=ROUTES))

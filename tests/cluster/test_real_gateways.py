@@ -21,8 +21,8 @@ from nats.aio.msg import Msg
 from cluster.config import ClusterConfig, GatewayConfig
 from node.config.options import AccountConfig, Config, UserConfig
 from node.run.launch import NodeHandle
-from tests.cluster.clients import Box, W, connect, eventually, free_port, until
-from tests.node.conftest import in_asyncio, start_node
+from pipeline.local import free_port
+from tests.support import Box, W, connect, eventually, in_asyncio, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,6 +143,7 @@ def spawn_west(client_port: int, gateway_port: int, east: str) -> subprocess.Pop
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_killed_cluster_is_forgotten_and_traffic_resumes_when_it_returns(
     nursery: trio.Nursery,

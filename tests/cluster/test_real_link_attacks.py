@@ -33,9 +33,8 @@ from cluster.frames import (
 from cluster.routes import MAX_UNMET_PEERS
 from node.config.options import Config
 from node.run.launch import NodeHandle
-from tests.cluster.clients import connect, eventually, until
 from tests.cluster.impostor import Impostor, frames_in, peers, route_hello
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import connect, eventually, in_asyncio, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 

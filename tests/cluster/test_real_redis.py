@@ -21,10 +21,9 @@ import trio
 from node.config.options import Config, RedisConfig
 from node.run.launch import NodeHandle
 from routing import channel_subject
-from tests.cluster.clients import Box, W, connect, eventually
 from tests.cluster.test_real_cluster import start_cluster
 from tests.cluster.test_real_gateways import start_supercluster
-from tests.node.conftest import in_asyncio
+from tests.support import Box, W, connect, eventually, in_asyncio
 
 pytestmark = pytest.mark.timeout(60)
 

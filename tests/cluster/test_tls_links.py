@@ -17,10 +17,9 @@ from node.config.options import Config
 from node.run.launch import NodeHandle
 from tests.certs import Certs, make_certs
 from tests.cluster import test_real_gateways
-from tests.cluster.clients import Box, connect, eventually, until
 from tests.cluster.test_real_cluster import knows, meshed
 from tests.cluster.test_real_gateways import linked, url
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import Box, connect, eventually, in_asyncio, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -115,6 +115,7 @@ def deployment() -> Iterator[tuple[str, list[Node]]]:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(SETUP_TIMEOUT + 120)
 def test_the_super_cluster_carries_traffic_across_its_clusters(
     deployment: tuple[str, list[Node]],
@@ -191,6 +192,7 @@ def deliveries(pubsub: Any, count: int, deadline: float) -> list[tuple[bytes, by
     return got
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(SETUP_TIMEOUT + 120)
 def test_redis_clients_meet_across_routes_and_gateways(deployment: tuple[str, list[Node]]) -> None:
     """A PUBLISH on east1 reaches Redis subscribers on east2 (over a route) and on west2 (over the
@@ -262,6 +264,7 @@ def wait_until(what: str, ready: Any, seconds: float = 90) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(SETUP_TIMEOUT + 300)
 def test_a_node_restarted_while_the_seed_is_down_rejoins_the_others(
     deployment: tuple[str, list[Node]],
@@ -320,6 +323,7 @@ def _answers(check: Any) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(SETUP_TIMEOUT + 300)
 def test_an_interrupted_chaos_run_heals_what_it_broke(deployment: tuple[str, list[Node]]) -> None:
     """A node already down is started (and said so); Ctrl-C in the middle of a pause leaves
@@ -356,6 +360,7 @@ def test_an_interrupted_chaos_run_heals_what_it_broke(deployment: tuple[str, lis
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(SETUP_TIMEOUT + 600)
 def test_a_seeded_chaos_run_heals_every_cycle(
     deployment: tuple[str, list[Node]], tmp_path: Path

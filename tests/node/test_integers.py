@@ -101,18 +101,21 @@ EDGES = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=2000)
 @given(TEXT)
 def test_string2ll_is_redis_servers(text: bytes) -> None:
     assert string2ll(text) == redis_string2ll(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000)
 @given(TEXT)
 def test_string2ull_is_redis_servers(text: bytes) -> None:
     assert string2ull(text.split(b"\0", 1)[0]) == redis_string2ull(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000)
 @given(TEXT)
 def test_scan_cursor_is_redis_servers(text: bytes) -> None:

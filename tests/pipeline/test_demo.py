@@ -71,6 +71,7 @@ def top3(orders: list[feed.Order]) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
 
 
+@pytest.mark.slow
 @needs_spark
 def test_entries_that_are_not_orders_are_skipped(spark: SparkSession) -> None:
     """Anyone may publish on orders.>: what is not an order (not JSON, a field missing or of the
@@ -124,6 +125,7 @@ def stream_windows(r: redis.Redis, stream: str) -> dict[tuple[int, str], tuple[i
     return out
 
 
+@pytest.mark.slow
 @needs_spark
 @pytest.mark.timeout(240)
 def test_demo_end_to_end(spark: SparkSession, capturing: LiveNode, tmp_path: Path) -> None:

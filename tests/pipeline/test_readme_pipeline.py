@@ -22,6 +22,7 @@ def test_the_section_has_examples() -> None:
     assert BLOCKS
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("code", BLOCKS)
 def test_readme_pipeline_example_runs(spark: SparkSession, code: str) -> None:

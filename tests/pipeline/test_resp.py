@@ -6,9 +6,10 @@ import socket
 
 import pytest
 
+from pipeline.local import free_port
 from pipeline.options import MAX_SEQ, Endpoint, OptionError, StreamId, parse_bound, read_options
 from pipeline.resp import Incomplete, Parser, ProtocolError, RespClient, ServerError, encode
-from tests.live import LiveNode, free_port
+from tests.live import LiveNode
 
 
 def test_encode_is_an_array_of_bulk_strings() -> None:
@@ -42,6 +43,7 @@ def test_parser_refuses_what_is_not_resp2(wire: bytes) -> None:
         parser.next_reply()
 
 
+@pytest.mark.slow
 def test_a_pipeline_with_an_error_reads_every_reply_and_stays_in_step(node: LiveNode) -> None:
     with RespClient.connect("127.0.0.1", node.redis_port or 0, 10) as client:
         with pytest.raises(ServerError, match="Invalid stream ID"):
@@ -80,6 +82,7 @@ def test_urls() -> None:
         read_options({"stream": "s"})
 
 
+@pytest.mark.slow
 def test_unreachable_and_refused_logins_name_the_url(node: LiveNode) -> None:
     with pytest.raises(OptionError, match=r"'url': cannot connect to 127\.0\.0\.1"):
         Endpoint("127.0.0.1", free_port()).connect()

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 import redis
 
+from pipeline.local import free_port
+from pipeline.local import redis_server as redis_server_process
 from pipeline.options import Endpoint, StreamId
 from pipeline.streams import StagedWrite
-from tests.live import LiveNode, free_port, redis_server_process
+from tests.live import LiveNode
 from tests.pipeline.conftest import needs_spark
 
 if TYPE_CHECKING:
@@ -77,6 +79,7 @@ def staging_keys(r: redis.Redis) -> list[bytes]:
     return list(r.scan_iter(match="*:pubmesh-write:*"))
 
 
+@pytest.mark.slow
 @needs_spark
 @pytest.mark.timeout(240)
 def test_partitioned_read_equals_xrange(spark: SparkSession, node: LiveNode) -> None:
@@ -119,6 +122,7 @@ def flaky(rows: Iterable[Any]) -> Iterator[Any]:
         yield row
 
 
+@pytest.mark.slow
 @needs_spark
 @pytest.mark.timeout(240)
 def test_write_lands_once_despite_a_retried_task(spark: SparkSession, node: LiveNode) -> None:
@@ -145,6 +149,7 @@ def test_write_lands_once_despite_a_retried_task(spark: SparkSession, node: Live
     assert staging_keys(r) == []
 
 
+@pytest.mark.slow
 def test_a_failed_attempts_staged_rows_are_never_committed(node: LiveNode) -> None:
     """What Spark's retry relies on, without Spark: a partial first attempt, a full second one."""
     r = client(node.redis_port)
@@ -167,6 +172,7 @@ def redis_server() -> Iterator[int]:
         yield port
 
 
+@pytest.mark.slow
 @needs_spark
 @pytest.mark.timeout(180)
 def test_reads_redis_server_with_login_and_database(spark: SparkSession, redis_server: int) -> None:
@@ -198,6 +204,7 @@ BAD_READS = [
 ]
 
 
+@pytest.mark.slow
 @needs_spark
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("options", "error"), BAD_READS)
@@ -211,6 +218,7 @@ def test_bad_read_input_names_the_option(
         read(spark, **given).collect()
 
 
+@pytest.mark.slow
 @needs_spark
 @pytest.mark.timeout(120)
 def test_bad_writes_name_the_option_and_write_nothing(spark: SparkSession, node: LiveNode) -> None:

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, cast
 import pytest
 import redis
 
+from pipeline.local import redis_server as redis_server_process
 from pipeline.options import OptionError, StreamId, stream_read_options
-from tests.live import LiveNode, redis_server_process
+from tests.live import LiveNode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,6 +78,7 @@ def entries(batches: list[tuple[int, list[Entry]]]) -> list[Entry]:
     return sorted(e for _, batch in batches for e in batch)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_batches_are_capped_and_a_restart_continues(
     spark: SparkSession, node: LiveNode, tmp_path: Path
@@ -100,6 +102,7 @@ def test_batches_are_capped_and_a_restart_continues(
     assert entries(again) == sorted(more)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_replayed_micro_batch_reads_the_same_rows(
     spark: SparkSession, node: LiveNode, tmp_path: Path
@@ -120,6 +123,7 @@ def test_a_replayed_micro_batch_reads_the_same_rows(
     assert entries(again[1:]) == sorted(added)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_starting_offsets(spark: SparkSession, node: LiveNode, tmp_path: Path) -> None:
     r = client(node.redis_port)
@@ -135,6 +139,7 @@ def test_starting_offsets(spark: SparkSession, node: LiveNode, tmp_path: Path) -
     assert entries(got) == sorted(old_a[2:] + new + old_b)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_trimmed_entries_fail_the_query_unless_told_otherwise(
     spark: SparkSession, node: LiveNode, tmp_path: Path
@@ -174,6 +179,7 @@ def test_bad_streaming_options_name_the_option(options: dict[str, str], error: s
         stream_read_options({k.lower(): v for k, v in given.items()})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_query_with_a_bad_option_fails_naming_it(
     spark: SparkSession, node: LiveNode, tmp_path: Path
@@ -193,6 +199,7 @@ def redis_server() -> Iterator[int]:
         yield port
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_streaming_read_from_redis_server(
     spark: SparkSession, redis_server: int, tmp_path: Path

@@ -63,6 +63,7 @@ def drop_commit(checkpoint: Path, batch: int) -> None:
         (checkpoint / "commits" / name).unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(20)
 def test_a_batch_commits_once_with_its_marker(node: LiveNode) -> None:
     r = client(node)
@@ -121,6 +122,7 @@ def stream_copy(spark: SparkSession, node: LiveNode, source: str, sink: str, che
     gc.collect()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_replayed_micro_batch_adds_nothing(
     spark: SparkSession, node: LiveNode, tmp_path: Path
@@ -155,6 +157,7 @@ def start_job(node: LiveNode, checkpoint: Path, log: Path) -> subprocess.Popen[b
         return subprocess.Popen(args, cwd=REPO, stdout=out, stderr=out, start_new_session=True)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 @pytest.mark.timeout(400)
 def test_exactly_once_when_the_driver_is_killed(node: LiveNode, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline.local import free_port
 from routing import GlobPattern, glob_match, is_literal, literal_prefix
 
 # --- the reference: Redis 7.4's stringmatchlen, ported statement by statement ---------------------
@@ -182,6 +183,7 @@ def over(alphabet: bytes, max_size: int) -> st.SearchStrategy[bytes]:
     return st.lists(st.sampled_from(list(alphabet)), max_size=max_size).map(bytes)
 
 
+@pytest.mark.slow
 @given(
     pattern=over(WIDE, 10), strings=st.lists(over(WIDE + b"abc", 8), max_size=8), nocase=st.booleans()
 )
@@ -192,6 +194,7 @@ def test_agrees_with_the_port(pattern: bytes, strings: list[bytes], nocase: bool
         assert compiled.match(string) is redis_stringmatch(pattern, string, nocase), string
 
 
+@pytest.mark.slow
 @given(pattern=over(b"ab*?", 12), string=over(b"ab", 14))
 @settings(max_examples=500)
 def test_agrees_with_the_port_on_stars(pattern: bytes, string: bytes) -> None:
@@ -342,13 +345,6 @@ class Server:
         self.query.sock.close()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     exe = shutil.which("redis-server")
@@ -378,6 +374,7 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_quirks_on_the_server(redis: Server) -> None:
     redis.subscribe({string for _, string, _ in QUIRKS})
     for pattern, string, expected in QUIRKS:
@@ -399,6 +396,7 @@ def assert_server_agrees(redis: Server, patterns: list[bytes], strings: list[byt
         redis.unsubscribe(extra)
 
 
+@pytest.mark.slow
 @given(patterns=st.lists(over(SMALL, 8), min_size=1, max_size=5), strings=st.lists(over(SMALL, 7)))
 @settings(max_examples=300)
 def test_agrees_with_the_server(redis: Server, patterns: list[bytes], strings: list[bytes]) -> None:
@@ -407,6 +405,7 @@ def test_agrees_with_the_server(redis: Server, patterns: list[bytes], strings: l
     assert_server_agrees(redis, patterns, strings)
 
 
+@pytest.mark.slow
 @given(patterns=st.lists(over(WIDE, 6), min_size=1, max_size=5), strings=st.lists(over(WIDE, 5)))
 @settings(max_examples=100)
 def test_agrees_with_the_server_on_raw_bytes(

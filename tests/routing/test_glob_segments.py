@@ -71,6 +71,7 @@ def near_misses(string: bytes) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 @given(drawn=pattern_and_match(), nocase=st.booleans())
 @settings(max_examples=2000)
 def test_segments_agree_with_the_port(drawn: tuple[bytes, bytes], nocase: bool) -> None:
@@ -82,6 +83,7 @@ def test_segments_agree_with_the_port(drawn: tuple[bytes, bytes], nocase: bool) 
         assert compiled.match(other) is redis_stringmatch(pattern, other, nocase), other
 
 
+@pytest.mark.slow
 @given(drawn=pattern_and_match(max_atoms=12, max_repeat=30))
 @settings(max_examples=300)
 def test_long_runs_agree_with_the_port(drawn: tuple[bytes, bytes]) -> None:
@@ -93,6 +95,7 @@ def test_long_runs_agree_with_the_port(drawn: tuple[bytes, bytes]) -> None:
         assert compiled.match(other) is redis_stringmatch(pattern, other), other
 
 
+@pytest.mark.slow
 @given(
     before=st.sampled_from([b"", b"?", b"??", b"[ab]", b"[ab]?", b"?[^a]", b"[ab][ab]"]),
     key=st.sampled_from([b"a", b"ab", b"bab"]),

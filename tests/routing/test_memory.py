@@ -24,6 +24,7 @@ def bytes_per_subscription(subject: Callable[[int], str], n: int = 20_000) -> fl
     return used / n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "subject",
     [

@@ -6,6 +6,7 @@ is what redis-server does on every PUBLISH.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -77,7 +78,7 @@ class PatternIndexMachine(RuleBasedStateMachine):
         assert self.index.node_count() == 2
 
 
-TestPatternIndexAgainstModel = PatternIndexMachine.TestCase
+TestPatternIndexAgainstModel = pytest.mark.slow(PatternIndexMachine.TestCase)
 TestPatternIndexAgainstModel.settings = settings(max_examples=300, stateful_step_count=40)
 
 
@@ -110,6 +111,7 @@ def test_delivery_order_is_first_subscription_order() -> None:
     assert [p for p, _ in index.match(b"a.z")][-1] == b"*.z"
 
 
+@pytest.mark.slow
 def test_a_publish_tries_only_patterns_that_can_match() -> None:
     index: PatternIndex[int] = PatternIndex()
     for n in range(10_000):

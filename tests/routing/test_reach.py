@@ -67,6 +67,7 @@ def check_against_brute_force(
     assert not [c for c in shorter if refused(c, allow, deny)]
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pattern=globs,
@@ -205,6 +206,7 @@ def test_a_pattern_too_costly_to_decide_is_refused_without_witness() -> None:
     assert rules.check(b"*a" + b"?" * 4, max_work=100) == Verdict(False, None)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_the_budget_bounds_memory() -> None:
     """The costliest shape there is, searched until the budget runs out, stays within a few MB."""

@@ -325,5 +325,5 @@ def _wants(interest: str, subject: str, channel: bytes) -> bool:
     return subject_matches(interest, subject) if pattern is None else glob_match(pattern, channel)
 
 
-TestRemoteAgainstModel = RemoteMachine.TestCase
+TestRemoteAgainstModel = pytest.mark.slow(RemoteMachine.TestCase)
 TestRemoteAgainstModel.settings = settings(max_examples=200, stateful_step_count=40)

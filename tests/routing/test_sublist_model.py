@@ -5,6 +5,7 @@ slow to ship, too simple to be wrong. A cached and an uncached SubList follow th
 a stale cache entry shows up as a disagreement with both the model and the uncached twin.
 """
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -111,5 +112,5 @@ class SubListMachine(RuleBasedStateMachine):
         assert self.cached.depth() == 0
 
 
-TestSubListAgainstModel = SubListMachine.TestCase
+TestSubListAgainstModel = pytest.mark.slow(SubListMachine.TestCase)
 TestSubListAgainstModel.settings = settings(max_examples=300, stateful_step_count=40)

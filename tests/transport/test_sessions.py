@@ -9,6 +9,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.support import read_until
 from transport.outbox import Outbox
 from transport.sessions import Flusher, Hangup, Session
 
@@ -81,16 +82,6 @@ async def start(
 
     nursery.start_soon(run)
     return conn, theirs, done
-
-
-async def read_until(stream: trio.abc.Stream, end: bytes) -> bytes:
-    got = b""
-    while not got.endswith(end):
-        chunk = await stream.receive_some()
-        if not chunk:
-            break
-        got += chunk
-    return got
 
 
 @pytest.mark.timeout(10)

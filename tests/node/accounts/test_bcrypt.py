@@ -22,8 +22,7 @@ from node.config.options import Config, RedisConfig, UserConfig
 from node.resp.connection import WRONGPASS
 from node.resp.writer import error
 from node.run.launch import NodeHandle
-from tests.cluster.clients import W, connect
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import W, connect, in_asyncio, read_until, start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -121,16 +120,6 @@ async def test_clients_sign_in_with_the_secrets_behind_the_hashes(bcrypt_node: N
     outcomes = await in_asyncio(scenario)
     assert outcomes[:2] == ["in", "in"]
     assert all("authorization violation" in o.lower() for o in outcomes[2:]), outcomes
-
-
-async def read_until(stream: trio.SocketStream, end: bytes) -> bytes:
-    got = b""
-    while end not in got:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            break
-        got += chunk
-    return got
 
 
 async def test_input_after_connect_waits_for_the_check_and_nobody_else_does(

@@ -26,8 +26,7 @@ from node.config.options import (
 )
 from node.run.launch import NodeHandle
 from routing import Message, Subscription
-from tests.cluster.clients import W, connect, eventually, settled, until
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import W, connect, eventually, in_asyncio, settled, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 

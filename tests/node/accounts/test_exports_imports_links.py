@@ -12,10 +12,9 @@ from nats.aio.msg import Msg
 
 from node.config.options import AccountConfig, Config, ExportConfig, ImportConfig, UserConfig
 from node.run.launch import NodeHandle
-from tests.cluster.clients import W, connect, eventually, settled, until
 from tests.cluster.test_real_cluster import start_cluster
 from tests.cluster.test_real_gateways import start_supercluster
-from tests.node.conftest import in_asyncio
+from tests.support import W, connect, eventually, in_asyncio, settled, until
 
 pytestmark = pytest.mark.timeout(60)
 

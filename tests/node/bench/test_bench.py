@@ -41,7 +41,7 @@ from node.bench.stall import Stall
 from node.bench.wire import BenchError, Endpoint, Reader, Tally, parse_url
 from node.config.options import Config
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -105,6 +105,7 @@ def _meshed(node: NodeHandle) -> bool:
     return len(peers) == 1 and all(len(p.slots) == len(p.all_slots()) for p in peers)
 
 
+@pytest.mark.slow
 async def test_publish_only_is_confirmed_by_the_server(node: NodeHandle) -> None:
     result = await bench(node, "pub", subs=0, pubs=2)
     assert result.ok
@@ -112,12 +113,14 @@ async def test_publish_only_is_confirmed_by_the_server(node: NodeHandle) -> None
     assert result.per_worker == (MSGS // 2, MSGS // 2)
 
 
+@pytest.mark.slow
 async def test_pubsub_counts_every_message(node: NodeHandle) -> None:
     result = await bench(node, "pubsub", size=100)
     assert result.ok
     assert result.received == result.expected == MSGS
 
 
+@pytest.mark.slow
 async def test_fanout_delivers_every_message_to_every_subscriber(node: NodeHandle) -> None:
     result = await bench(node, "fanout", subs=3, pubs=2)
     assert result.ok
@@ -125,12 +128,14 @@ async def test_fanout_delivers_every_message_to_every_subscriber(node: NodeHandl
     assert result.per_worker == (MSGS, MSGS, MSGS)
 
 
+@pytest.mark.slow
 async def test_queue_group_delivers_each_message_exactly_once(node: NodeHandle) -> None:
     result = await bench(node, "queue", subs=3, pubs=2)
     assert result.ok
     assert sum(result.per_worker) == result.received == result.expected == MSGS
 
 
+@pytest.mark.slow
 async def test_request_reply_gets_every_reply(node: NodeHandle) -> None:
     result = await bench(node, "reqrep", msgs=200)
     assert result.ok
@@ -138,6 +143,7 @@ async def test_request_reply_gets_every_reply(node: NodeHandle) -> None:
     assert result.latency is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("scenario", "subs"), [("pubsub", 1), ("fanout", 2), ("queue", 3), ("reqrep", 1)]
 )
@@ -152,6 +158,7 @@ async def test_runs_across_a_route_count_exactly(
     assert result.received == result.expected == (msgs if once else msgs * subs)
 
 
+@pytest.mark.slow
 async def test_across_a_route_from_the_command_line(
     pair: tuple[NodeHandle, NodeHandle], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -183,6 +190,7 @@ async def test_convergence_json(
     assert out["samples"] == out["requested"] == 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_resync_sweeps_every_subscription(flavor: Flavor) -> None:
     outcome = resync(flavor, 300)
@@ -190,6 +198,7 @@ def test_resync_sweeps_every_subscription(flavor: Flavor) -> None:
     assert outcome.swept == outcome.subs == 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_started_cluster_carries_runs_across_its_routes(flavor: Flavor) -> None:
     with Servers() as servers:
@@ -201,6 +210,7 @@ def test_a_started_cluster_carries_runs_across_its_routes(flavor: Flavor) -> Non
         assert converge(second.endpoint, third.endpoint, 5).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_a_started_supercluster_carries_runs_across_its_gateway(flavor: Flavor) -> None:
     with Servers() as servers:
@@ -213,6 +223,7 @@ def test_a_started_supercluster_carries_runs_across_its_gateway(flavor: Flavor) 
             assert result.received == msgs
 
 
+@pytest.mark.slow
 async def test_json_output_parses(node: NodeHandle, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["queue", "--url", node.url, "--msgs", "500", "--subs", "2", "--json"]
     status = await trio.to_thread.run_sync(cli.main, argv)
@@ -223,6 +234,7 @@ async def test_json_output_parses(node: NodeHandle, capsys: pytest.CaptureFixtur
     assert sum(out["per_worker"]) == 500
 
 
+@pytest.mark.slow
 async def test_human_output_has_the_check_line(
     node: NodeHandle, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -233,6 +245,7 @@ async def test_human_output_has_the_check_line(
     assert "check: replies 50 == expected 50  OK" in out
 
 
+@pytest.mark.slow
 async def test_a_failed_run_says_so_instead_of_hanging(nursery: trio.Nursery) -> None:
     node = await start_node(nursery, Config(max_payload=64))
     spec = Spec("pubsub", Endpoint(node.host, node.port), msgs=100, size=100, timeout=30)
@@ -259,6 +272,7 @@ def redis() -> Iterator[ServerProcess]:
         yield servers.start_resp(REDIS_SERVER)
 
 
+@pytest.mark.slow
 @needs_redis
 @pytest.mark.parametrize(
     ("scenario", "subs", "pubs", "patterns"),
@@ -274,6 +288,7 @@ def test_resp_scenarios_count_every_delivery(
     assert result.per_worker == (MSGS,) * subs
 
 
+@pytest.mark.slow
 @needs_redis
 def test_resp_patterns_from_the_command_line(
     redis: ServerProcess, capsys: pytest.CaptureFixture[str]
@@ -286,6 +301,7 @@ def test_resp_patterns_from_the_command_line(
     assert "check: received 300 == expected 300  OK" in out
 
 
+@pytest.mark.slow
 @needs_redis
 def test_resp_json_output_parses(redis: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["resp-fanout", "--url", redis.endpoint.url, "--msgs", "400", "--subs", "2", "--json"]
@@ -297,6 +313,7 @@ def test_resp_json_output_parses(redis: ServerProcess, capsys: pytest.CaptureFix
     assert out["per_worker"] == [400, 400]
 
 
+@pytest.mark.slow
 @needs_redis
 def test_resp_run_fails_its_check_when_the_server_stops_mid_run(redis: ServerProcess) -> None:
     """The server is stopped at the first progress report that shows deliveries under way."""
@@ -313,6 +330,7 @@ def test_resp_run_fails_its_check_when_the_server_stops_mid_run(redis: ServerPro
     assert "server closed the connection" in result.errors
 
 
+@pytest.mark.slow
 @needs_redis
 def test_resp_password_is_sent_and_its_absence_refused(
     redis: ServerProcess, capsys: pytest.CaptureFixture[str]
@@ -326,6 +344,7 @@ def test_resp_password_is_sent_and_its_absence_refused(
     assert "server refused the handshake: -NOAUTH" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_compare_starts_what_serves_resp_and_notes_what_does_not() -> None:
     """pubmesh is started with --redis_port either way: it serves RESP there, or it is noted as

@@ -39,6 +39,7 @@ async def test_reclaim_on_pubmesh(nursery: trio.Nursery) -> None:
     await trio.to_thread.run_sync(check, endpoint(node))  # (the database is empty again)
 
 
+@pytest.mark.slow
 @needs_redis
 def test_reclaim_on_redis_server(redis: ServerProcess) -> None:
     check(redis.endpoint)

@@ -44,6 +44,7 @@ async def test_pubmesh_answers_every_publish_and_ping(nursery: trio.Nursery) -> 
     assert (outcome.patterns, outcome.size) == (100, 2_000)
 
 
+@pytest.mark.slow
 def test_redis_server_from_the_command_line(
     redis: ServerProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,7 +20,7 @@ from node.config.options import Config, RedisConfig
 from node.run.launch import NodeHandle
 from tests.node.bench.test_bench import made_up, needs_redis
 from tests.node.bench.test_bench import redis as redis  # (the redis-server fixture)
-from tests.node.conftest import start_node
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,6 +55,7 @@ def check(target: Endpoint, scenario: str, subs: int, pubs: int) -> Result:
     return result
 
 
+@pytest.mark.slow
 async def test_stream_scenarios_on_pubmesh(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,6 +77,7 @@ async def test_stream_scenarios_on_pubmesh(
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.slow
 @needs_redis
 def test_stream_scenarios_on_redis_server(redis: ServerProcess) -> None:
     check(redis.endpoint, "resp-xadd", 0, 1)
@@ -85,6 +87,7 @@ def test_stream_scenarios_on_redis_server(redis: ServerProcess) -> None:
     assert sorted(streams(redis.endpoint).values()) == [(MSGS, -1), (MSGS, 0), given]
 
 
+@pytest.mark.slow
 async def test_stream_scenarios_from_the_command_line(
     nursery: trio.Nursery, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 from cluster.config import ClusterConfig, GatewayConfig
 from node.config.options import ConfigError, from_mapping
 from node.run.cli import command_line_config
-from tests.certs import Certs, make_certs
+from tests.certs import Certs
 from transport.tls import TlsConfig
 
 SUPERCLUSTER = """
@@ -134,11 +134,6 @@ def test_a_cluster_left_unnamed_takes_the_gateway_name() -> None:
     config = command_line_config(["--gateway_name", "east", "--cluster", "nats://127.0.0.1:6222"])
     assert config.cluster is not None
     assert config.cluster.name == "east" != ClusterConfig().name
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"), "node")
 
 
 def test_tls_tables_for_clients_routes_gateways_and_https(certs: Certs) -> None:

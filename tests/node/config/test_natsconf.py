@@ -324,6 +324,7 @@ def plain(value: Any) -> Any:
     return value
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(KEY, VALUES, max_size=6), st.data())
 def test_generated_documents_parse_back(document: dict[str, Any], data: st.DataObject) -> None:
@@ -354,6 +355,7 @@ def parses_or_refuses(text: str) -> None:
     assert isinstance(table, Table) or str(table).startswith(f"{table.where}: ")
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(SYNTAX)
 def test_text_made_of_syntax_only_ever_fails_as_a_conf_error(text: str) -> None:
@@ -366,6 +368,7 @@ def test_any_text_only_ever_fails_as_a_conf_error(text: str) -> None:
     parses_or_refuses(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -389,6 +392,7 @@ def test_every_prefix_of_a_document_parses_or_is_refused() -> None:
         parses_or_refuses(text[:end])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(

@@ -13,7 +13,7 @@ import pytest
 
 from node.config.options import Config, ConfigError, from_mapping, load
 from node.run.cli import main
-from tests.certs import Certs, make_certs
+from tests.certs import Certs
 from tests.live import live_node
 
 NATS = """
@@ -140,11 +140,6 @@ timeout = "3s"
 """
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"), "node")
-
-
 def write(path: Path, text: str, certs: Certs | None = None) -> Path:
     path.write_text(text.replace("{dir}", str(certs.dir)) if certs else text)
     return path
@@ -174,6 +169,7 @@ def test_a_production_file_means_the_same_in_both_formats(tmp_path: Path, certs:
     assert nats != Config()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server is not installed")
 def test_nats_server_accepts_the_production_file(tmp_path: Path, certs: Certs) -> None:
     """The file is nats-server's language as nats-server itself reads it (``-t`` checks a file)."""
@@ -364,6 +360,7 @@ def test_durations_and_sizes_in_toml() -> None:
         from_mapping({"ping_intervl": 1})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_serve_starts_a_node_from_a_conf_file(tmp_path: Path) -> None:
     conf = write(tmp_path / "node.conf", 'NAME: "from-conf"\nserver_name: $NAME\nmax_payload: 2KB\n')

@@ -59,6 +59,7 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(OPS)
 def test_operations_agree_with_a_plain_dictionary(ops: list[tuple[str, bytes, int | None]]) -> None:

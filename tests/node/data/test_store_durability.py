@@ -19,7 +19,7 @@ from redis.retry import Retry
 
 from tests.live import LiveNode, live_node
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
 def _client(node: LiveNode) -> Any:

@@ -20,8 +20,8 @@ from node.data.capture import Captures
 from node.data.store import FILE_NAME, Store, StoreError
 from node.data.store.journal import Disk
 from node.data.store.records import COMMIT, encode
-from tests.node.nats.test_hardening import eventually
 from tests.node.resp.test_resp_connection import Peer
+from tests.support import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -224,7 +224,7 @@ async def test_writes_resume_by_themselves_once_there_is_room(tmp_path: Path) ->
         await trio.sleep(0.3)
         assert store.refusal is not None
         faults.room = None
-        await eventually(lambda: store.refusal is None)
+        await until(lambda: store.refusal is None)
         assert peer.send("XADD", "s", "1-1", "f", "v1") == b"$3\r\n1-1\r\n"
         nursery.cancel_scope.cancel()
     store.close()
@@ -241,11 +241,11 @@ async def test_a_failed_background_fsync_refuses_writes_then_rewrites_the_file(
         nursery.start_soon(store.run)
         faults.fsync_error = errno.EIO
         assert peer.send("XADD", "s", "1-1", "f", "v1") == b"$3\r\n1-1\r\n"  # (everysec: written)
-        await eventually(lambda: store.refusal is not None)
+        await until(lambda: store.refusal is not None)
         assert peer.send("XADD", "s", "2-1", "f", "v2") == MISCONF + b"Input/output error\r\n"
         assert peer.send("XLEN", "s") == b":1\r\n"  # (acknowledged before: kept, and served)
         faults.fsync_error = None
-        await eventually(lambda: store.refusal is None and store.rewrites == 1)
+        await until(lambda: store.refusal is None and store.rewrites == 1)
         assert peer.send("XADD", "s", "2-1", "f", "v2") == b"$3\r\n2-1\r\n"
         nursery.cancel_scope.cancel()
     store.close()

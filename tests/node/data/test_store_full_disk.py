@@ -23,7 +23,7 @@ import redis
 
 from tests.live import LiveNode, live_node
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 PAYLOAD = b"x" * 2000
 

@@ -16,8 +16,8 @@ from node.broker import Broker
 from node.config.options import Config, ConfigError, RedisConfig, from_mapping
 from node.data.store import COMMIT, FILE_NAME, encode
 from node.run.cli import command_line_config
-from tests.node.conftest import start_node
 from tests.node.resp.test_resp_connection import Peer
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -119,6 +119,7 @@ async def test_the_file_is_rewritten_when_it_has_doubled(tmp_path: Path) -> None
             node.shutdown()
 
 
+@pytest.mark.slow
 def test_a_damaged_file_stops_the_start_naming_file_and_offset(tmp_path: Path) -> None:
     first = encode("$G", 0, [b"XADD", b"s", b"1-1", b"f", b"v"]) + COMMIT
     damaged = bytearray(first)

@@ -77,6 +77,7 @@ def test_records_round_trip_byte_at_a_time() -> None:
     assert got == items
 
 
+@pytest.mark.slow
 @given(batches)
 def test_a_torn_tail_at_any_offset_leaves_the_whole_batches_before_it(
     items: list[list[Record]],

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -160,6 +161,7 @@ def _check_restarts(run: list[list[bytes]]) -> None:
             store.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(commands, max_size=40))
 def test_replay_and_rewrite_rebuild_the_same_keys(run: list[list[bytes]]) -> None:

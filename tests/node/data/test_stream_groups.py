@@ -418,7 +418,7 @@ class StreamMachine(RuleBasedStateMachine):
 
 TestStreamMachine = StreamMachine.TestCase
 TestStreamMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
-TestStreamMachine = pytest.mark.timeout(300)(TestStreamMachine)
+TestStreamMachine = pytest.mark.slow(pytest.mark.timeout(300)(TestStreamMachine))
 
 
 # --------------------------------------------------------------------- Redis's cases by hand

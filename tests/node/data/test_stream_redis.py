@@ -36,7 +36,10 @@ from node.data.streams import (
 )
 
 SERVER = os.environ.get("STREAMS_REDIS_SERVER", "redis-server")  # another build, e.g. a 7.2
-pytestmark = pytest.mark.skipif(shutil.which(SERVER) is None, reason="redis-server not installed")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which(SERVER) is None, reason="redis-server not installed"),
+]
 
 NODE = 3
 PAST = 5000  # an XCLAIM TIME both clocks accept as is (it is before either's now)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.live import WAIT, LiveNode, live_node, parse_http, read_all
 
-pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(300)]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 MEMORY_SLACK = 64 << 20

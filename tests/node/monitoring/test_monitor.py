@@ -72,6 +72,16 @@ class Node:
         doc: dict[str, Any] = json.loads(reply.body)
         return doc
 
+    async def json_when(
+        self, path: str, ready: Callable[[dict[str, Any]], bool], within: float = 20.0
+    ) -> dict[str, Any]:
+        """The first document at ``path`` that ``ready`` accepts, asked for every 50 ms for at most
+        ``within`` seconds (links come up, and interest spreads, in their own time)."""
+        with trio.fail_after(within):
+            while not ready(doc := await self.json(path)):  # noqa: ASYNC110 (seen only from outside)
+                await trio.sleep(0.05)
+        return doc
+
     async def client(self, **options: Any) -> RawClient:
         """A connected client; CONNECT ``options`` go on top of quiet defaults."""
         client = RawClient(await trio.open_tcp_stream("127.0.0.1", self.port))

@@ -7,14 +7,12 @@ import http.client
 import json
 from typing import Any
 
-import nats
 import pytest
 import trio
-from nats.aio.client import Client
 
 from node.config.options import AccountConfig, Config, UserConfig
 from node.run.launch import NodeHandle
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import connect, in_asyncio, start_node
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -61,12 +59,6 @@ async def in_use(node: NodeHandle) -> list[str]:
 @pytest.fixture
 async def node(nursery: trio.Nursery) -> NodeHandle:
     return await start_node(nursery, CONFIG)
-
-
-async def connect(node: NodeHandle, user: str) -> Client:
-    return await asyncio.wait_for(
-        nats.connect(node.url, user=user, password="pw", allow_reconnect=False), W
-    )
 
 
 async def test_accountz_lists_the_accounts_and_details_one(node: NodeHandle) -> None:

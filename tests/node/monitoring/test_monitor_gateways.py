@@ -21,8 +21,8 @@ from node.config.options import Config
 from node.nats.protocol import Msg
 from node.nats.protocol import writer as w
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
 from tests.node.monitoring.test_monitor import GO_TIME, Node
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,12 +51,7 @@ class Side:
         self, query: str = "", ready: Callable[[dict[str, Any]], bool] = lambda doc: True
     ) -> dict[str, Any]:
         """The first /gatewayz that ``ready`` accepts (links and interest arrive in their time)."""
-        with trio.fail_after(WAIT):
-            while True:
-                doc = await self.view.json("/gatewayz" + query)
-                if ready(doc):
-                    return doc
-                await trio.sleep(0.05)
+        return await self.view.json_when("/gatewayz" + query, ready, WAIT)
 
 
 async def start_side(nursery: trio.Nursery, name: str, remote: Side | None = None) -> Side:

@@ -249,6 +249,7 @@ LONGEST_STEP = 0.05
 below the second a 100k listing takes in one step."""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_a_huge_listing_never_holds_up_the_loop(node: Node) -> None:
     """/subsz listing 100k subscriptions while a client does PING/PONG round trips: no step of the

@@ -5,7 +5,6 @@ real nodes on 127.0.0.1 that all share one list of seeds naming every node, them
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -15,9 +14,9 @@ from cluster.peer import Peer
 from cluster.routes import RouteManager
 from node.config.options import Config
 from node.run.launch import NodeHandle
-from tests.live import free_port
-from tests.node.conftest import start_node
+from pipeline.local import free_port
 from tests.node.monitoring.test_monitor import Reply, _http_get
+from tests.support import start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,26 +28,12 @@ async def health(handle: NodeHandle, query: str = "?links=true&details=true") ->
     return await trio.to_thread.run_sync(_http_get, handle.http_port, "/healthz" + query)
 
 
-async def until(ready: Callable[[], bool | Awaitable[bool]]) -> None:
-    """Poll until ``ready`` (links come and go in their own time, seen only from outside)."""
-    with trio.fail_after(WAIT):
-        while True:
-            answer = ready()
-            if answer if isinstance(answer, bool) else await answer:
-                return
-            await trio.sleep(0.05)
-
-
 async def wait_health(handle: NodeHandle, status: int) -> dict[str, object]:
     """The first /healthz?links answer with ``status``."""
-    replies: list[Reply] = []
-
-    async def answered() -> bool:
-        replies.append(await health(handle))
-        return replies[-1].status == status
-
-    await until(answered)
-    doc: dict[str, object] = json.loads(replies[-1].body)
+    with trio.fail_after(WAIT):
+        while (reply := await health(handle)).status != status:  # noqa: ASYNC110 (seen only from outside)
+            await trio.sleep(0.05)
+    doc: dict[str, object] = json.loads(reply.body)
     return doc
 
 

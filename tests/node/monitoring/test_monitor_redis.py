@@ -14,10 +14,10 @@ import pytest
 import redis
 import trio
 
-from node.config.options import AccountConfig, Config, RedisConfig, UserConfig
+from node.config.options import AccountConfig, Config, UserConfig
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
 from tests.node.monitoring.test_monitor import parse_metrics
+from tests.support import start_node, start_redis_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,11 +26,11 @@ HELLO_WORLD = "$R." + b"hello world".hex()
 """The subject of the channel "hello world", which is not a subject itself."""
 
 
-async def start_redis_node(nursery: trio.Nursery, config: Config | None = None) -> NodeHandle:
-    # (no system account: the subscriptions these tests count are their clients' alone)
-    redis = RedisConfig(host="127.0.0.1", port=0)
-    config = (config or Config()).evolve(redis=redis, http_port=0, no_system_account=True)
-    return await start_node(nursery, config)
+async def start_monitored_node(nursery: trio.Nursery, config: Config | None = None) -> NodeHandle:
+    """A node with a Redis port and a monitoring port; no system account, so the subscriptions
+    these tests count are their clients' alone."""
+    config = (config or Config()).evolve(http_port=0, no_system_account=True)
+    return await start_redis_node(nursery, config)
 
 
 def get(node: NodeHandle, path: str) -> str:
@@ -72,7 +72,7 @@ def nats_subscriber(node: NodeHandle, subject: str) -> socket.socket:
 
 
 async def test_varz_subsz_connz_and_metrics_follow_redis_clients(nursery: trio.Nursery) -> None:
-    node = await start_redis_node(nursery)
+    node = await start_monitored_node(nursery)
 
     def scenario() -> None:
         redis_block = get_json(node, "/varz")["redis"]
@@ -204,7 +204,7 @@ async def test_varz_subsz_connz_and_metrics_follow_redis_clients(nursery: trio.N
 async def test_patterns_and_channels_are_counted_per_account(nursery: trio.Nursery) -> None:
     users = (UserConfig("ann", "pw", account="A"), UserConfig("bob", "pw", account="B"))
     config = Config(users=users, accounts=(AccountConfig("A"), AccountConfig("B")))
-    node = await start_redis_node(nursery, config)
+    node = await start_monitored_node(nursery, config)
 
     def scenario() -> None:
         ann, ann2, bob = (client(node, username=n, password="pw") for n in ("ann", "ann", "bob"))

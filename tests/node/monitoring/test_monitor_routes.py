@@ -21,8 +21,8 @@ from node.config.options import Config
 from node.nats.protocol import Msg
 from node.nats.protocol import writer as w
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
 from tests.node.monitoring.test_monitor import GO_TIME, Node, parse_metrics
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,12 +77,7 @@ async def poll_routez(
 ) -> dict[str, Any]:
     """The first /routez document of ``member`` that ``ready`` accepts (asked every 50 ms, for at
     most ``WAIT`` seconds): links come up, and interest spreads, in their own time."""
-    with trio.fail_after(WAIT):
-        while True:
-            doc = await member.view.json("/routez" + query)
-            if ready(doc):
-                return doc
-            await trio.sleep(0.05)
+    return await member.view.json_when("/routez" + query, ready, WAIT)
 
 
 def routes_count(count: int) -> Callable[[dict[str, Any]], bool]:

@@ -15,7 +15,7 @@ import trio
 
 from node.config.options import Config, StreamConfig
 from node.run.launch import NodeHandle
-from tests.node.monitoring.test_monitor_redis import W, client, get_json, metrics, start_redis_node
+from tests.node.monitoring.test_monitor_redis import W, client, get_json, metrics, start_monitored_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,7 +67,7 @@ def status(node: NodeHandle, path: str) -> tuple[int, str]:
 
 async def test_streamz_varz_and_metrics_follow_streams(nursery: trio.Nursery) -> None:
     capture = StreamConfig("events", ("orders.>",), maxlen=1000)
-    node = await start_redis_node(nursery, Config(streams=(capture,)))
+    node = await start_monitored_node(nursery, Config(streams=(capture,)))
 
     def scenario() -> None:
         empty = get_json(node, "/varz")["streams"]
@@ -179,7 +179,7 @@ async def test_streamz_varz_and_metrics_follow_streams(nursery: trio.Nursery) ->
 
 
 async def test_streamz_without_streams_is_valid_and_empty(nursery: trio.Nursery) -> None:
-    node = await start_redis_node(nursery)
+    node = await start_monitored_node(nursery)
 
     def scenario() -> None:
         doc = get_json(node, "/streamz")

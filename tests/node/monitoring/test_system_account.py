@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import trio
 import trio.testing
@@ -29,7 +28,7 @@ from node.config.options import AccountConfig, Config, ConfigError, UserConfig, 
 from node.monitoring.request_options import RequestError, decode_options
 from node.monitoring.system import ENDPOINTS, REQUESTS_QUEUED
 from node.run.launch import NodeHandle
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import connect, in_asyncio, start_node
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -40,12 +39,6 @@ USERS = (
     UserConfig(user="app", password="pw", account="A"),
 )
 WITH_USERS = Config(server_name="n1", users=USERS, accounts=(AccountConfig("A"),))
-
-
-async def connect(node: NodeHandle, user: str | None = None, **options: Any) -> Client:
-    if user is not None:
-        options |= {"user": user, "password": "pw"}
-    return await asyncio.wait_for(nats.connect(node.url, allow_reconnect=False, **options), W)
 
 
 async def ask(client: Client, subject: str, body: bytes = b"") -> dict[str, Any]:

@@ -18,10 +18,9 @@ from nats.aio.msg import Msg
 from node.config.options import AccountConfig, Config, UserConfig
 from node.monitoring.system import PING
 from node.run.launch import NodeHandle
-from tests.cluster.clients import W, connect, eventually, until
 from tests.cluster.test_real_gateways import knows, start_supercluster
-from tests.node.conftest import in_asyncio
 from tests.node.monitoring.test_system_account import check_server
+from tests.support import W, connect, eventually, in_asyncio, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,6 +65,7 @@ async def collect(
     return await in_asyncio(scenario)
 
 
+@pytest.mark.slow
 async def test_every_node_of_the_supercluster_answers_a_ping(nursery: trio.Nursery) -> None:
     e1, e2, w1 = await start_supercluster(nursery, CONFIG)
     nodes = {"e1": e1, "e2": e2, "w1": w1}

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from node.monitoring.system import ENDPOINTS
 from tests.live import LiveNode, live_node
 
-pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(600)]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 MiB = 1 << 20

@@ -6,48 +6,32 @@ import asyncio
 import json
 from typing import Any
 
-import attrs
 import nats
 import trio
 from nats.aio.client import Client
 
-from tests.cluster.clients import Box
+from tests.support import Box, Lines
 
 W = 10.0
 """The bound on every wait."""
 
 
-@attrs.define
-class Watcher:
+class Watcher(Lines):
     """A client that said ``protocol`` 1 and had its first PONG: the node sends it INFO updates."""
 
-    stream: trio.SocketStream
-    greeting: dict[str, Any]
-    buffer: bytes = b""
+    def __init__(self, stream: trio.SocketStream) -> None:
+        super().__init__(stream)
+        self.greeting: dict[str, Any] = {}
 
     @classmethod
     async def connect(cls, port: int, protocol: int = 1) -> Watcher:
         stream = await trio.open_tcp_stream("127.0.0.1", port)
-        watcher = cls(stream, {})
+        watcher = cls(stream)
         watcher.greeting = await watcher.next_info()
         connect = json.dumps({"verbose": False, "protocol": protocol}).encode()
         await stream.send_all(b"CONNECT " + connect + b"\r\nPING\r\n")
         assert await watcher.line() == b"PONG"
         return watcher
-
-    async def line(self) -> bytes:
-        """The next line (b"" once the node has closed the connection)."""
-        with trio.fail_after(W):
-            while b"\r\n" not in self.buffer:
-                try:
-                    chunk = await self.stream.receive_some(65536)
-                except trio.BrokenResourceError:
-                    chunk = b""
-                if not chunk:
-                    return b""
-                self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\r\n")
-        return line
 
     async def next_info(self) -> dict[str, Any]:
         """The next INFO's fields, skipping PINGs (answered) and anything else."""

@@ -36,11 +36,11 @@ from node.nats.discovery import MAX_CONNECT_URLS, connect_urls, interface_addres
 from node.nats.protocol import writer as w
 from node.run.cli import command_line_config
 from node.run.launch import NodeHandle
-from tests.cluster.clients import Box, free_port, settled, until
+from pipeline.local import free_port
 from tests.cluster.impostor import Impostor, route_hello
-from tests.node.conftest import in_asyncio, start_node
 from tests.node.monitoring.test_monitor_redis import get_json
 from tests.node.nats.infos import W, Watcher, still_served
+from tests.support import Box, in_asyncio, settled, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -300,6 +300,7 @@ async def test_client_advertise_is_what_peers_pass_on(nursery: trio.Nursery) -> 
     assert n2.server.broker.connect_urls == ["127.0.0.1:4999", url(n1)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 async def test_a_reloaded_client_advertise_reaches_the_peers(
     nursery: trio.Nursery, tmp_path: Path
@@ -342,6 +343,7 @@ def spawn(client_port: int, seed: int) -> subprocess.Popen[bytes]:
 RECONNECT_WAIT = 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_a_client_given_one_url_fails_over_to_a_discovered_node(nursery: trio.Nursery) -> None:
     survivor = await start_member(nursery, "survivor")

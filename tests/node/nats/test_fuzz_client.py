@@ -43,7 +43,7 @@ from node.nats.protocol import Err, Info, Msg, Ping, Pong, ProtocolError, Server
 from node.nats.protocol import writer as w
 from node.run.launch import NodeHandle, run_node
 
-pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(600)]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
 WAIT = 10.0

@@ -11,10 +11,8 @@ against nats-server (2.9.10 answered as the table says), which reads CONNECT int
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tracemalloc
-from collections.abc import Callable
 from functools import partial
 
 import pytest
@@ -26,7 +24,8 @@ from node.config.options import Config, UserConfig
 from node.nats.client import ClientConnection
 from node.nats.protocol import writer as w
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
+from pipeline.local import free_port
+from tests.support import start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,13 +37,6 @@ AUTH_VIOLATION = b"-ERR 'Authorization Violation'\r\n" + CLOSED
 WAIT = 10.0
 """Seconds any one exchange or wait may take."""
 MiB = 1 << 20
-
-
-async def eventually(predicate: Callable[[], bool]) -> None:
-    """Wait, at most ``WAIT`` seconds, until ``predicate()`` holds."""
-    with trio.fail_after(WAIT):
-        while not predicate():  # noqa: ASYNC110 (a condition on state no event announces)
-            await trio.sleep(0.02)
 
 
 async def open_client(port: int) -> trio.SocketStream:
@@ -123,7 +115,7 @@ async def routed(nursery: trio.Nursery) -> tuple[NodeHandle, NodeHandle]:
     second = await start_node(
         nursery, Config(cluster=ClusterConfig(host="127.0.0.1", port=0, seeds=seeds))
     )
-    await eventually(
+    await until(
         lambda: all(
             handle.routes is not None and any(link.registered for link in handle.routes.links)
             for handle in (first, second)
@@ -275,13 +267,7 @@ async def test_connect_is_answered_as_the_conformance_table_says(
     assert await answers(handle.port, mode) == CONFORMANCE[mode]  # (each on a connection of its own)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server is not installed")
 @pytest.mark.parametrize("mode", sorted(CONFORMANCE))
 async def test_nats_server_answers_connect_as_the_conformance_table_says(mode: str) -> None:
@@ -344,11 +330,11 @@ async def test_closed_connections_keep_no_buffers(nursery: trio.Nursery) -> None
             client = await open_client(handle.port)
             await client.send_all(QUIET + unfinished)
             clients.append(client)
-        await eventually(lambda: held_by(broker) >= CLIENTS * MiB)  # every unfinished message is in
+        await until(lambda: held_by(broker) >= CLIENTS * MiB)  # every unfinished message is in
         held = tracemalloc.get_traced_memory()[0] - base
         for client in clients:
             await hang_up(client)
-        await eventually(
+        await until(
             lambda: len(broker.closed) == CLIENTS and tracemalloc.get_traced_memory()[0] - base < 8 * MiB
         )
         kept = tracemalloc.get_traced_memory()[0] - base

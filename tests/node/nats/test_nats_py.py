@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import nats
 import pytest
 import trio
 from nats.aio.client import Client
@@ -18,17 +17,12 @@ from nats.errors import MaxPayloadError, NoRespondersError
 
 from node.config.options import Config, Permissions, SubjectRule, UserConfig
 from node.run.launch import NodeHandle
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import connect, in_asyncio, start_node
 
 pytestmark = pytest.mark.timeout(30)
 
 W = 5.0  # every asyncio wait in a scenario is bounded by this
 FLUSH = 5  # (nats-py wants whole seconds for flush timeouts)
-
-
-async def connect(url: str, **options: Any) -> Client:
-    options.setdefault("allow_reconnect", False)
-    return await asyncio.wait_for(nats.connect(url, **options), W)
 
 
 class Inbox:
@@ -349,6 +343,7 @@ async def test_garbage_closes_only_the_sender(node: NodeHandle) -> None:
     assert await in_asyncio(scenario) == [b"yes"]
 
 
+@pytest.mark.slow
 async def test_slow_consumer_is_cut_off_and_healthy_subscriber_loses_nothing(
     nursery: trio.Nursery,
 ) -> None:

@@ -349,6 +349,7 @@ def chunkings(data: bytes) -> st.SearchStrategy[list[bytes]]:
     return st.lists(st.integers(0, len(data)), max_size=12).map(lambda points: cut(data, points))
 
 
+@pytest.mark.slow
 @given(st.lists(client_ops(), max_size=12), st.data())
 def test_client_operations_round_trip(ops: list[tuple[bytes, object]], data: st.DataObject) -> None:
     wire = b"".join(encoded for encoded, _ in ops)
@@ -661,6 +662,7 @@ def bare_lf(encoded: bytes) -> bytes:
     return encoded.replace(b"\r\n", b"\n", 1)
 
 
+@pytest.mark.slow
 @given(st.lists(st.tuples(client_ops(), st.booleans()), max_size=16), st.data())
 def test_bare_lf_and_crlf_line_ends_give_the_same_operations(
     ops: list[tuple[tuple[bytes, object], bool]], data: st.DataObject

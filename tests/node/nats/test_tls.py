@@ -23,9 +23,8 @@ from node.config.options import AccountConfig, Config, UserConfig
 from node.nats.client import ClientConnection, Reason
 from node.run.launch import NodeHandle
 from tests.certs import Certs, make_certs
-from tests.cluster.clients import eventually
-from tests.node.conftest import in_asyncio, start_node
-from tests.node.nats.test_nats_py import FLUSH, Inbox, W, connect
+from tests.node.nats.test_nats_py import FLUSH, Inbox, W
+from tests.support import Lines, connect, eventually, in_asyncio, start_node
 from transport.tls import subject_dn
 
 pytestmark = pytest.mark.timeout(30)
@@ -49,31 +48,6 @@ def subscribed(node: NodeHandle, count: int) -> Callable[[], bool]:
 async def tls_node(nursery: trio.Nursery, certs: Certs, **changes: Any) -> NodeHandle:
     config = Config(tls=certs.tls("node", **changes.pop("tls", {})), **changes)
     return await start_node(nursery, config)
-
-
-class Lines:
-    """A raw client's view of a connection: whole protocol lines (payloads are not needed here)."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.buffer = b""
-
-    async def line(self) -> bytes:
-        """The next line, or b"" once the server has hung up."""
-        with trio.fail_after(W):
-            while b"\r\n" not in self.buffer:
-                try:
-                    data = await self.stream.receive_some(65536)
-                except trio.BrokenResourceError:
-                    data = b""
-                if not data:
-                    return b""
-                self.buffer += data
-        line, self.buffer = self.buffer.split(b"\r\n", 1)
-        return line
-
-    async def send(self, data: bytes) -> None:
-        await self.stream.send_all(data)
 
 
 async def raw_tls_client(node: NodeHandle, context: ssl.SSLContext) -> tuple[Lines, dict[str, Any]]:

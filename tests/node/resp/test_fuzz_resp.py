@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from node.resp import Command, RequestParser, RespProtocolError
 
-pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(600)]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1000"))
 LIMITS = {"max_inline": 64, "max_bulk_len": 200, "max_request": 600}

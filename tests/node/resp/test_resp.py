@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import socket
-import subprocess
-import time
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -31,6 +29,7 @@ from node.resp import (
     writer_for,
 )
 from node.resp import writer as w
+from pipeline.local import redis_server
 
 K = 1024
 AUTH_LIMITS: dict[str, object] = {"authenticated": False}
@@ -510,28 +509,10 @@ PASSWORD = b"pw"
 def redis_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     if REDIS is None:
         pytest.skip("redis-server is not installed")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
     folder = tmp_path_factory.mktemp("redis")
-    server = subprocess.Popen(
-        [REDIS, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-         "--dir", str(folder), "--requirepass", PASSWORD.decode(), "--logfile", str(folder / "log")],
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+    flags = ["--dir", str(folder), "--requirepass", PASSWORD.decode(), "--logfile", str(folder / "log")]
+    with redis_server(*flags) as port:
         yield port
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def exchange(port: int, data: bytes, *, authenticated: bool, until: int | None = None) -> bytes:
@@ -557,6 +538,7 @@ def exchange(port: int, data: bytes, *, authenticated: bool, until: int | None =
         return received
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("request_bytes", "text", "limits"), ERRORS)
 def test_live_error_texts(
@@ -571,6 +553,7 @@ def expected_reply(args: list[bytes]) -> bytes:
     return w.PONG if args == [b"PING"] else w.bulk(args[1])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("request_bytes", "expected"), ACCEPTED)
 def test_live_accepted_requests(
@@ -580,12 +563,14 @@ def test_live_accepted_requests(
     assert exchange(redis_port, request_bytes, authenticated=True, until=len(replies)) == replies
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("request_bytes", WAITING)
 def test_live_incomplete_requests_wait(redis_port: int, request_bytes: bytes) -> None:
     assert exchange(redis_port, request_bytes, authenticated=True, until=0) == b""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_live_inline_lines_split_alike(redis_port: int) -> None:
     """Lines the reference splitter reads, sent as ``ECHO`` arguments: redis-server's reply and the
@@ -630,6 +615,7 @@ def read_reply(sock: socket.socket, expected: bytes) -> bytes:
     return received
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("what", "resp2", "resp3"), REPLIES)
 def test_live_replies(redis_port: int, what: str, resp2: bytes, resp3: bytes) -> None:

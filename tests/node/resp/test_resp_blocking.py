@@ -15,7 +15,8 @@ import redis
 import trio
 
 from node.run.launch import NodeHandle
-from tests.node.resp.test_resp_clients import W, start_redis_node, sync_client
+from tests.node.resp.test_resp_clients import W, sync_client
+from tests.support import start_redis_node
 
 pytestmark = pytest.mark.timeout(60)
 

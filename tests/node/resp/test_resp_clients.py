@@ -16,20 +16,13 @@ import redis.asyncio
 import trio
 
 from cluster.config import ClusterConfig
-from node.config.options import Config, Permissions, RedisConfig, SubjectRule, UserConfig
+from node.config.options import Config, Permissions, SubjectRule, UserConfig
 from node.run.launch import NodeHandle
-from tests.node.conftest import in_asyncio, start_node
+from tests.support import in_asyncio, start_redis_node
 
 pytestmark = pytest.mark.timeout(60)
 
 W = 5.0  # every wait in a scenario is bounded by this
-
-
-async def start_redis_node(nursery: trio.Nursery, config: Config | None = None) -> NodeHandle:
-    config = (config or Config()).evolve(redis=RedisConfig(host="127.0.0.1", port=0))
-    handle = await start_node(nursery, config)
-    assert handle.redis_port
-    return handle
 
 
 @pytest.fixture
@@ -197,6 +190,7 @@ async def test_channel_subscriptions_cross_a_cluster(nursery: trio.Nursery) -> N
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
 async def test_redis_cli(node: NodeHandle) -> None:
     def scenario() -> None:
@@ -221,6 +215,7 @@ async def test_redis_cli(node: NodeHandle) -> None:
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.slow
 async def test_auth_and_permissions_with_redis_py(nursery: trio.Nursery) -> None:
     rules = Permissions(publish=SubjectRule(deny=("secret",)))
     users = (UserConfig(user="alice", password="pw", permissions=rules),)

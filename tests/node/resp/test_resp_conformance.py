@@ -17,10 +17,11 @@ import pytest
 import trio
 
 from node.config.options import Config, RedisConfig
-from tests.live import redis_server_process
-from tests.node.conftest import start_node
+from pipeline.local import redis_server
+from tests.support import start_node
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.timeout(60),
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
 ]
@@ -224,7 +225,7 @@ def play(port: int, steps: list[Step]) -> Iterator[tuple[int, bytes, bytes]]:
 
 @pytest.fixture(scope="module")
 def redis_port() -> Iterator[int]:
-    with redis_server_process() as port:
+    with redis_server() as port:
         yield port
 
 

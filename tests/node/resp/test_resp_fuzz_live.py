@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from node.resp.connection import COMMANDS
 from tests.live import LiveNode, live_node, read_all
 
-pytestmark = [pytest.mark.fuzz, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(600)]
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 MiB = 1 << 20

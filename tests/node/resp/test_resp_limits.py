@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import trio
 
-from node.config.options import Config, RedisConfig, UserConfig
+from node.config.options import Config, UserConfig
 from node.resp.connection import UNAUTHENTICATED_OUTPUT
 from node.run.launch import NodeHandle
-from tests.node.conftest import start_node
+from tests.support import start_node, start_redis_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,15 +32,10 @@ CLOSED = b"<closed>"
 ATTACKERS = 4
 
 
-async def start_redis_node(nursery: trio.Nursery, config: Config) -> NodeHandle:
+async def start_limited_node(nursery: trio.Nursery, config: Config) -> NodeHandle:
     """A node with a Redis port and a monitoring port; a write deadline far beyond any wait here,
     so a connection the node closes was closed for its output, not for being slow to read."""
-    config = config.evolve(
-        redis=RedisConfig(host="127.0.0.1", port=0), http_port=0, write_deadline=600.0
-    )
-    handle = await start_node(nursery, config)
-    assert handle.redis_port
-    return handle
+    return await start_redis_node(nursery, config.evolve(http_port=0, write_deadline=600.0))
 
 
 async def connect(port: int) -> trio.SocketStream:
@@ -108,7 +103,7 @@ async def test_redis_clients_that_never_sign_in_are_closed_past_16_kib_of_unread
     """Four clients each pipeline a MiB of PINGs (5.7 MiB of NOAUTH replies) and read nothing:
     each is closed, its replies dropped, as redis-server closes them, and the node's memory barely
     moves, while a client that signed in may leave as many replies unread as it likes."""
-    handle = await start_redis_node(nursery, Config(users=(ALICE,)))
+    handle = await start_limited_node(nursery, Config(users=(ALICE,)))
     broker = handle.server.broker
     port = handle.redis_port or 0
     answers: list[bytes] = []
@@ -144,7 +139,7 @@ async def test_redis_clients_that_never_sign_in_are_closed_past_16_kib_of_unread
 async def test_the_limit_is_redis_servers(nursery: trio.Nursery, pings: int, closed: bool) -> None:
     """Replies that fit in 16 KiB are all sent (481 NOAUTH lines); one more, and none is, as
     redis-server (7.0.15, with its limit for clients that never signed in) answers too."""
-    handle = await start_redis_node(nursery, Config(users=(ALICE,)))
+    handle = await start_limited_node(nursery, Config(users=(ALICE,)))
     stream = await connect(handle.redis_port or 0)
     await stream.send_all(b"PING\r\n" * pings + b"AUTH alice pw\r\n")
     answer = await receive(stream, len(NOAUTH) * pings + 5)
@@ -153,10 +148,11 @@ async def test_the_limit_is_redis_servers(nursery: trio.Nursery, pings: int, clo
     assert answer == (CLOSED if closed else NOAUTH * pings + b"+OK\r\n")
 
 
+@pytest.mark.slow
 async def test_a_client_that_signed_in_once_keeps_its_freedom(nursery: trio.Nursery) -> None:
     """The limit holds until the first sign-in: after a RESET (signed out again) replies may pile
     up, as redis-server lets a client that was ever authenticated do."""
-    handle = await start_redis_node(nursery, Config(users=(ALICE,)))
+    handle = await start_limited_node(nursery, Config(users=(ALICE,)))
     stream = await connect(handle.redis_port or 0)
     await stream.send_all(b"AUTH alice pw\r\nRESET\r\n" + PINGS)
     expected = b"+OK\r\n+RESET\r\n" + NOAUTH * (len(PINGS) // 6)
@@ -180,7 +176,7 @@ async def test_nats_clients_get_nothing_but_the_refusal_before_signing_in(
 async def test_connections_yet_to_sign_in_are_counted(nursery: trio.Nursery) -> None:
     """/varz ``unauthenticated_connections`` counts both front doors; Redis ``INFO clients`` its
     own as ``unauthenticated_clients``."""
-    handle = await start_redis_node(nursery, Config(users=(ALICE,), auth_timeout=WAIT * 6))
+    handle = await start_limited_node(nursery, Config(users=(ALICE,), auth_timeout=WAIT * 6))
     port = handle.redis_port or 0
     waiting = [await connect(port) for _ in range(3)] + [await connect(handle.port)]
     signed_in = await connect(port)
@@ -224,7 +220,7 @@ async def exchange(stream: trio.SocketStream, data: bytes, expected: bytes) -> N
 async def test_patterns_count_against_max_subscriptions(nursery: trio.Nursery) -> None:
     """With max_subscriptions 3, channels, shard channels and patterns count together: whichever
     kind comes fourth is refused with the same error."""
-    handle = await start_redis_node(nursery, Config(max_subscriptions=3))
+    handle = await start_limited_node(nursery, Config(max_subscriptions=3))
     port = handle.redis_port or 0
 
     channels_first = await connect(port)

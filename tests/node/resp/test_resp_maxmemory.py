@@ -10,7 +10,6 @@ import json
 import shutil
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,9 +19,9 @@ import trio
 from node.config.options import Config, RedisConfig, StreamConfig
 from node.resp.commands.memory import human, parse_memory
 from node.run.launch import NodeHandle
-from tests.live import redis_server_process
-from tests.node.conftest import start_node
 from tests.node.resp.test_resp_conformance import Step, play
+from tests.node.resp.test_resp_conformance import redis_port as redis_port  # (the redis-server fixture)
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,12 +90,6 @@ OOM_SCENARIO: list[Step] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def redis_port() -> Iterator[int]:
-    with redis_server_process() as port:
-        yield port
-
-
 async def redis_node(nursery: trio.Nursery, maxmemory: int = 0, **config: object) -> NodeHandle:
     redis_config = RedisConfig(host="127.0.0.1", port=0, maxmemory=maxmemory)
     return await start_node(nursery, Config(redis=redis_config).evolve(**config))
@@ -113,11 +106,13 @@ async def same_bytes(nursery: trio.Nursery, redis_port: int, steps: list[Step]) 
         assert got == expected
 
 
+@pytest.mark.slow
 @needs_redis_server
 async def test_config_set_and_get_as_redis_server(nursery: trio.Nursery, redis_port: int) -> None:
     await same_bytes(nursery, redis_port, CONFIG_SCENARIO)
 
 
+@pytest.mark.slow
 @needs_redis_server
 async def test_past_maxmemory_as_redis_server(nursery: trio.Nursery, redis_port: int) -> None:
     await same_bytes(nursery, redis_port, OOM_SCENARIO)

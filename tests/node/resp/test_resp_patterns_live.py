@@ -18,7 +18,7 @@ import redis as redispy
 from node.bench.stall import hostile_channel, hostile_pattern
 from tests.live import LiveNode, live_node
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 PATTERNS = 1000
 CHANNEL = hostile_channel(10_240)

@@ -14,8 +14,9 @@ from node.accounts.permissions import PermissionSet
 from node.broker import Broker
 from node.config.options import Config, Permissions, SubjectRule, UserConfig
 from routing import channel_subject
-from tests.node.resp.test_resp_clients import W, next_message, start_redis_node, sync_client
+from tests.node.resp.test_resp_clients import W, next_message, sync_client
 from tests.node.resp.test_resp_connection import Peer
+from tests.support import start_redis_node
 
 ORDERS = Permissions(subscribe=SubjectRule(allow=("orders.>",)))
 

@@ -15,7 +15,8 @@ import trio
 
 from node.config.options import AccountConfig, Config, UserConfig
 from node.run.launch import NodeHandle
-from tests.node.resp.test_resp_clients import W, start_redis_node, sync_client
+from tests.node.resp.test_resp_clients import W, sync_client
+from tests.support import start_redis_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -244,6 +245,7 @@ async def test_keys_expire_even_unread(node: NodeHandle) -> None:
     await trio.to_thread.run_sync(scenario)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_many_keys_nobody_reads_are_reclaimed_soon(node: NodeHandle) -> None:
     many, lasting = 20_000, 50

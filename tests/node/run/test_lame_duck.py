@@ -21,10 +21,9 @@ from node.config.options import Config
 from node.run.launch import NodeHandle
 from node.server import LAME_DUCK_MAX_PAUSE, LAME_DUCK_MIN_PAUSE, ClosingPace, closing_pace
 from routing import Message
-from tests.cluster.clients import Box, until
 from tests.live import live_node
-from tests.node.conftest import in_asyncio, start_node
 from tests.node.nats.infos import W, Watcher, still_served
+from tests.support import Box, in_asyncio, start_node, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,6 +60,7 @@ def test_clients_close_one_by_one_or_in_batches_over_the_duration() -> None:
     assert closing_pace(3, 5.0, 5.0) == ClosingPace(1, 1.0 / 3)  # (at least a second)
 
 
+@pytest.mark.slow
 async def test_lame_duck_moves_clients_to_the_other_node_and_stops(nursery: trio.Nursery) -> None:
     n1, n2 = await pair(nursery, **QUICK)
     watcher = await Watcher.connect(n1.port)
@@ -140,6 +140,7 @@ async def test_a_node_without_clients_stops_at_once(nursery: trio.Nursery) -> No
         await node.finished.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 async def test_sigusr2_closes_every_client_and_the_process_exits_0() -> None:
     flags = ("--lame_duck_duration", "1.5s", "--lame_duck_grace_period", "200ms")
@@ -195,6 +196,7 @@ def node_js_nats() -> bool:
     return found.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not node_js_nats(), reason="needs node and npm's nats (NODE_PATH)")
 async def test_nats_js_discovers_hears_lame_duck_and_moves(nursery: trio.Nursery) -> None:
     n1 = await start_node(nursery, Config(server_name="n1", cluster=ROUTES, **QUICK))

@@ -66,6 +66,7 @@ def _free(port: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_make_run_starts_two_clusters_that_carry_messages_across() -> None:
     base = free_base(3)
     command = [sys.executable, "-m", "node.run.cli", "local", "--clusters", "east:2,west:1"]

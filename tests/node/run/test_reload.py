@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-import nats
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import AuthorizationError
 
+from tests import support
 from tests.node.run.signals_support import NodeProcess, launch, ready
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 W = 10.0
 
@@ -55,8 +55,7 @@ async def connect(url: str, **options: Any) -> Client:
     async def on_closed() -> None:
         closed.set()
 
-    options.setdefault("allow_reconnect", False)
-    nc = await asyncio.wait_for(nats.connect(url, closed_cb=on_closed, **options), W)
+    nc = await support.connect(url, closed_cb=on_closed, **options)
     nc.closed_event = closed  # type: ignore[attr-defined]
     return nc
 

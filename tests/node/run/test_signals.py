@@ -14,7 +14,7 @@ import pytest
 from node.run.process import SignalError, find_nodes, send_signal
 from tests.node.run.signals_support import SERVE, WAIT, launch, ready, until
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 
 def _talk(port: int) -> bytes:
