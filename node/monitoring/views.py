@@ -30,7 +30,7 @@ import trio.lowlevel
 from cluster.config import parse_url
 from cluster.gateways import GatewayManager
 from cluster.link import Link
-from cluster.peer import Gateway, Peer
+from cluster.peer import Gateway, Peer, peer_of
 from cluster.routes import RouteManager
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.broker import Broker, Client
@@ -766,7 +766,7 @@ async def _route_info(
     opts: RoutezOptions,
     pace: Pacer,
 ) -> dict[str, Any]:
-    peer: Peer = link.peer
+    peer = peer_of(link)
     end = link.stop_ns or now
     host, port = link.address
     info: dict[str, Any] = {
@@ -816,7 +816,7 @@ async def routez(node: Node, opts: RoutezOptions, pace: Pacer) -> dict[str, Any]
     interest: dict[Peer, dict[str, list[_Remote]]] = {}
     infos = []
     for link in links:
-        peer: Peer = link.peer
+        peer = peer_of(link)
         if peer not in interest:
             interest[peer] = await _by_account(broker.route_interest.entries(peer), pace)
         by_account = interest[peer]
@@ -1300,7 +1300,7 @@ async def accstatz(broker: Broker, opts: AccountStatzOptions, pace: Pacer) -> di
 
 def _route_stat(link: Link) -> dict[str, Any]:
     """nats-server's ``RouteStat``."""
-    peer: Peer = link.peer
+    peer = peer_of(link)
     stat: dict[str, Any] = {"rid": link.rid}
     if peer.name:
         stat["name"] = peer.name
