@@ -41,6 +41,7 @@ HOT_PATH = [
     "node/resp/connection.py",
     "node/data/keyspace.py",
     "node/data/streams/ids.py",
+    "node/data/streams/entries.py",
     "node/data/streams/stream.py",
     "node/data/streams/groups.py",
     "node/data/stream_writes.py",

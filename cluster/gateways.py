@@ -49,7 +49,7 @@ from cluster.frames import (
 )
 from cluster.host import NodeHost
 from cluster.link import Link
-from cluster.peer import Gateway
+from cluster.peer import Gateway, gateway_of
 from cluster.replies import ReplyRouter, short_hash
 from cluster.routes import MAX_DIAL_FAILURES, UNMET_BACKOFF_MAX, RouteManager
 from routing import InterestChange, InterestTracker, InvalidSubjectError, Origin
@@ -185,7 +185,8 @@ class GatewayManager(LinkManager):
 
     def _reorder(self) -> None:
         up = [gateway for gateway in self.remotes.values() if gateway.outbound is not None]
-        self.host.set_gateway_order(sorted(up, key=lambda gateway: gateway.rtt))
+        order: list[Gateway] = sorted(up, key=lambda gateway: gateway.rtt)
+        self.host.set_gateway_order(order)
 
     # -- handshake ---------------------------------------------------------------------------
 
@@ -207,8 +208,8 @@ class GatewayManager(LinkManager):
         if name == self.name:
             self._refuse(link, f'gateway "{name}" is this cluster')
             return
-        if link.solicited and name != link.peer.name:
-            self._refuse(link, f'expected gateway "{link.peer.name}", reached "{name[:64]}"')
+        if link.solicited and name != gateway_of(link).name:
+            self._refuse(link, f'expected gateway "{gateway_of(link).name}", reached "{name[:64]}"')
             return
         if not link.solicited:
             link.connection = server_id
@@ -245,7 +246,7 @@ class GatewayManager(LinkManager):
         if not link.registered:
             return
         link.registered = False
-        gateway: Gateway = link.peer
+        gateway = gateway_of(link)
         if link.solicited:
             gateway.outbound = None
             self.host.gateway_interest.remove_remote_subs(gateway)

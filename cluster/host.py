@@ -1,22 +1,57 @@
-"""What the cluster needs from the node it links: the small interface a node implements.
+"""The seam between a node and the cluster it belongs to, declared once: protocols only.
 
-The cluster package never imports the node. A node hands its links this much: who it is,
-the table where remote interest goes, its local interest (and a way to hear about changes), and the
-one entry point for a message that arrived over a link.
+The cluster package never imports the node, and the node reaches into the cluster only through
+what is declared here:
+
+* ``NodeHost`` is what a node hands its links: who it is, the tables where remote interest goes,
+  its local interest (and a way to hear about changes), and the one entry point for a message that
+  arrived over a link;
+* ``Forwarder`` is where the node's publish path hands a message bound for another node or cluster
+  (a route peer, a gateway), and what a link was registered for;
+* ``ReplyMapping`` is what the publish path asks of reply mapping across gateways;
+* ``Subscriber`` is what takes a local delivery for one of its subscriptions.
+
+This module imports nothing concrete from the cluster package, so any module of it may import this
+one, and the node may type its side of the seam against it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from routing import InterestChange, Message, Origin, RemoteInterest
+from routing import InterestChange, Message, Origin, Publication, RemoteInterest, Subscription
 
-if TYPE_CHECKING:
-    from cluster.peer import Gateway
-    from cluster.replies import ReplyRouter
+__all__ = ["Forwarder", "NodeHost", "ReplyMapping", "Subscriber"]
 
-__all__ = ["NodeHost"]
+
+class Subscriber(Protocol):
+    """Anything that can take a delivery for one of its subscriptions."""
+
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
+        """Take one message; False if it was not delivered (closed, filtered, over its max)."""
+        ...
+
+
+class Forwarder(Protocol):
+    """A link the publish path hands a message to: a route peer, a gateway."""
+
+    def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
+        """Send a message on (dropped if the link is down: at most once)."""
+        ...
+
+
+class ReplyMapping(Protocol):
+    """What the publish path asks of reply mapping across gateways (``cluster.replies``)."""
+
+    def claims(self, account: str, subject: bytes, reply: bytes | None) -> bool:
+        """Whether a message needs the mapping (asked for every message while gateways are up)."""
+        ...
+
+    def route(self, publication: Publication) -> Publication | bool:
+        """A message ``claims`` accepted, as the node is to deliver it; or, where the mapping
+        settled it itself, whether anyone took it."""
+        ...
 
 
 class NodeHost(Protocol):
@@ -36,11 +71,11 @@ class NodeHost(Protocol):
         """A link of ``kind`` ("Route", "Gateway") was cut as a slow consumer."""
         ...
 
-    def set_gateway_order(self, order: Sequence[Gateway]) -> None:
+    def set_gateway_order(self, order: Sequence[Forwarder]) -> None:
         """Gateways by preference (lowest round trip first), for queue groups served remotely."""
         ...
 
-    def map_replies(self, router: ReplyRouter) -> None:
+    def map_replies(self, router: ReplyMapping) -> None:
         """Send messages whose replies crossed (or will cross) a gateway through ``router``."""
         ...
 

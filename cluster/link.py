@@ -26,7 +26,7 @@ from cluster.frames import (
     RouteHello,
     encode,
 )
-from cluster.host import NodeHost
+from cluster.host import Forwarder, NodeHost
 from routing import Message, Origin
 from transport.outbox import Outbox
 from transport.sessions import Hangup
@@ -102,7 +102,7 @@ class Link(Outbox):
         self.address = address
         self.rid = 0
         """The link's number on this node (``rid`` in /routez)."""
-        self.peer: Any = None
+        self.peer: Forwarder | None = None
         """Whom the manager registered this link for."""
         self.connection = ""
         """A name both ends give this connection (chosen by the dialer), to tell them apart."""

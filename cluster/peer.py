@@ -9,12 +9,9 @@ from __future__ import annotations
 import trio
 
 from cluster.link import Link
-from routing import Message
+from routing import REPLY_PREFIX, Message
 
-__all__ = ["REPLY_PREFIX", "Gateway", "Peer", "Slot", "fnv1a32"]
-
-REPLY_PREFIX = b"_GR_."
-"""Reply subjects that crossed a gateway: ``_GR_.<cluster hash>.<node hash>.<original reply>``."""
+__all__ = ["Gateway", "Peer", "Slot", "fnv1a32", "gateway_of", "peer_of"]
 
 Slot = int | str
 """A pooled connection: an index, or the name of an account pinned to its own connection."""
@@ -117,3 +114,17 @@ class Gateway:
 
     def __repr__(self) -> str:
         return f"Gateway({self.name!r})"
+
+
+def peer_of(link: Link) -> Peer:
+    """The peer a registered route link belongs to."""
+    peer = link.peer
+    assert isinstance(peer, Peer)
+    return peer
+
+
+def gateway_of(link: Link) -> Gateway:
+    """The remote cluster a registered (or dialed) gateway link belongs to."""
+    gateway = link.peer
+    assert isinstance(gateway, Gateway)
+    return gateway

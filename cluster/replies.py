@@ -21,12 +21,12 @@ import base64
 import collections
 import hashlib
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Final
 
-from cluster.peer import REPLY_PREFIX, Gateway, Peer
-from routing import Origin, Publication
+from cluster.peer import Gateway, Peer
+from routing import REPLY_PREFIX, Origin, Publication
 
-__all__ = ["REPLY_PREFIX", "Deliverer", "ReplyRouter", "short_hash"]
+__all__ = ["ReplyRouter", "short_hash"]
 
 HASH_LEN: Final = 6
 _MAPPED_LEN: Final = len(REPLY_PREFIX) + 2 * (HASH_LEN + 1)
@@ -36,12 +36,6 @@ _MAPPED_LEN: Final = len(REPLY_PREFIX) + 2 * (HASH_LEN + 1)
 def short_hash(name: str) -> bytes:
     """Six characters naming a cluster or a node in mapped replies (URL-safe base64, no dots)."""
     return base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest())[:HASH_LEN]
-
-
-class Deliverer(Protocol):
-    """The node's delivery step, below reply mapping (``Broker.deliver``)."""
-
-    def deliver(self, publication: Publication) -> bool: ...
 
 
 class ReplyRouter:
@@ -86,27 +80,32 @@ class ReplyRouter:
             return mapped is not None and subject in mapped
         return False
 
-    def publish(self, node: Deliverer, publication: Publication) -> bool:
-        """Deliver a message ``claims`` accepted."""
+    def route(self, publication: Publication) -> Publication | bool:
+        """Where a message ``claims`` accepted goes: the publication the node is to deliver (its
+        reply or subject rewritten, or a gateway to skip), or, where the router sent it on itself
+        or dropped it, whether anyone took it.
+
+        A publication with ``skip`` set already went back through that gateway: it counts as taken
+        whatever the node's delivery finds.
+        """
         p = publication
         msg = p.msg
         name: str = p.account.name
         if msg.subject.startswith(REPLY_PREFIX):
-            return self._homecoming(node, p)
+            return self._homecoming(p)
         reply = msg.reply
         if reply is not None and reply.startswith(REPLY_PREFIX):
             if p.origin is Origin.CLIENT:
-                return node.deliver(p)
-            return node.deliver(p.detour(local=msg.with_reply(self._remember(name, reply))))
+                return p
+            return p.detour(local=msg.with_reply(self._remember(name, reply)))
         gateway = self._way_back(name, msg.subject)
         if gateway is None:
-            return node.deliver(p)
+            return p
         mapped = self._recent[name][msg.subject][0]
         gateway.forward(name, msg.with_subject(mapped), ())
-        node.deliver(p.detour(skip=gateway))
-        return True
+        return p.detour(skip=gateway)
 
-    def _homecoming(self, node: Deliverer, p: Publication) -> bool:
+    def _homecoming(self, p: Publication) -> Publication | bool:
         """A mapped reply arrived (from a gateway, or from the node that took it off one)."""
         subject = p.msg.subject
         if p.origin is Origin.CLIENT or len(subject) <= _MAPPED_LEN:
@@ -119,7 +118,7 @@ class ReplyRouter:
             local = msg.with_reply(self._remember(p.account.name, msg.reply))
             # As if this cluster's gateway had brought the reply itself: local subscribers and the
             # rest of the cluster, never another gateway (the responder's side served those).
-            return node.deliver(Publication(p.account, msg, origin=Origin.GATEWAY, local=local))
+            return Publication(p.account, msg, origin=Origin.GATEWAY, local=local)
         peer = self._peer(target)
         if peer is None:
             return False

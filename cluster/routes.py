@@ -54,7 +54,7 @@ from cluster.frames import (
 )
 from cluster.host import NodeHost
 from cluster.link import Link
-from cluster.peer import Peer, Slot
+from cluster.peer import Peer, Slot, peer_of
 from routing import InterestChange, InvalidSubjectError
 from transport.sessions import Flusher
 
@@ -206,12 +206,12 @@ class RouteManager(LinkManager):
             if self.gateways is not None:
                 self.gateways.learn(frame.known)  # type: ignore[union-attr]
         elif kind is ClientUrls:
-            self._peer_clients(link.peer, frame.urls)  # type: ignore[union-attr]
+            self._peer_clients(peer_of(link), frame.urls)  # type: ignore[union-attr]
         else:
             raise LinkError(f"unexpected {kind.__name__} frame on a route")
 
     def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
-        peer, account = link.peer, frame.account
+        peer, account = peer_of(link), frame.account
         if not self.admits(account):
             return
         link.accounts.add(account)
@@ -350,8 +350,9 @@ class RouteManager(LinkManager):
         if not link.registered:
             return
         link.registered = False
-        peer = link.peer
-        del peer.slots[link.slot]
+        peer, slot = peer_of(link), link.slot
+        assert slot is not None  # (a registered link has its slot)
+        del peer.slots[slot]
         for account in link.accounts:
             self._forget(peer, account)
         link.log(logging.INFO, f"Route connection closed: {link.closing}")

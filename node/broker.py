@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from cluster.host import Forwarder, ReplyMapping, Subscriber
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
 from node.config.options import Config
@@ -44,9 +45,6 @@ __all__ = [
     "Broker",
     "ClientEvents",
     "Consumer",
-    "Forwarder",
-    "ReplyMapping",
-    "Subscriber",
 ]
 
 VERSION = "0.1.0"
@@ -66,36 +64,10 @@ CLOSED_KEPT = 10_000
 """Closed connections remembered for ``/connz?state=closed`` (nats-server's MaxClosedClients)."""
 
 
-class Subscriber(Protocol):
-    """Anything that can take a delivery for one of its subscriptions."""
-
-    def deliver(self, sub: Subscription, msg: Message) -> bool:
-        """Take one message; False if it was not delivered (closed, filtered, over its max)."""
-        ...
-
-
 class PatternSubscriber(Protocol):
     """Anything that can take a delivery for a Redis pattern subscription."""
 
     def deliver_pattern(self, pattern: bytes, channel: bytes, msg: Message) -> bool: ...
-
-
-class Forwarder(Protocol):
-    """A link the publish path hands a message to (a route peer, a gateway)."""
-
-    def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None: ...
-
-
-class ReplyMapping(Protocol):
-    """What the publish path asks of reply mapping across gateways (``cluster.replies``)."""
-
-    def claims(self, account: str, subject: bytes, reply: bytes | None) -> bool:
-        """Whether a message needs the mapping (asked for every message while gateways are up)."""
-        ...
-
-    def publish(self, node: Broker, publication: Publication) -> bool:
-        """Deliver a message ``claims`` accepted, through ``node.deliver``."""
-        ...
 
 
 class Consumer(Protocol):
@@ -208,9 +180,6 @@ class Broker:
         self.slow_links: collections.Counter[str] = collections.Counter()
         """Links cut as slow consumers, by kind ("Route", "Gateway")."""
         self.stale_connections = 0
-        self.local_deliveries = 0
-        """How many local subscribers the last ``publish`` reached (Redis's PUBLISH reply); a
-        publisher that wants it sets it to 0 first, since a publish nobody wants skips the count."""
         # Traffic of connections that have closed, by class, so totals survive them.
         self._closed_traffic: dict[type, list[int]] = {}
 
@@ -382,18 +351,33 @@ class Broker:
             exclude: an owner whose subscriptions must not receive it (a publisher with echo off).
             queues: for a message from another node, the queue groups it asked this node to serve.
         """
+        count, forwarded = self.publish_counted(account, msg, exclude, origin, queues)
+        return count > 0 or forwarded
+
+    def publish_counted(
+        self,
+        account: Account,
+        msg: Message,
+        exclude: object = None,
+        origin: Origin = Origin.CLIENT,
+        queues: Collection[str] = (),
+    ) -> tuple[int, bool]:
+        """``publish``, telling how it went: how many local subscribers took the message (Redis's
+        PUBLISH reply), and whether a link took a copy."""
         replies = self.replies
         if replies is not None and replies.claims(account.name, msg.subject, msg.reply):
-            return replies.publish(self, Publication(account, msg, exclude, origin, queues))
+            routed = replies.route(Publication(account, msg, exclude, origin, queues))
+            if isinstance(routed, bool):
+                return 0, routed
+            # Local subscribers get ``local``, links ``msg``, and ``skip`` (a gateway the reply
+            # already went back through) gets nothing, but has taken it.
+            p = routed
+            local = p.local if p.local is not None else p.msg
+            count, forwarded = self._deliver(
+                p.account, p.msg, local, p.exclude, p.origin, p.queues, p.skip
+            )
+            return count, forwarded or p.skip is not None
         return self._deliver(account, msg, msg, exclude, origin, queues, None)
-
-    def deliver(self, publication: Publication) -> bool:
-        """``publish`` below reply mapping: local subscribers get ``publication.local``, links
-        ``publication.msg``, and ``publication.skip`` (a gateway the message already went through)
-        gets nothing."""
-        p = publication
-        local = p.local if p.local is not None else p.msg
-        return self._deliver(p.account, p.msg, local, p.exclude, p.origin, p.queues, p.skip)
 
     def _deliver(
         self,
@@ -404,16 +388,16 @@ class Broker:
         origin: Origin,
         queues: Collection[str],
         skip: object,
-    ) -> bool:
+    ) -> tuple[int, bool]:
+        """Deliver one message; return how many local subscribers took it, and whether a link
+        took a copy."""
         result, routes, gateways = account.match(msg.subject)
         links: Mapping[Forwarder, tuple[str, ...]]
         if routes is EMPTY_MATCH and gateways is EMPTY_MATCH:
             if not result.plain and not result.queues:
                 if account.patterns is None:
-                    return False  # (local_deliveries stays as the publisher reset it: 0)
-                count = self._deliver_patterns(account.patterns, local_msg, exclude)
-                self.local_deliveries = count
-                return count > 0
+                    return 0, False
+                return self._deliver_patterns(account.patterns, local_msg, exclude), False
             local, links = plan_delivery(origin, result, self.rng, queues=queues, exclude=exclude)
         else:
             local, links = plan_delivery(
@@ -434,15 +418,14 @@ class Broker:
                 count += 1
         if account.patterns is not None:
             count += self._deliver_patterns(account.patterns, local_msg, exclude)
-        self.local_deliveries = count
-        delivered = count > 0
+        forwarded = False
         if links:
             name = account.name
             for link, names in links.items():
                 if link is not skip:
                     link.forward(name, msg, names)
-                    delivered = True
-        return delivered
+                    forwarded = True
+        return count, forwarded
 
     def _deliver_patterns(self, patterns: PatternIndex[Any], msg: Message, exclude: object) -> int:
         """Deliver to Redis pattern subscriptions matching the message's channel, oldest pattern

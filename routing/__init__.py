@@ -13,6 +13,7 @@ from routing.patterns import PatternIndex
 from routing.remote import EMPTY_MATCH, RemoteEntry, RemoteInterest, RemoteMatch
 from routing.stats import SubListStats
 from routing.subjects import (
+    REPLY_PREFIX,
     InvalidSubjectError,
     is_valid_literal_subject,
     is_valid_subject,
@@ -26,6 +27,7 @@ from routing.subscription import Subscription
 
 __all__ = [
     "EMPTY_MATCH",
+    "REPLY_PREFIX",
     "DeliveryPlan",
     "GlobPattern",
     "InterestChange",

@@ -57,7 +57,7 @@ class Publication:
     """A message on its way through a node's publish path, with what describes its journey.
 
     The everyday path passes these fields as they are; this record carries them where a message
-    takes a detour (reply mapping across gateways hands it back to the node).
+    takes a detour (reply mapping across gateways returns it rewritten, for the node to deliver).
 
     Attributes:
         account: the node's account object it belongs to (opaque here).

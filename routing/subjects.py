@@ -4,6 +4,10 @@ Subjects are ``.``-separated tokens compared byte for byte (so case matters). A 
 ``*`` matches any one token; a token that is exactly ``>`` matches one or more trailing tokens and may
 only stand last. Longer tokens that merely contain those characters (``*foo``, ``a>``) are literals.
 
+A few subjects are reserved for the node's own use: ``REPLY_PREFIX`` marks reply subjects mapped
+across gateways (``cluster.replies``), and clients may not publish to them; the Redis channels that
+are not subjects live under ``routing.channels.RESERVED_PREFIX``.
+
 ``subject_matches`` is deliberately the slow, obvious definition: the tries in this package are tested
 against it, so it must stay simple enough to be believed by reading it.
 """
@@ -11,10 +15,12 @@ against it, so it must stay simple enough to be believed by reading it.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 __all__ = [
     "FWC",
     "PWC",
+    "REPLY_PREFIX",
     "InvalidSubjectError",
     "is_valid_literal_subject",
     "is_valid_subject",
@@ -27,6 +33,9 @@ __all__ = [
 PWC = "*"
 FWC = ">"
 SEP = "."
+
+REPLY_PREFIX: Final = b"_GR_."
+"""Reply subjects that crossed a gateway: ``_GR_.<cluster hash>.<node hash>.<original reply>``."""
 
 # nats-server rejects exactly these; other Unicode spaces are ordinary characters there too.
 _WHITESPACE = re.compile(r"[ \t\n\r\f]")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from node.config.options import Config, from_mapping, load
+from node.config.load import from_mapping, load
+from node.config.options import Config
 from tests.certs import make_certs
 
 README = Path(__file__).resolve().parent.parent / "README.md"

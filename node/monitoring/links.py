@@ -14,7 +14,7 @@ import attrs
 from cluster.config import parse_url
 from cluster.gateways import GatewayManager
 from cluster.link import Link
-from cluster.peer import Gateway, Peer
+from cluster.peer import Gateway, Peer, peer_of
 from cluster.routes import RouteManager
 from node.broker import Broker
 from node.monitoring.gofmt import SECOND, go_time, rtt, uptime
@@ -143,7 +143,7 @@ async def _route_info(
     opts: RoutezOptions,
     pace: Pacer,
 ) -> dict[str, Any]:
-    peer: Peer = link.peer
+    peer = peer_of(link)
     end = link.stop_ns or now
     host, port = link.address
     info: dict[str, Any] = {
@@ -193,7 +193,7 @@ async def routez(node: MonitoredNode, opts: RoutezOptions, pace: Pacer) -> dict[
     interest: dict[Peer, dict[str, list[_Remote]]] = {}
     infos = []
     for link in links:
-        peer: Peer = link.peer
+        peer = peer_of(link)
         if peer not in interest:
             interest[peer] = await _by_account(broker.route_interest.entries(peer), pace)
         by_account = interest[peer]

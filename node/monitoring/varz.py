@@ -13,7 +13,7 @@ from typing import Any
 
 from cluster.gateways import GatewayManager
 from cluster.link import Link
-from cluster.peer import Peer
+from cluster.peer import peer_of
 from node.broker import Broker, Client
 from node.monitoring.accountz import connections_by_account, msg_bytes
 from node.monitoring.gofmt import SECOND, go_time, uptime
@@ -187,7 +187,7 @@ async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:
 
 def _route_stat(link: Link) -> dict[str, Any]:
     """nats-server's ``RouteStat``."""
-    peer: Peer = link.peer
+    peer = peer_of(link)
     stat: dict[str, Any] = {"rid": link.rid}
     if peer.name:
         stat["name"] = peer.name

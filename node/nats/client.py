@@ -48,7 +48,7 @@ from node.nats.protocol import (
     Unsub,
 )
 from node.nats.protocol import writer as w
-from routing import InvalidSubjectError, Message, Subscription
+from routing import REPLY_PREFIX, InvalidSubjectError, Message, Subscription
 from routing.channels import RESERVED_PREFIX
 from transport.outbox import Outbox
 from transport.sessions import Hangup
@@ -95,12 +95,12 @@ AUTH_VIOLATION = "Authorization Violation"
 INVALID_SUBJECT = "Invalid Subject"
 INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"
 MAX_SUBS_EXCEEDED = "maximum subscriptions exceeded"
-_RESERVED_REPLIES = (b"_R_.", b"$JS.ACK.", b"_GR_.")
+_RESERVED_REPLIES = (b"_R_.", b"$JS.ACK.", REPLY_PREFIX)
 _RESERVED_SUBJECTS = RESERVED_PREFIX.decode()
 _UNDERSCORE: Final = ord("_")
 _DOLLAR: Final = ord("$")
 """Where Redis channels that are not subjects live (``routing.channels``): not for NATS clients."""
-_BARE_PREFIXES = (b"$JS.ACK.", b"_GR_.")  # these two are reserved only with something after them
+_BARE_PREFIXES = (b"$JS.ACK.", REPLY_PREFIX)  # these two are reserved only with something after them
 RTT_REFRESH = 3600.0
 """Seconds after which the ping timer wants a new round-trip time (nats-server's
 DEFAULT_RTT_MEASUREMENT_INTERVAL), and so pings even a client it heard from lately."""
@@ -386,7 +386,9 @@ class ClientConnection(Outbox):
         """The per-message checks nats-server makes before delivering; sends any -ERR itself."""
         if self.pedantic and not _is_literal(subject):
             self._error(INVALID_PUBLISH_SUBJECT)  # and the message still goes out, as there
-        if (subject.startswith(b"_GR_.") and len(subject) > 5) or subject.startswith(RESERVED_PREFIX):
+        if (subject.startswith(REPLY_PREFIX) and len(subject) > len(REPLY_PREFIX)) or subject.startswith(
+            RESERVED_PREFIX
+        ):
             self._error(f'Permissions Violation for Publish to "{_text(subject)}"')
             return False
         if self.perms is not None and not self.perms.can_publish(subject):

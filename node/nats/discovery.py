@@ -15,7 +15,7 @@ import socket
 import struct
 from collections.abc import Iterable
 
-from node.config.options import parse_advertise
+from node.config.load import parse_advertise
 
 __all__ = ["MAX_CONNECT_URLS", "connect_urls", "interface_addresses", "own_urls"]
 

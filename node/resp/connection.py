@@ -590,10 +590,8 @@ class RespConnection(Outbox):
             return
         self.in_msgs += 1
         self.in_bytes += len(payload)
-        broker = self.broker
-        broker.local_deliveries = 0
-        broker.publish(self.account, Message(subject, None, None, payload))
-        self._reply(integer(broker.local_deliveries))
+        count, _ = self.broker.publish_counted(self.account, Message(subject, None, None, payload))
+        self._reply(integer(count))
 
     # -- keys, transactions and blocking reads --------------------------------------------------
 

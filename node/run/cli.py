@@ -20,19 +20,10 @@ import trio
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.broker import VERSION
+from node.config.load import check_lame_duck, check_tls, load, reconcile_names
 from node.config.natsconf import parse_duration
-from node.config.options import (
-    FSYNC_POLICIES,
-    Config,
-    ConfigError,
-    RedisConfig,
-    UserConfig,
-    check_lame_duck,
-    check_tls,
-    check_urls,
-    load,
-    reconcile_names,
-)
+from node.config.options import FSYNC_POLICIES, Config, ConfigError, RedisConfig, UserConfig
+from node.config.tables import check_urls
 from node.data.store import StoreError
 from node.run.launch import NodeHandle, StartupError, run_node
 from node.run.logs import LogOutput

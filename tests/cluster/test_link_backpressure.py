@@ -28,7 +28,8 @@ from cluster.config import ClusterConfig, GatewayConfig
 from cluster.frames import Ping, SubAdd, encode
 from cluster.link import SLOW_DEADLINE, SLOW_PENDING, Link
 from node.broker import Broker
-from node.config.options import Config, from_mapping
+from node.config.load import from_mapping
+from node.config.options import Config
 from node.monitoring.links import GatewayzOptions, RoutezOptions, gatewayz, routez
 from node.monitoring.pacing import Pacer
 from node.nats.protocol import writer as w

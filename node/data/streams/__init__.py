@@ -1,5 +1,6 @@
 """Redis streams: compact entry storage, ID rules and consumer groups (pure, synchronous, no I/O)."""
 
+from node.data.streams.entries import Entries, Entry, Trim
 from node.data.streams.groups import (
     Consumer,
     ConsumerGroup,
@@ -7,7 +8,6 @@ from node.data.streams.groups import (
     GroupInfo,
     HistoryEntry,
     Nack,
-    group_infos,
 )
 from node.data.streams.ids import (
     MAX_ID,
@@ -16,17 +16,17 @@ from node.data.streams.ids import (
     id_ms,
     id_seq,
     make_id,
-    parse_add_id,
     parse_bound,
     parse_id,
 )
-from node.data.streams.stream import Entry, Stream, Trim, check_setid_args
+from node.data.streams.stream import Stream, check_setid_args, group_infos, parse_add_id
 
 __all__ = [
     "MAX_ID",
     "Consumer",
     "ConsumerGroup",
     "ConsumerInfo",
+    "Entries",
     "Entry",
     "GroupInfo",
     "HistoryEntry",

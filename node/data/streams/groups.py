@@ -13,15 +13,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from itertools import islice
-from typing import TYPE_CHECKING, Literal, overload
+from typing import Literal, overload
 
 import attrs
 from sortedcontainers import SortedDict
 
+from node.data.streams.entries import Entries, Entry
 from node.data.streams.ids import MAX_ID
-
-if TYPE_CHECKING:
-    from node.data.streams.stream import Entry, Stream
 
 HistoryEntry = tuple[int, list[bytes] | None]
 
@@ -121,7 +119,7 @@ class ConsumerGroup:
     # ----------------------------------------------------------------- reading
 
     def read_new(
-        self, stream: Stream, consumer: Consumer | bytes, count: int | None, noack: bool, now: int
+        self, stream: Entries, consumer: Consumer | bytes, count: int | None, noack: bool, now: int
     ) -> list[Entry]:
         """XREADGROUP ``>``: entries after the group's last ID; advances it and entries_read.
 
@@ -159,7 +157,7 @@ class ConsumerGroup:
         return entries
 
     def read_history(
-        self, stream: Stream, consumer: Consumer | bytes, after: int, count: int | None, now: int
+        self, stream: Entries, consumer: Consumer | bytes, after: int, count: int | None, now: int
     ) -> list[HistoryEntry]:
         """XREADGROUP with an explicit ID: this consumer's pending entries with IDs above ``after``.
 
@@ -258,7 +256,7 @@ class ConsumerGroup:
     @overload
     def claim(
         self,
-        stream: Stream,
+        stream: Entries,
         consumer: Consumer | bytes,
         min_idle: int,
         ids: Iterable[int],
@@ -275,7 +273,7 @@ class ConsumerGroup:
     @overload
     def claim(
         self,
-        stream: Stream,
+        stream: Entries,
         consumer: Consumer | bytes,
         min_idle: int,
         ids: Iterable[int],
@@ -292,7 +290,7 @@ class ConsumerGroup:
     @overload
     def claim(
         self,
-        stream: Stream,
+        stream: Entries,
         consumer: Consumer | bytes,
         min_idle: int,
         ids: Iterable[int],
@@ -308,7 +306,7 @@ class ConsumerGroup:
 
     def claim(
         self,
-        stream: Stream,
+        stream: Entries,
         consumer: Consumer | bytes,
         min_idle: int,
         ids: Iterable[int],
@@ -371,7 +369,7 @@ class ConsumerGroup:
 
     def autoclaim(
         self,
-        stream: Stream,
+        stream: Entries,
         consumer: Consumer | bytes,
         min_idle: int,
         start: int,
@@ -425,7 +423,7 @@ class ConsumerGroup:
         self.last_id = last_id
         self.entries_read = entries_read
 
-    def lag(self, stream: Stream) -> int | None:
+    def lag(self, stream: Entries) -> int | None:
         """Entries not yet delivered to the group, None where Redis 7.2 cannot tell (nil)."""
         if not stream.entries_added:
             return 0
@@ -436,7 +434,7 @@ class ConsumerGroup:
 
     # ----------------------------------------------------------------- XINFO
 
-    def info(self, stream: Stream) -> GroupInfo:
+    def info(self, stream: Entries) -> GroupInfo:
         return GroupInfo(
             name=self.name,
             consumers=len(self.consumers),
@@ -478,8 +476,3 @@ def _sizes() -> tuple[int, int]:
 
 
 _PER_NACK, _PER_CONSUMER = _sizes()
-
-
-def group_infos(stream: Stream) -> list[GroupInfo]:
-    """XINFO GROUPS rows in Redis's order (byte order of group names)."""
-    return [group.info(stream) for _, group in sorted(stream.groups.items())]

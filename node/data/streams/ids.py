@@ -6,13 +6,10 @@ and bisect as ints with no per-ID object beyond the int itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from node.integers import U64 as U64
 from node.integers import string2ull
-
-if TYPE_CHECKING:
-    from node.data.streams.stream import Stream
 
 MAX_ID: Final = (1 << 128) - 1
 
@@ -36,7 +33,7 @@ XSETID_ENTRIES_ADDED: Final = (
 )
 
 # Redis copies an ID argument into a 128-byte buffer; longer arguments are rejected outright.
-_MAX_ARG = 127
+MAX_ID_ARG: Final = 127
 
 
 class StreamError(Exception):
@@ -60,7 +57,7 @@ def format_id(i: int) -> bytes:
 
 
 def _parse(arg: bytes, missing_seq: int, *, strict: bool) -> int:
-    if len(arg) > _MAX_ARG:
+    if len(arg) > MAX_ID_ARG:
         raise StreamError(INVALID_ID)
     if b"\0" in arg:  # the C string ends at the first NUL
         arg = arg.split(b"\0", 1)[0]
@@ -109,39 +106,3 @@ def next_id(last_id: int, now: int) -> int:
     if now > last_id >> 64:
         return now << 64
     return last_id + 1
-
-
-def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
-    """The ID XADD will use for ``arg`` (``*``, ``ms-*``, ``ms`` or ``ms-seq``) on ``stream``.
-
-    Raises the errors of XADD in Redis's order: an invalid ID, then ``0-0``, then an exhausted stream,
-    then an ID not above the top item. (WRONGTYPE sits between ``0-0`` and the rest in Redis; that is
-    the caller's.)
-    """
-    last = 0 if stream is None else stream.last_id
-    if len(arg) <= _MAX_ARG and b"\0" in arg:  # the C string ends at the first NUL
-        arg = arg.split(b"\0", 1)[0]
-    if arg == b"*":
-        if last == MAX_ID:
-            raise StreamError(XADD_EXHAUSTED)
-        return next_id(last, now)
-    if arg.endswith(b"-*") and len(arg) <= _MAX_ARG:
-        ms = string2ull(arg[:-2])
-        if ms is None or b"-" in arg[:-2]:
-            raise StreamError(INVALID_ID)
-        if last == MAX_ID:
-            raise StreamError(XADD_EXHAUSTED)
-        if ms == last >> 64:
-            if last & U64 == U64:
-                raise StreamError(XADD_TOO_SMALL)
-            return last + 1
-        new = ms << 64
-    else:
-        new = parse_id(arg)
-        if new == 0:
-            raise StreamError(XADD_ZERO)
-        if last == MAX_ID:
-            raise StreamError(XADD_EXHAUSTED)
-    if new <= last:
-        raise StreamError(XADD_TOO_SMALL)
-    return new

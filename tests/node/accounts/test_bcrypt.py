@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from node.accounts.auth import Authenticator, Verification
-from node.config import options as cfg
+from node.config import load as cfg
 from node.config.options import Config, RedisConfig, UserConfig
 from node.resp.connection import WRONGPASS
 from node.resp.writer import error

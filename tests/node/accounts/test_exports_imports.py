@@ -15,7 +15,7 @@ from nats.errors import NoRespondersError
 
 from node.accounts.imports import MAX_RESPONSES, Responses, install_imports
 from node.accounts.subjectmap import SubjectMap, is_subset
-from node.config import options as cfg
+from node.config import load as cfg
 from node.config.options import (
     AccountConfig,
     Config,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cluster.config import ClusterConfig, GatewayConfig
-from node.config.options import ConfigError, from_mapping
+from node.config.load import from_mapping
+from node.config.options import ConfigError
 from node.run.cli import command_line_config
 from tests.certs import Certs
 from transport.tls import TlsConfig

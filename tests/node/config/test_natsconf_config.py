@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node.config.options import Config, ConfigError, from_mapping, load
+from node.config.load import from_mapping, load
+from node.config.options import Config, ConfigError
 from node.run.cli import main
 from tests.certs import Certs
 from tests.live import live_node

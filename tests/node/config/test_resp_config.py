@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from node.config.options import ConfigError, RedisConfig, StreamConfig, from_mapping, load
+from node.config.load import from_mapping, load
+from node.config.options import ConfigError, RedisConfig, StreamConfig
 from node.run.cli import command_line_config
 
 

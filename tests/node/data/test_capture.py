@@ -13,7 +13,8 @@ import trio
 import trio.testing
 
 from node.broker import Broker
-from node.config.options import Config, ConfigError, StreamConfig, from_mapping
+from node.config.load import from_mapping
+from node.config.options import Config, ConfigError, StreamConfig
 from node.data.capture import Captures, header_fields
 from node.data.keyspace import CommitFailed
 from node.data.streams import Stream, format_id, make_id

@@ -13,7 +13,8 @@ import redis
 import trio
 
 from node.broker import Broker
-from node.config.options import Config, ConfigError, RedisConfig, from_mapping
+from node.config.load import from_mapping
+from node.config.options import Config, ConfigError, RedisConfig
 from node.data.store import COMMIT, FILE_NAME, encode
 from node.run.cli import command_line_config
 from tests.node.resp.test_resp_connection import Peer

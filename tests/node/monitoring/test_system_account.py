@@ -24,7 +24,8 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from node.broker import NATS_VERSION
-from node.config.options import AccountConfig, Config, ConfigError, UserConfig, from_mapping, load
+from node.config.load import from_mapping, load
+from node.config.options import AccountConfig, Config, ConfigError, UserConfig
 from node.monitoring.request_options import RequestError, decode_options
 from node.monitoring.system import ENDPOINTS, REQUESTS_QUEUED
 from node.run.launch import NodeHandle

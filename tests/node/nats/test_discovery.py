@@ -30,7 +30,8 @@ from cluster.frames import (
     encode,
 )
 from node.broker import Broker
-from node.config.options import Config, ConfigError, from_mapping
+from node.config.load import from_mapping
+from node.config.options import Config, ConfigError
 from node.nats.client import ClientConnection
 from node.nats.discovery import MAX_CONNECT_URLS, connect_urls, interface_addresses, own_urls
 from node.nats.protocol import writer as w

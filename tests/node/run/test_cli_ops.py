@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cluster.config import ClusterConfig
-from node.config.options import Config, UserConfig, load
+from node.config.load import load
+from node.config.options import Config, UserConfig
 from node.run.cli import command_line_config, main
 from node.run.process import COMMANDS
 from node.run.reload import ReloadPlan, plan_reload
