@@ -98,6 +98,14 @@ class Client(Subscriber, Consumer, Protocol):
 
     def close(self, reason: str) -> None: ...
 
+    def update_info(self, *, lame_duck: bool = False) -> None:
+        """The node's INFO changed (its cluster's URLs, or lame duck mode begins)."""
+        ...
+
+    def reload(self) -> None:
+        """The node's configuration was reloaded."""
+        ...
+
 
 class ClientEvents(Protocol):
     """Told when a client signs in (CONNECT accepted) and when one is gone: the system account's

@@ -29,8 +29,9 @@ import trio
 
 from node.broker import Broker
 from node.config.options import Config
+from node.connection import Connection, Reason
 from node.data.keyspace import SWEEP_SECONDS
-from node.nats.client import ClientConnection, Reason
+from node.nats.client import ClientConnection
 from node.nats.discovery import connect_urls
 from node.nats.protocol import writer as w
 from node.resp.connection import RespConnection
@@ -173,8 +174,7 @@ class Server:
             return
         self._set_connect_urls()
         for client in clients:
-            if isinstance(client, ClientConnection):
-                client.update_info(lame_duck=True)
+            client.update_info(lame_duck=True)
         await trio.sleep(config.lame_duck_grace_period)
         log.info("Closing existing clients")
         pace = closing_pace(len(clients), config.lame_duck_duration, config.lame_duck_grace_period)
@@ -191,8 +191,7 @@ class Server:
         self._peer_urls = peer_urls
         if self._set_connect_urls():
             for client in list(self.broker.clients.values()):
-                if isinstance(client, ClientConnection):
-                    client.update_info()
+                client.update_info()
 
     def _set_connect_urls(self) -> bool:
         """Work out INFO's ``connect_urls`` again: whether they changed. A node that never had
@@ -271,7 +270,7 @@ class Server:
     async def _serve(
         self,
         session: Session,
-        conn: ClientConnection | RespConnection,
+        conn: Connection,
         timers: Callable[[], Awaitable[None]],
         start: Callable[[], Awaitable[bool]] | None = None,
         *,
@@ -349,7 +348,7 @@ class Server:
         conn.tls_names = peer_names(stream)
         return True
 
-    async def _after_input(self, session: Session, conn: ClientConnection | RespConnection) -> None:
+    async def _after_input(self, session: Session, conn: Connection) -> None:
         """Run a sign-in's bcrypt check in a worker thread (the connection reads nothing more
         meanwhile), then let the connection carry on with what it has read, which may hold another
         sign-in; and pause for congested consumers."""

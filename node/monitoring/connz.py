@@ -16,14 +16,14 @@ import attrs
 
 from node.accounts.account import DEFAULT_ACCOUNT
 from node.broker import Broker
+from node.connection import Connection
 from node.monitoring.gofmt import go_time, rtt, uptime
 from node.monitoring.pacing import Pacer, paced_map, paced_sorted
 from node.monitoring.state import DEFAULT_LIST_SIZE, BadRequest
-from node.nats.client import ClientConnection
 from node.resp.connection import RespConnection
 from routing import Subscription
 
-__all__ = ["ConnState", "Connection", "ConnzOptions", "connz", "sub_detail", "subs_of"]
+__all__ = ["ConnState", "ConnzOptions", "connz", "sub_detail", "subs_of"]
 
 
 class ConnState(enum.Enum):
@@ -46,10 +46,6 @@ class ConnzOptions:
     state: ConnState = ConnState.OPEN
     user: str = ""
     account: str = ""
-
-
-Connection = ClientConnection | RespConnection
-"""What /connz lists: NATS and Redis client connections."""
 
 
 def _num_subs(conn: Connection) -> int:
@@ -116,7 +112,7 @@ async def _conn_info(conn: Connection, now: int, opts: ConnzOptions, pace: Pacer
     info: dict[str, Any] = {
         "cid": conn.cid,
         "kind": "Client",
-        "type": "resp" if isinstance(conn, RespConnection) else "nats",
+        "type": conn.kind,
         "ip": conn.host,
         "port": conn.port,
         "start": go_time(conn.start_ns),
@@ -182,7 +178,7 @@ async def connz(broker: Broker, opts: ConnzOptions, pace: Pacer) -> dict[str, An
     conns: list[Connection] = []
     for c in _connections(broker, opts.state):
         if (
-            isinstance(c, (ClientConnection, RespConnection))
+            isinstance(c, Connection)
             and (not opts.user or (c.user is not None and c.user.user == opts.user))
             and (not opts.account or c.account.name == opts.account)
         ):

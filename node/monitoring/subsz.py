@@ -11,11 +11,11 @@ from typing import Any
 import attrs
 
 from node.broker import Broker
-from node.monitoring.connz import Connection, sub_detail, subs_of
+from node.connection import Connection
+from node.monitoring.connz import sub_detail, subs_of
 from node.monitoring.gofmt import go_time
 from node.monitoring.pacing import Pacer, itself, paced_map, paced_sorted
 from node.monitoring.state import DEFAULT_LIST_SIZE, BadRequest
-from node.nats.client import ClientConnection
 from node.resp.connection import RespConnection
 from routing import (
     SubListStats,
@@ -66,7 +66,7 @@ async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer)
     thousand of them are enough to set off a full collection, a stall of its own."""
     found: list[Subscription] = []
     for conn in list(broker.clients.values()):
-        if not isinstance(conn, (ClientConnection, RespConnection)):
+        if not isinstance(conn, Connection):
             continue
         if opts.account and conn.account.name != opts.account:
             continue

@@ -46,6 +46,7 @@ import trio
 
 from node.accounts.account import Account
 from node.broker import NATS_VERSION, Broker, Client
+from node.connection import Connection
 from node.monitoring import gojson
 from node.monitoring.accountz import AccountzOptions, accountz
 from node.monitoring.connz import connz
@@ -126,7 +127,7 @@ class EventIds:
         return self._prefix + "".join(reversed(digits))
 
 
-def _user_name(client: ClientConnection) -> str:
+def _user_name(client: Connection) -> str:
     """Who the client signed in as, as nats-server's events show it (a token is never shown)."""
     user = client.user
     if user is None:
@@ -136,7 +137,7 @@ def _user_name(client: ClientConnection) -> str:
     return "[REDACTED]" if user.token else ""
 
 
-def client_info(client: ClientConnection, *, stop_ns: int = 0) -> dict[str, Any]:
+def client_info(client: Connection, *, stop_ns: int = 0) -> dict[str, Any]:
     """nats-server's ``ClientInfo`` of a connect (or, with ``stop_ns``, a disconnect) event; empty
     fields are left out as there."""
     info: dict[str, Any] = {"start": go_time(client.start_ns)}
@@ -153,14 +154,14 @@ def client_info(client: ClientConnection, *, stop_ns: int = 0) -> dict[str, Any]
         if client.rtt_ns:
             info["rtt"] = client.rtt_ns  # (a Go Duration: nanoseconds)
         info["stop"] = go_time(stop_ns)
-    return info | {"name_tag": client.account.name, "kind": "Client", "client_type": "nats"}
+    return info | {"name_tag": client.account.name, "kind": "Client", "client_type": client.kind}
 
 
-def _connect_fields(client: ClientConnection) -> dict[str, Any]:
+def _connect_fields(client: Connection) -> dict[str, Any]:
     return {"client": client_info(client)}
 
 
-def _disconnect_fields(client: ClientConnection) -> dict[str, Any]:
+def _disconnect_fields(client: Connection) -> dict[str, Any]:
     """What a disconnect event adds: the client's traffic (``sent`` is what it sent) and why it went."""
     return {
         "client": client_info(client, stop_ns=client.stop_ns or time.time_ns()),
@@ -254,8 +255,8 @@ class SystemAccount:
         self,
         subject: str,
         kind: str,
-        client: ClientConnection,
-        fields: Callable[[ClientConnection], dict[str, Any]],
+        client: Connection,
+        fields: Callable[[Connection], dict[str, Any]],
     ) -> None:
         """Queue an event, unless nobody anywhere wants it: then it costs one lookup, nothing is
         built."""

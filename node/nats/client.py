@@ -31,11 +31,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from node.accounts.account import Account
 from node.accounts.auth import Verification, Verifying
 from node.accounts.permissions import PermissionSet
 from node.broker import Broker
-from node.config.options import UserConfig
+from node.connection import MAX_SUBS_EXCEEDED, Connection, Reason
 from node.nats.protocol import (
     ClientOpParser,
     Connect,
@@ -50,51 +49,15 @@ from node.nats.protocol import (
 from node.nats.protocol import writer as w
 from routing import REPLY_PREFIX, InvalidSubjectError, Message, Subscription
 from routing.channels import RESERVED_PREFIX
-from transport.outbox import Outbox
-from transport.sessions import Hangup
 
-__all__ = ["HANGUP_REASONS", "KEEPS_OUTPUT", "ClientConnection", "Reason"]
+__all__ = ["ClientConnection"]
 
 log = logging.getLogger("pubmesh")
 
 
-class Reason:
-    """Why a connection closed, in nats-server's words (``/connz`` shows them)."""
-
-    CLIENT_CLOSED: Final = "Client Closed"
-    PROTOCOL_VIOLATION: Final = "Protocol Violation"
-    PARSE_ERROR: Final = "Parse Error"
-    BAD_CLIENT_PROTOCOL: Final = "Bad Client Protocol Version"
-    NO_RESPONDERS_REQUIRES_HEADERS: Final = "No Responders Requires Headers"
-    AUTH_VIOLATION: Final = "Authentication Failure"
-    AUTH_TIMEOUT: Final = "Authentication Timeout"
-    STALE: Final = "Stale Connection"
-    SLOW_PENDING: Final = "Slow Consumer (Pending Bytes)"
-    SLOW_DEADLINE: Final = "Slow Consumer (Write Deadline)"
-    MAX_PAYLOAD: Final = "Maximum Message Payload Exceeded"
-    MAX_CONTROL_LINE: Final = "Maximum Control Line Exceeded"
-    MAX_CONNECTIONS: Final = "Maximum Connections Exceeded"
-    SHUTDOWN: Final = "Server Shutdown"
-    READ_ERROR: Final = "Read Error"
-    WRITE_ERROR: Final = "Write Error"
-    INTERNAL_ERROR: Final = "Internal Error"
-    TLS_HANDSHAKE: Final = "TLS Handshake Failure"
-
-
-HANGUP_REASONS: Final = {
-    Hangup.CLOSED_BY_PEER: Reason.CLIENT_CLOSED,
-    Hangup.READ_ERROR: Reason.READ_ERROR,
-    Hangup.WRITE_DEADLINE: Reason.SLOW_DEADLINE,
-    Hangup.WRITE_ERROR: Reason.WRITE_ERROR,
-}
-"""How a client connection of any protocol words the transport's news of its end."""
-KEEPS_OUTPUT: Final = frozenset({Hangup.CLOSED_BY_PEER, Hangup.READ_ERROR})
-"""Ends after which what is queued may still be flushed (a write that failed flushes nothing)."""
-
 AUTH_VIOLATION = "Authorization Violation"
 INVALID_SUBJECT = "Invalid Subject"
 INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"
-MAX_SUBS_EXCEEDED = "maximum subscriptions exceeded"
 _RESERVED_REPLIES = (b"_R_.", b"$JS.ACK.", REPLY_PREFIX)
 _RESERVED_SUBJECTS = RESERVED_PREFIX.decode()
 _UNDERSCORE: Final = ord("_")
@@ -104,14 +67,6 @@ _BARE_PREFIXES = (b"$JS.ACK.", REPLY_PREFIX)  # these two are reserved only with
 RTT_REFRESH = 3600.0
 """Seconds after which the ping timer wants a new round-trip time (nats-server's
 DEFAULT_RTT_MEASUREMENT_INTERVAL), and so pings even a client it heard from lately."""
-
-
-_SHOWN_OPTIONS = ("name", "lang", "version")
-"""The CONNECT fields /connz shows."""
-
-
-def _ignore() -> None:
-    """The wake-up of a retired connection: there is no one left to wake."""
 
 
 def _is_literal(subject: bytes) -> bool:
@@ -125,7 +80,7 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
-class ClientConnection(Outbox):
+class ClientConnection(Connection):
     """The protocol state of one client connection.
 
     Args:
@@ -147,52 +102,44 @@ class ClientConnection(Outbox):
         wake: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(wake)
-        self._clock = clock
         config = broker.config
-        self.broker = broker
-        self.cid = cid
-        self.host = host
-        self.port = port
+        super().__init__(
+            broker,
+            cid,
+            kind="nats",
+            host=host,
+            port=port,
+            wake=wake,
+            clock=clock,
+            # Past this a consumer is congested, and producers feeding it pause briefly
+            # (nats-server's fast-producer stall): a consumer that is slower, but keeps up over
+            # time, survives.
+            stall_at=config.max_pending * 3 // 4,
+            # Options in force before CONNECT are nats-server's defaults.
+            options={"verbose": True, "pedantic": True, "echo": True},
+        )
         self.parser = ClientOpParser(
             max_control_line=config.max_control_line, max_payload=config.max_payload
         )
         self.max_pending = config.max_pending
-        # Past this a consumer is congested, and producers feeding it pause briefly (nats-server's
-        # fast-producer stall): a consumer that is slower, but keeps up over time, survives.
-        self.stall_at = config.max_pending * 3 // 4
-        # Options in force before CONNECT are nats-server's defaults.
-        self.options: dict[str, Any] = {"verbose": True, "pedantic": True, "echo": True}
         self.verbose = self.pedantic = self.echo = True
         self.headers = self.no_responders = False
-        # Until CONNECT, a client is anonymous, or (when credentials are required) the configured
-        # no_auth_user, or nobody at all, allowed nothing but CONNECT. Where credentials are
-        # required, the auth timer runs until a CONNECT, or until the no_auth_user is signed in.
-        self.user: UserConfig | None = broker.auth.without_credentials()
+        # Until CONNECT, a client without a user (credentials are required, and there is no
+        # no_auth_user) is allowed nothing but CONNECT. Where credentials are required, the auth
+        # timer runs until a CONNECT, or until the no_auth_user is signed in.
         self.awaiting_connect = broker.auth.required
         self.tls_names: tuple[str, ...] = ()
         """What the client's verified TLS certificate names (see ``transport.tls.peer_names``)."""
-        self.verifying: Verifying[dict[str, Any]] | None = None
-        """A CONNECT whose bcrypt check the server runs off the event loop; input waits for it."""
         self.connected = False  # (nats-server's connectReceived: a CONNECT after it is a repeat)
         self.info_updates = False
         """Whether the client takes INFO updates: it asked (``protocol`` 1 in CONNECT), and has had
         the PONG to its first PING, as nats-server requires (no INFO comes between the two)."""
         self._ponged = False
         self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
-        self.account: Account = broker.account(self.user.account if self.user else "$G")
-        self.perms: PermissionSet | None = (
-            PermissionSet(self.user.permissions) if self.user and self.user.permissions else None
-        )
-        self.subs: dict[bytes, Subscription] = {}
         self._filtered: set[Subscription] = set()
         """Subscriptions whose deliveries are checked: those that overlap a denied subject, and
         those whose first token is a wildcard (they would match the Redis-only ``$R.`` space)."""
-        # Monitoring.
-        self.start_ns = self.last_activity_ns = time.time_ns()
-        self.stop_ns = 0
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.rtt_ns = 0
+        # Round trips and pings.
         self._rtt_estimated = False  # nats-server takes the time until CONNECT as a first estimate
         self.pings_out = 0
         self.last_ping_sent = 0.0
@@ -499,7 +446,7 @@ class ClientConnection(Outbox):
         self.out_msgs += 1
         self.out_bytes += size
         pending = len(out) + self._writing
-        if pending > self.stall_at and self._congested(pending):
+        if pending > self.stall_at and self._congested(pending, self.max_pending):
             return False
         if not self._woken:
             self._woken = True
@@ -507,15 +454,6 @@ class ClientConnection(Outbox):
         if max_msgs and sub.delivered == max_msgs and sub.sid in self.subs:
             self._drop_subs([sub])
         return True
-
-    def _congested(self, pending: int) -> bool:
-        """Note a consumer falling behind; True if it is beyond saving (a slow consumer, closed)."""
-        if pending > self.max_pending:
-            self.broker.slow_consumers += 1
-            self.close(Reason.SLOW_PENDING, flush=False)
-            return True
-        self.broker.congested.add(self)
-        return False
 
     def _error(self, message: str) -> None:
         """An error the connection survives."""
@@ -605,57 +543,21 @@ class ClientConnection(Outbox):
 
     # -- ending ----------------------------------------------------------------------------------
 
-    def hangup(self, how: Hangup) -> None:
-        """The transport saw the connection end (see ``transport.sessions``)."""
-        if how is Hangup.WRITE_DEADLINE and self.closing is None:
-            self.broker.slow_consumers += 1
-        self.close(HANGUP_REASONS[how], flush=how in KEEPS_OUTPUT)
+    def _internal_error_reply(self) -> bytes:
+        return w.err("Internal Server Error")  # (nats-server's)
 
-    def internal_error(self, exc: Exception) -> None:
-        """A bug surfaced while serving this client: it gets nats-server's generic error and goes."""
-        self.outbound.clear()
-        self._send(w.err("Internal Server Error"))
-        self.close(Reason.INTERNAL_ERROR)
+    def _forget_input(self) -> None:
+        self.parser.clear()
 
-    def describe(self) -> str:
-        return f"{self.host}:{self.port} - cid:{self.cid}"
-
-    def close(self, reason: str, *, flush: bool = True) -> None:
-        """Start closing: forget subscriptions now; the I/O side flushes (unless told not to)."""
-        if self.closing is not None:
-            return
-        self.closing = reason
-        self.stop_ns = time.time_ns()
-        self.parser.clear()  # (nothing more is read)
-        if not flush:
-            self.outbound.clear()
+    def _release(self) -> None:
+        """Closing: the subscriptions go."""
         if self.subs:
             subs = list(self.subs.values())
             self.subs.clear()
             self._filtered.clear()
             self.broker.unsubscribe(self.account, subs)
-        self.broker.remove_client(self)
-        self._notify()
-
-    def retire(self) -> None:
-        """The I/O side is done with this connection: keep only what /connz shows of it.
-
-        The broker remembers thousands of closed connections, so nothing an open one may hold
-        stays: buffered input and output (up to max_payload and max_pending), permissions, the
-        CONNECT fields monitoring does not show, and the way to the session (and its socket).
-        """
-        self.parser.clear()
-        self.outbound = bytearray()
-        self._writing = 0
-        self.perms = None
-        self.options = {key: self.options[key] for key in _SHOWN_OPTIONS if key in self.options}
-        self._wake = _ignore
 
     # -- monitoring ------------------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return str(self.options.get("name") or "")
 
     @property
     def authenticated(self) -> bool:

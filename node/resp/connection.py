@@ -31,16 +31,15 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
-from node.accounts.account import Account
 from node.accounts.auth import Verification, Verifying
 from node.accounts.permissions import PermissionSet
 from node.broker import VERSION, Broker
 from node.config.options import RedisConfig, UserConfig
+from node.connection import MAX_SUBS_EXCEEDED, Connection, Reason
 from node.data.keyspace import CommitFailed, Condition, Database
 from node.integers import string2ll
-from node.nats.client import HANGUP_REASONS, KEEPS_OUTPUT, MAX_SUBS_EXCEEDED, Reason
 from node.resp.commands.keys import KEY_COMMANDS
 from node.resp.commands.memory import POLICY, config_set, memory_info
 from node.resp.commands.streams import HELP, STREAM_COMMANDS, XGROUP, XINFO
@@ -61,8 +60,6 @@ from node.resp.writer import (
 )
 from routing import Message, Subscription, channel_subject, glob_match
 from routing.glob import MAX_PATTERN
-from transport.outbox import Outbox
-from transport.sessions import Hangup
 
 __all__ = ["REDIS_VERSION", "RespConnection"]
 
@@ -170,7 +167,7 @@ class _Blocked:
         self.deadline = deadline
 
 
-class RespConnection(Outbox):
+class RespConnection(Connection):
     """The protocol state of one Redis client connection.
 
     Args:
@@ -193,35 +190,32 @@ class RespConnection(Outbox):
         clock: Callable[[], float] = time.monotonic,
         limits: RedisConfig | None = None,
     ) -> None:
-        super().__init__(wake)
         limits = limits or RedisConfig()
-        self.broker = broker
-        self.cid = cid
-        self.host = host
-        self.port = port
-        self._clock = clock
+        super().__init__(
+            broker,
+            cid,
+            kind="resp",
+            host=host,
+            port=port,
+            wake=wake,
+            clock=clock,
+            stall_at=limits.soft_limit,
+            # CLIENT SETNAME and SETINFO, shown by /connz as a NATS client's CONNECT fields are.
+            options={"name": "", "lang": "", "version": ""},
+        )
         self.hard_limit = limits.hard_limit
-        self.stall_at = limits.soft_limit
         self.soft_seconds = limits.soft_seconds
         self._over_soft_since = -1.0
         self._channel = self._subject = b""  # the last channel published to, and its subject
         self.writer: Writer = RESP2
-        self.user: UserConfig | None = broker.auth.without_credentials()
         self.parser = RequestParser(authenticated=self.user is not None)
-        self._capped = True  # output held to UNAUTHENTICATED_OUTPUT until the first sign-in
-        self.account: Account = broker.account(self.user.account if self.user else "$G")
-        self.perms: PermissionSet | None = None
-        self._set_user(self.user)
-        self.subs: dict[bytes, Subscription] = {}
-        """Channel subscriptions by channel (what /connz lists)."""
+        self._capped = self.user is None  # output held to UNAUTHENTICATED_OUTPUT until a sign-in
         self.shard: dict[bytes, Subscription] = {}
         """Shard channel subscriptions (SSUBSCRIBE): the same namespace, acknowledged apart."""
         self.patterns: dict[bytes, None] = {}
         self.db = 0
         self._database: Database | None = None
         self._database_of = self.account  # the account _database belongs to
-        self.options: dict[str, Any] = {"name": "", "lang": "", "version": ""}
-        """CLIENT SETNAME and SETINFO, shown by /connz as a NATS client's CONNECT fields are."""
         self._reply_off = self._skip = self._skip_next = False
         self._running = False
         self._held = bytearray()  # pushes produced while a command runs: they go after its reply
@@ -239,22 +233,12 @@ class RespConnection(Outbox):
         self._unacked = -1
         """Where in ``outbound`` the replies that wait on the journal's commit start (-1: none)."""
         self._unacked_replies = 0
-        self.verifying: Verifying[list[bytes]] | None = None
-        """An AUTH (or HELLO AUTH) whose bcrypt check the server runs off the event loop; it runs
-        again once the verdict is in, and the requests after it wait for it."""
+        # (An AUTH, or HELLO AUTH, whose bcrypt check runs waits in ``verifying``: it runs again
+        # once the verdict is in, and the requests after it wait for it.)
         self.on_deadline: Callable[[], None] = _ignore
         """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
         self.commands = 0
-        # Monitoring, as a NATS client connection keeps it.
-        self.start_ns = self.last_activity_ns = time.time_ns()
-        self.stop_ns = 0
-        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
-        self.rtt_ns = 0
-
-    @property
-    def name(self) -> str:
-        return str(self.options.get("name") or "")
 
     @property
     def subscribed(self) -> bool:
@@ -457,10 +441,8 @@ class RespConnection(Outbox):
         self.out_bytes += size
         pending = len(self.outbound) + self._writing + len(self._held)
         if pending > self.stall_at:
-            if pending > self.hard_limit:
-                self._cut_off()
+            if self._congested(pending, self.hard_limit):
                 return False
-            self.broker.congested.add(self)
             if self._over_soft_since < 0:
                 self._over_soft_since = self._clock()
         return True
@@ -778,52 +760,21 @@ class RespConnection(Outbox):
         elif self._clock() - self._over_soft_since >= self.soft_seconds:
             self._cut_off()
 
-    def _cut_off(self) -> None:
-        """An output limit was passed: close at once, dropping the output (redis-server's
-        ``client_output_buffer_limit_disconnections``, /varz ``slow_consumers``)."""
-        self.broker.slow_consumers += 1
-        self.close(Reason.SLOW_PENDING, flush=False)
-
     # -- ending ----------------------------------------------------------------------------------
 
-    def hangup(self, how: Hangup) -> None:
-        """The transport saw the connection end (see ``transport.sessions``)."""
-        if how is Hangup.WRITE_DEADLINE and self.closing is None:
-            self.broker.slow_consumers += 1
-        self.close(HANGUP_REASONS[how], flush=how in KEEPS_OUTPUT)
+    def _internal_error_reply(self) -> bytes:
+        return error("internal error")
 
-    def internal_error(self, exc: Exception) -> None:
-        """A bug surfaced while serving this client: it gets a generic error and goes."""
-        self.outbound.clear()
-        self._send(error("internal error"))
-        self.close(Reason.INTERNAL_ERROR)
-
-    def describe(self) -> str:
-        return f"{self.host}:{self.port} - cid:{self.cid}"
-
-    def close(self, reason: str, *, flush: bool = True) -> None:
-        """Start closing: forget subscriptions now; the I/O side flushes (unless told not to)."""
-        if self.closing is not None:
-            return
-        self.closing = reason
-        self.stop_ns = time.time_ns()
+    def _forget_input(self) -> None:
         self.parser.clear()
+
+    def _release(self) -> None:
+        """Closing: subscriptions, a blocked read and watched keys go, and so do pushes held for
+        after a reply."""
         self._held.clear()
-        if not flush:
-            self.outbound.clear()
         self._drop_all()
         self._unblock()
         self.unwatch()
-        self.broker.remove_client(self)
-        self._notify()
-
-    def retire(self) -> None:
-        """The I/O side is done with this connection: keep only what /connz shows of it."""
-        self.parser.clear()
-        self.outbound = bytearray()
-        self._writing = 0
-        self.perms = None
-        self._wake = _ignore
 
     # -- introspection ---------------------------------------------------------------------------
 
@@ -847,7 +798,7 @@ class RespConnection(Outbox):
 
 
 def _ignore() -> None:
-    """The wake-up of a retired connection: there is no one left to wake."""
+    """What ``on_deadline`` calls until the I/O side listens: nobody to tell yet."""
 
 
 def _resp_clients(conn: RespConnection) -> list[RespConnection]:

@@ -10,7 +10,8 @@ peers are told at once), and the cluster's route seeds. Anything else (ports, ad
 TLS, gateways, Redis, streams, the store) is refused with one line per option:
 ``config reload not supported for <option>: old=..., new=...``.
 
-Connected clients are then treated as nats-server treats them (``ClientConnection.reload``).
+Connected clients are then told (``Connection.reload``): NATS clients are treated as nats-server
+treats them (``ClientConnection.reload``); Redis clients keep what they connected with.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import attrs
 from cluster.config import ClusterConfig
 from node.accounts.auth import Authenticator
 from node.config.options import Config, ConfigError
-from node.nats.client import ClientConnection, Reason
+from node.connection import Reason
 from node.nats.discovery import own_urls
 from node.run.logs import LogOutput
 from node.run.node import Node
@@ -165,8 +166,7 @@ class Reloader:
             log.info("Reloaded: authorization users")
             log.info("Reloaded: accounts")
         for client in list(broker.clients.values()):
-            if isinstance(client, ClientConnection):
-                client.reload()
+            client.reload()
         excess = len(broker.clients) - live.max_connections
         if excess > 0:
             for client in list(broker.clients.values())[-excess:]:

@@ -15,7 +15,8 @@ import pytest
 
 from node.broker import Broker
 from node.config.options import AccountConfig, Config, Permissions, SubjectRule, UserConfig
-from node.nats.client import ClientConnection, Reason
+from node.connection import Reason
+from node.nats.client import ClientConnection
 from node.nats.protocol import writer as w
 
 QUIET = b'CONNECT {"verbose":false,"pedantic":false}\r\n'

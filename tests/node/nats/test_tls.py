@@ -20,7 +20,8 @@ import trio.lowlevel
 from nats.aio.msg import Msg
 
 from node.config.options import AccountConfig, Config, UserConfig
-from node.nats.client import ClientConnection, Reason
+from node.connection import Reason
+from node.nats.client import ClientConnection
 from node.run.launch import NodeHandle
 from tests.certs import Certs, make_certs
 from tests.node.nats.test_nats_py import FLUSH, Inbox, W
