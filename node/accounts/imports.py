@@ -22,9 +22,9 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from node.accounts.account import Account
-from node.accounts.subjectmap import SubjectMap
 from node.config.options import Config
 from routing import Message, Subscription, subjects_collide
+from routing.subjectmap import SubjectMap
 
 __all__ = ["MAX_RESPONSES", "RESPONSE_TTL", "ImportHost", "Responses", "install_imports"]
 

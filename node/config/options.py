@@ -14,11 +14,12 @@ from typing import Any
 import attrs
 
 from cluster.config import ClusterConfig, GatewayConfig
-from node.nats.protocol import MAX_CONTROL_LINE, MAX_PAYLOAD
 from transport.tls import TlsConfig
 
 __all__ = [
     "FSYNC_POLICIES",
+    "MAX_CONTROL_LINE",
+    "MAX_PAYLOAD",
     "RANDOM_PORT",
     "SYSTEM_ACCOUNT",
     "AccountConfig",
@@ -32,6 +33,11 @@ __all__ = [
     "SubjectRule",
     "UserConfig",
 ]
+
+MAX_CONTROL_LINE = 4096
+"""nats-server's default ``max_control_line``: the longest protocol line a client may send."""
+MAX_PAYLOAD = 1024 * 1024
+"""nats-server's default ``max_payload``."""
 
 MAX_PENDING = 64 * 1024 * 1024
 DEFAULT_PORT = 4222

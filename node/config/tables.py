@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
-from node.accounts.subjectmap import SubjectMap, is_subset
 from node.config import natsconf
 from node.config.options import (
     RANDOM_PORT,
@@ -30,6 +29,7 @@ from node.config.options import (
     UserConfig,
 )
 from routing import is_valid_subject, subject_is_literal, subjects_collide
+from routing.subjectmap import SubjectMap, is_subset
 from transport.tls import TlsConfig
 
 __all__ = [

@@ -15,11 +15,9 @@ from node.nats.protocol.events import (
     Sub,
     Unsub,
 )
-from node.nats.protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD, ClientOpParser, ServerOpParser
+from node.nats.protocol.parser import ClientOpParser, ServerOpParser
 
 __all__ = [
-    "MAX_CONTROL_LINE",
-    "MAX_PAYLOAD",
     "ClientEvent",
     "ClientOpParser",
     "Connect",

@@ -26,6 +26,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
+from node.config.options import MAX_CONTROL_LINE, MAX_PAYLOAD
 from node.nats.protocol.connect import decode_connect
 from node.nats.protocol.errors import ProtocolError
 from node.nats.protocol.events import (
@@ -44,12 +45,7 @@ from node.nats.protocol.events import (
 )
 from routing import Message
 
-__all__ = ["MAX_CONTROL_LINE", "MAX_PAYLOAD", "ClientOpParser", "ServerOpParser"]
-
-MAX_CONTROL_LINE = 4096
-"""nats-server's default ``max_control_line``."""
-MAX_PAYLOAD = 1024 * 1024
-"""nats-server's default ``max_payload``."""
+__all__ = ["ClientOpParser", "ServerOpParser"]
 
 UNKNOWN_OP = "Unknown Protocol Operation"
 MAX_CONTROL_LINE_EXCEEDED = "maximum control line exceeded"

@@ -14,7 +14,6 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
 from node.accounts.imports import MAX_RESPONSES, Responses, install_imports
-from node.accounts.subjectmap import SubjectMap, is_subset
 from node.config import load as cfg
 from node.config.options import (
     AccountConfig,
@@ -26,6 +25,7 @@ from node.config.options import (
 )
 from node.run.launch import NodeHandle
 from routing import Message, Subscription
+from routing.subjectmap import SubjectMap, is_subset
 from tests.support import W, connect, eventually, in_asyncio, settled, start_node, until
 
 pytestmark = pytest.mark.timeout(60)

@@ -17,9 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from node.config.options import MAX_CONTROL_LINE, MAX_PAYLOAD
 from node.nats.protocol import (
-    MAX_CONTROL_LINE,
-    MAX_PAYLOAD,
     ClientOpParser,
     Connect,
     Err,

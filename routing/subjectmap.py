@@ -9,7 +9,7 @@ tokens may differ freely, which covers prefixes and renames alike.
 
 from __future__ import annotations
 
-from routing import subject_matches
+from routing.subjects import subject_matches
 
 __all__ = ["SubjectMap", "is_subset"]
 
