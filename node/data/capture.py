@@ -32,18 +32,18 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import trio
 
 from node.accounts.account import Account
-from node.broker import Broker
 from node.config.options import StreamConfig
-from node.data.keyspace import CommitFailed, Journal
+from node.data.keyspace import CommitFailed, Journal, Keyspaces
 from node.data.stream_writes import add_entry
 from node.data.streams import MAX_ID, Stream, Trim, format_id, make_id, parse_add_id
 from routing import Message, Subscription, subject_channel
 
-__all__ = ["Captures", "StreamCapture", "header_fields"]
+__all__ = ["CaptureHost", "Captures", "StreamCapture", "header_fields"]
 
 log = logging.getLogger("pubmesh")
 
@@ -51,6 +51,20 @@ CAPTURE_DB = 0
 """The database captured streams live in."""
 _HEADER = b"header:"
 _EXHAUSTED = "The stream has exhausted the last possible ID, unable to add more items"
+
+
+class CaptureHost(Protocol):
+    """What captures use of the node's broker (``node.broker.Broker``): its accounts and their keys,
+    subscribing to the streams' subjects, and publishing acknowledgements."""
+
+    @property
+    def keyspaces(self) -> Keyspaces: ...
+
+    def account(self, name: str) -> Account: ...
+
+    def subscribe(self, account: Account, sub: Subscription) -> None: ...
+
+    def publish(self, account: Account, msg: Message) -> bool: ...
 
 
 def header_fields(block: bytes) -> list[bytes]:
@@ -130,7 +144,7 @@ class StreamCapture:
 class Captures:
     """A node's capturing streams, and the task that commits, acknowledges and wakes readers."""
 
-    def __init__(self, broker: Broker, configs: Sequence[StreamConfig]) -> None:
+    def __init__(self, broker: CaptureHost, configs: Sequence[StreamConfig]) -> None:
         self.broker = broker
         self.streams = [StreamCapture(self, config) for config in configs]
         self._acks: list[tuple[StreamCapture, bytes, int | str]] = []
