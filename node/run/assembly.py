@@ -24,6 +24,7 @@ from node.data.capture import Captures
 from node.data.store import Store
 from node.monitoring.system import SystemAccount
 from node.monitoring.views import MonitorState
+from node.resp.executor import CommandExecutor
 from node.server import Server
 
 __all__ = ["Listeners", "Node", "assemble"]
@@ -136,6 +137,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
     if config.store_dir is not None:
         node.store = Store(
             config.store_dir,
+            executor=CommandExecutor,
             appendfsync=config.appendfsync,
             rewrite_percentage=config.rewrite_percentage,
             rewrite_min_size=config.rewrite_min_size,

@@ -19,7 +19,7 @@ from redis.retry import Retry
 from node.accounts.auth import Authenticator, Verification
 from node.config import options as cfg
 from node.config.options import Config, RedisConfig, UserConfig
-from node.resp.connection import WRONGPASS
+from node.resp.commands.connection import WRONGPASS
 from node.resp.writer import error
 from node.run.launch import NodeHandle
 from tests.cluster.clients import W, connect
