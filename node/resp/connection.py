@@ -144,7 +144,6 @@ class RespConnection(Outbox):
         self.on_deadline: Callable[[], None] = _ignore
         """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
-        self.commands = 0
         # Monitoring, as a NATS client connection keeps it.
         self.start_ns = self.last_activity_ns = time.time_ns()
         self.stop_ns = 0
@@ -253,7 +252,6 @@ class RespConnection(Outbox):
     def execute(self, args: list[bytes]) -> None:
         """One request, checked as redis-server's ``processCommand`` checks it, in its order (the
         journal's bookkeeping around it is ``_run``'s)."""
-        self.commands += 1
         command = self.table.find(args[0])
         self._running = True
         try:

@@ -1,11 +1,9 @@
 """The consumer-group commands (XGROUP, XACK, XPENDING, XCLAIM, XAUTOCLAIM) and XINFO, as
-redis-server 7.2 parses and answers them, over the groups of ``node.data.streams``; and the records
-that journal a group's state (``log_claims``, ``log_position``), which XREADGROUP writes too.
+redis-server 7.2 parses and answers them, over the groups of ``node.data.streams``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Final
 
 from node.data.streams import (
@@ -19,31 +17,24 @@ from node.data.streams import (
 )
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, help_reply, now_ms
-from node.resp.commands.streams import Entry, entries_reply, entry_reply, fail, id_reply, nogroup
+from node.resp.commands.streams import (
+    Entry,
+    entries_reply,
+    entry_reply,
+    fail,
+    id_reply,
+    log_claims,
+    log_position,
+    nogroup,
+)
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import OK, Writer, array, as_text, bulk, integer
 
-__all__ = ["COMMANDS", "log_claims", "log_position"]
+__all__ = ["COMMANDS"]
 
 
-def log_claims(
-    conn: RespConnection, key: bytes, name: bytes, group: ConsumerGroup, ids: Iterable[int]
-) -> None:
-    """PEL entries as the XCLAIMs that recreate them exactly (``streamPropagateXCLAIM``)."""
-    if conn.broker.keyspaces.journal is None:
-        return  # (the records are not even made)
-    for entry_id in ids:
-        nack = group.pel.get(entry_id)
-        if nack is None:
-            continue
-        conn.log_write(
-            [
-                b"XCLAIM", key, name, nack.consumer.name, b"0", format_id(entry_id),
-                b"TIME", b"%d" % nack.delivery_time, b"RETRYCOUNT", b"%d" % nack.delivery_count,
-                b"FORCE", b"JUSTID", b"LASTID", format_id(group.last_id),
-            ]
-        )  # fmt: skip
+# -- consumer groups -----------------------------------------------------------------------------
 
 
 def _log_new_consumer(conn: RespConnection, args: list[bytes], group: ConsumerGroup) -> None:
@@ -51,16 +42,6 @@ def _log_new_consumer(conn: RespConnection, args: list[bytes], group: ConsumerGr
     group, consumer from the second)."""
     if args[3] not in group.consumers:
         conn.log_write([b"XGROUP", b"CREATECONSUMER", args[1], args[2], args[3]])
-
-
-def log_position(conn: RespConnection, key: bytes, name: bytes, group: ConsumerGroup) -> None:
-    entries_read = group.entries_read if group.entries_read is not None else -1
-    conn.log_write(
-        [b"XGROUP", b"SETID", key, name, format_id(group.last_id), b"ENTRIESREAD", b"%d" % entries_read]
-    )
-
-
-# -- consumer groups -----------------------------------------------------------------------------
 
 
 def _subcommand_error(conn: RespConnection, args: list[bytes], command: str) -> None:

@@ -1,7 +1,7 @@
 """The stream reads (XREAD, XREADGROUP), as redis-server 7.2 parses and answers them: what is
 there is served at once; otherwise, with BLOCK, the connection waits for a write to one of the keys
 (``RespConnection.block``) and runs the read again then. A group read journals what it changed in
-the group (``stream_groups.log_claims``, ``log_position``).
+the group (``streams.log_claims``, ``log_position``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,14 @@ from node.data.keyspace import Condition, Database
 from node.data.streams import MAX_ID, ConsumerGroup, StreamError, format_id, parse_id
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
-from node.resp.commands.stream_groups import log_claims, log_position
-from node.resp.commands.streams import Fields, entries_reply, fail, nogroup
+from node.resp.commands.streams import (
+    Fields,
+    entries_reply,
+    fail,
+    log_claims,
+    log_position,
+    nogroup,
+)
 from node.resp.connection import Handler, RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import array, bulk

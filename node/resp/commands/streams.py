@@ -1,6 +1,7 @@
 """The stream commands on entries (XADD, XTRIM, XRANGE, XREVRANGE, XLEN, XDEL, XSETID), as
 redis-server 7.2 parses and answers them, over the data structures of ``node.data.streams``; and
-what the stream command modules share: entries written as replies, and core errors.
+what the stream command modules share: entries written as replies, core errors, and the records
+that journal a consumer group's state (``log_claims``, ``log_position``).
 
 Reading (XREAD, XREADGROUP) is ``stream_reads``'s, consumer groups and XINFO ``stream_groups``'s.
 Arguments are checked in redis-server's order, so the same bad request earns the same error. Every
@@ -12,12 +13,13 @@ group's position. Replaying the journal therefore rebuilds the same streams, gro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from node.data.stream_writes import add_entry, trim_record
 from node.data.streams import (
     MAX_ID,
+    ConsumerGroup,
     Stream,
     StreamError,
     Trim,
@@ -40,11 +42,16 @@ __all__ = [
     "entry_reply",
     "fail",
     "id_reply",
+    "log_claims",
+    "log_position",
     "nogroup",
 ]
 
 Fields = list[bytes]
 Entry = tuple[int, Fields]
+
+
+# -- what the stream command modules share ------------------------------------------------------
 
 
 def fail(conn: RespConnection, exc: StreamError) -> None:
@@ -85,6 +92,33 @@ def id_reply(entry_id: int) -> bytes:
 
 def nogroup(key: bytes, group: bytes, where: str = "") -> str:
     return f"-NOGROUP No such key '{as_text(key)}' or consumer group '{as_text(group)}'{where}"
+
+
+def log_claims(
+    conn: RespConnection, key: bytes, name: bytes, group: ConsumerGroup, ids: Iterable[int]
+) -> None:
+    """PEL entries as the XCLAIMs that recreate them exactly (``streamPropagateXCLAIM``)."""
+    if conn.broker.keyspaces.journal is None:
+        return  # (the records are not even made)
+    for entry_id in ids:
+        nack = group.pel.get(entry_id)
+        if nack is None:
+            continue
+        conn.log_write(
+            [
+                b"XCLAIM", key, name, nack.consumer.name, b"0", format_id(entry_id),
+                b"TIME", b"%d" % nack.delivery_time, b"RETRYCOUNT", b"%d" % nack.delivery_count,
+                b"FORCE", b"JUSTID", b"LASTID", format_id(group.last_id),
+            ]
+        )  # fmt: skip
+
+
+def log_position(conn: RespConnection, key: bytes, name: bytes, group: ConsumerGroup) -> None:
+    """A group's last delivered ID and read counter, as the XGROUP SETID that restores them."""
+    entries_read = group.entries_read if group.entries_read is not None else -1
+    conn.log_write(
+        [b"XGROUP", b"SETID", key, name, format_id(group.last_id), b"ENTRIESREAD", b"%d" % entries_read]
+    )
 
 
 # -- XADD and XTRIM ------------------------------------------------------------------------------
