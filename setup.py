@@ -39,6 +39,7 @@ HOT_PATH = [
     "node/integers.py",
     "node/resp/parser.py",
     "node/resp/writer.py",
+    "node/resp/dispatch.py",
     "node/resp/connection.py",
     "node/data/keyspace.py",
     "node/data/streams/ids.py",
@@ -46,8 +47,15 @@ HOT_PATH = [
     "node/data/streams/stream.py",
     "node/data/streams/groups.py",
     "node/data/stream_writes.py",
+    "node/resp/commands/common.py",
+    "node/resp/commands/connection.py",
+    "node/resp/commands/server.py",
+    "node/resp/commands/pubsub.py",
+    "node/resp/commands/transactions.py",
     "node/resp/commands/keys.py",
     "node/resp/commands/streams.py",
+    "node/resp/commands/stream_reads.py",
+    "node/resp/commands/stream_groups.py",
 ]
 
 ext_modules = []

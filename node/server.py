@@ -34,6 +34,7 @@ from node.data.keyspace import SWEEP_SECONDS
 from node.nats.client import ClientConnection
 from node.nats.discovery import connect_urls
 from node.nats.protocol import writer as w
+from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.writer import error
 from transport.sessions import Flusher, Session
@@ -245,6 +246,7 @@ class Server:
         conn = RespConnection(
             self.broker,
             self.broker.next_cid(),
+            COMMANDS,
             host=host,
             port=port,
             wake=partial(self.flusher.wake, session),

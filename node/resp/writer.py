@@ -27,6 +27,7 @@ __all__ = [
     "Writer",
     "array",
     "array_header",
+    "as_text",
     "bulk",
     "error",
     "integer",
@@ -56,6 +57,11 @@ def error(text: str) -> bytes:
     as the bytes it came from."""
     line = text.encode("utf-8", "surrogateescape").replace(b"\r", b" ").replace(b"\n", b" ")
     return b"%b\r\n" % line if line[:1] == b"-" else b"-ERR %b\r\n" % line
+
+
+def as_text(value: bytes) -> str:
+    """Client bytes to quote in an error's text: ``error`` turns them back into the same bytes."""
+    return value.decode("utf-8", "surrogateescape")
 
 
 def protocol_error(message: str) -> bytes:

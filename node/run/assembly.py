@@ -22,6 +22,7 @@ from node.data.capture import Captures
 from node.data.store import Store
 from node.monitoring.state import MonitorState
 from node.monitoring.system import SystemAccount
+from node.resp.executor import CommandExecutor
 from node.run.node import Node
 from node.server import Server
 
@@ -48,6 +49,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
     if config.store_dir is not None:
         node.store = Store(
             config.store_dir,
+            executor=CommandExecutor,
             appendfsync=config.appendfsync,
             rewrite_percentage=config.rewrite_percentage,
             rewrite_min_size=config.rewrite_min_size,

@@ -25,10 +25,11 @@ rewritten from memory, so that what the kernel may have dropped is on disk again
 meanwhile are removed as usual; their DELs (``expire``) wait for the file to take them, since
 losing one only means the key expires again after a restart.
 
-**Starting.** ``load`` replays the file through the command handlers (``node.data.store.replay``). A
-batch cut short at the very end -- a crash in the middle of a write -- is dropped with a log line
-and cut off the file; damage anywhere else stops the start with ``StoreError`` naming the file and
-the offset, as continuing would silently lose or invent data.
+**Starting.** ``load`` replays the file through the command handlers (``node.data.store.replay``,
+with the ``Executor`` the store is given). A batch cut short at the very end -- a crash in the
+middle of a write -- is dropped with a log line and cut off the file; damage anywhere else stops
+the start with ``StoreError`` naming the file and the offset, as continuing would silently lose or
+invent data.
 
 **Rewriting.** The file grows with every change, so it is rewritten as the commands that build the
 current state (``node.data.store.snapshot``) when it has grown by ``rewrite_percentage`` since the last
@@ -69,7 +70,7 @@ from node.config.options import FSYNC_POLICIES
 from node.data.keyspace import CommitFailed, Keyspaces
 from node.data.store import snapshot
 from node.data.store.records import COMMIT, CorruptRecord, encode
-from node.data.store.replay import ReplayRefused, replay_file
+from node.data.store.replay import Executor, ReplayRefused, replay_file
 
 __all__ = ["FILE_NAME", "Disk", "Store", "StoreError"]
 
@@ -128,6 +129,7 @@ class Store:
 
     Args:
         directory: where the file lives (created if missing).
+        executor: runs the file's records through the command handlers (``replay.Executor``).
         appendfsync: ``always``, ``everysec`` or ``no``.
         rewrite_percentage: rewrite when the file has grown by this many percent since the last
             rewrite (0: never automatically).
@@ -138,6 +140,7 @@ class Store:
         self,
         directory: str | Path,
         *,
+        executor: Executor,
         appendfsync: str = "everysec",
         rewrite_percentage: int = 100,
         rewrite_min_size: int = 64 << 20,
@@ -147,6 +150,7 @@ class Store:
             raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, not {appendfsync!r}")
         self.directory = Path(directory)
         self.path = self.directory / FILE_NAME
+        self._executor = executor
         self._temporary = self.directory / (FILE_NAME + ".rewrite")
         self._policy = appendfsync
         self.rewrite_percentage = rewrite_percentage
@@ -236,7 +240,7 @@ class Store:
 
     def _replay(self, broker: Broker) -> int:
         try:
-            replayed = replay_file(self.path, broker, broker.keyspaces)
+            replayed = replay_file(self.path, broker, broker.keyspaces, self._executor)
         except CorruptRecord as exc:
             raise StoreError(
                 f"{self.path}: {exc.reason} at offset {exc.offset}: the file is damaged "
@@ -334,7 +338,7 @@ class Store:
         scratch = Keyspaces()
         started = time.perf_counter()
         try:
-            replay_file(self.path, self._broker, scratch, limit=self.size)
+            replay_file(self.path, self._broker, scratch, self._executor, limit=self.size)
         except Exception:  # pragma: no cover (the file, written by this process, cannot be read)
             log.critical("%s: changes could not be taken back (%s): stopping", self.path, why)
             logging.shutdown()

@@ -2,13 +2,14 @@
 
 The records are the commands that repeat each change exactly (``node.resp.commands.streams`` says how
 they are written), so replaying them through the very handlers that made the changes rebuilds the same
-state, with no second implementation of any command to keep in step. They run on a connection
-without a socket, signed in as a user of the record's account, its database selected per record.
-While replaying, the keyspaces' journal is detached (nothing is written again) and keys do not
-expire (``Keyspaces.loading``): an expiry that passed before the crash was followed, if anyone
-noticed it, by a recorded DEL; one that nobody noticed happens again once the node runs. For the
-same reason an expiry time already past when its record is replayed is set, not carried out: a
-later record (PERSIST, another PEXPIREAT) may still change it, as it did when the node ran.
+state, with no second implementation of any command to keep in step. The store does not know the
+handlers: it is handed an ``Executor`` (``node.resp.executor.CommandExecutor``), which runs each
+record for its account and database. While replaying, the keyspaces' journal is detached (nothing is
+written again) and keys do not expire (``Keyspaces.loading``): an expiry that passed before the crash
+was followed, if anyone noticed it, by a recorded DEL; one that nobody noticed happens again once the
+node runs. For the same reason an expiry time already past when its record is replayed is set, not
+carried out: a later record (PERSIST, another PEXPIREAT) may still change it, as it did when the node
+ran.
 
 A record was journaled only after its command succeeded, so a record the handlers refuse means the
 file does not say what happened: replay stops there (``ReplayRefused``), naming where.
@@ -19,19 +20,37 @@ written are taken back (``node.data.store.journal``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
 from node.broker import Broker
-from node.config.options import UserConfig
 from node.data.keyspace import Keyspaces
-from node.data.store.records import Record, RecordReader
-from node.resp.connection import RespConnection
+from node.data.store.records import RecordReader
 
-__all__ = ["ReplayRefused", "Replayed", "Replayer", "replay_file"]
+__all__ = ["CommandRefused", "Execute", "Executor", "ReplayRefused", "Replayed", "replay_file"]
 
 _READ_CHUNK = 1 << 20
+
+Execute = Callable[[str, int, list[bytes]], bytes]
+"""Runs one Redis command (the arguments, its name first) in a database (the number) of an account
+(the name), as a client signed in to that account would, and returns the reply.
+
+Raises:
+    CommandRefused: the reply is an error.
+"""
+Executor = Callable[[Broker], Execute]
+"""Makes an ``Execute`` that runs commands on a broker's accounts, in whatever keyspaces the broker
+holds while it runs them."""
+
+
+class CommandRefused(Exception):
+    """A command was answered with an error: ``reply``."""
+
+    def __init__(self, reply: bytes) -> None:
+        super().__init__(reply)
+        self.reply = reply
 
 
 class ReplayRefused(ValueError):
@@ -41,37 +60,6 @@ class ReplayRefused(ValueError):
     def __init__(self, where: str, command: str, reply: str) -> None:
         super().__init__(f"{where}: {command} was refused: {reply}")
         self.where = where
-
-
-class Replayer:
-    """Runs records on one internal connection."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._conn = RespConnection(broker, 0)
-        self._users: dict[str, UserConfig] = {}
-        self.records = 0
-
-    def run(self, record: Record, where: str) -> None:
-        """Run one record (``where`` names it if it is refused).
-
-        Raises:
-            ReplayRefused: the handlers answered it with an error.
-        """
-        conn = self._conn
-        if conn.account.name != record.account or conn.user is None:
-            user = self._users.get(record.account)
-            if user is None:
-                user = self._users[record.account] = UserConfig(account=record.account)
-            conn.user = user
-            conn.account = conn.broker.account(record.account)
-        conn.db = record.db
-        conn._execute(record.args)
-        self.records += 1
-        if conn.outbound[:1] == b"-":
-            reply = bytes(conn.outbound[:200]).rstrip().decode("utf-8", "replace")
-            conn.outbound.clear()
-            raise ReplayRefused(where, record.args[0].decode("utf-8", "replace"), reply)
-        conn.outbound.clear()
 
 
 @attrs.frozen
@@ -85,18 +73,25 @@ class Replayed:
 
 
 def replay_file(
-    path: Path, broker: Broker, keyspaces: Keyspaces, *, limit: int | None = None
+    path: Path,
+    broker: Broker,
+    keyspaces: Keyspaces,
+    executor: Executor,
+    *,
+    limit: int | None = None,
 ) -> Replayed:
     """Run every whole batch of the file at ``path`` (of its first ``limit`` bytes, if given) into
-    ``keyspaces`` (empty, or the broker's own at start), as ``broker``'s accounts.
+    ``keyspaces`` (empty, or the broker's own at start), as ``broker``'s accounts, through an
+    ``Execute`` that ``executor`` makes.
 
     Raises:
         CorruptRecord: a complete record failed its checks.
         ReplayRefused: the handlers refused a record.
         OSError: the file could not be read.
     """
-    replayer = Replayer(broker)
+    execute = executor(broker)
     reader = RecordReader()
+    records = 0
     own, broker.keyspaces = broker.keyspaces, keyspaces  # (what the handlers reach)
     journal, keyspaces.journal = keyspaces.journal, None
     keyspaces.loading = True
@@ -106,9 +101,16 @@ def replay_file(
             while chunk := file.read(_READ_CHUNK if left < 0 else min(left, _READ_CHUNK)):
                 left -= len(chunk)
                 for record in reader.feed(chunk):
-                    replayer.run(record, f"{path} (batch ending at offset {reader.offset})")
+                    records += 1
+                    try:
+                        execute(record.account, record.db, record.args)
+                    except CommandRefused as exc:
+                        where = f"{path} (batch ending at offset {reader.offset})"
+                        command = record.args[0].decode("utf-8", "replace")
+                        reply = exc.reply[:200].rstrip().decode("utf-8", "replace")
+                        raise ReplayRefused(where, command, reply) from None
     finally:
         keyspaces.loading = False
         keyspaces.journal = journal
         broker.keyspaces = own
-    return Replayed(replayer.records, reader.offset, reader.pending)
+    return Replayed(records, reader.offset, reader.pending)

@@ -9,13 +9,11 @@ What ``used_memory`` counts, and how it is kept, is ``node.data.keyspace``'s to 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from node.process_memory import resident_bytes
+from node.resp.connection import RespConnection
 from node.resp.writer import OK
-
-if TYPE_CHECKING:
-    from node.resp.connection import RespConnection
 
 __all__ = ["POLICY", "config_set", "human", "memory_info", "parse_memory"]
 
@@ -96,17 +94,17 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
     every value) and applied only if all are good. Names other than ``maxmemory`` and
     ``maxmemory-policy`` are refused as redis-server refuses a parameter it does not know."""
     if len(args) % 2:
-        conn._error("syntax error")
+        conn.error("syntax error")
         return
     seen: set[bytes] = set()
     for name in args[2::2]:
         key = name.lower()
         shown = name.decode("utf-8", "surrogateescape")
         if key not in _SETTABLE:
-            conn._error(f"Unknown option or number of arguments for CONFIG SET - '{shown}'")
+            conn.error(f"Unknown option or number of arguments for CONFIG SET - '{shown}'")
             return
         if key in seen:
-            conn._error(_failed(shown, "duplicate parameter"))
+            conn.error(_failed(shown, "duplicate parameter"))
             return
         seen.add(key)
     limit: int | None = None
@@ -114,7 +112,7 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
         if name.lower() == b"maxmemory":
             limit = parse_memory(value)
             if limit is None:
-                conn._error(_failed("maxmemory", "argument must be a memory value"))
+                conn.error(_failed("maxmemory", "argument must be a memory value"))
                 return
         elif value.lower() != POLICY:
             known = value.lower().decode("latin-1") in _POLICIES.split(", ")
@@ -123,7 +121,7 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
                 if known
                 else f"argument(s) must be one of the following: {_POLICIES}"
             )
-            conn._error(_failed("maxmemory-policy", why))
+            conn.error(_failed("maxmemory-policy", why))
             return
     if limit is not None:
         keyspaces = conn.broker.keyspaces
@@ -136,4 +134,4 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
                 limit,
                 keyspaces.used_memory,
             )
-    conn._reply(OK)
+    conn.reply(OK)

@@ -19,7 +19,7 @@ from redis.retry import Retry
 from node.accounts.auth import Authenticator, Verification
 from node.config import load as cfg
 from node.config.options import Config, RedisConfig, UserConfig
-from node.resp.connection import WRONGPASS
+from node.resp.commands.connection import WRONGPASS
 from node.resp.writer import error
 from node.run.launch import NodeHandle
 from tests.support import W, connect, in_asyncio, read_until, start_node

@@ -20,6 +20,7 @@ from node.data.capture import Captures
 from node.data.store import FILE_NAME, Store, StoreError
 from node.data.store.journal import Disk
 from node.data.store.records import COMMIT, encode
+from node.resp.executor import CommandExecutor
 from tests.node.resp.test_resp_connection import Peer
 from tests.support import until
 
@@ -64,7 +65,9 @@ class Faults:
 
 def _open(directory: Path, policy: str, faults: Faults | None = None) -> tuple[Broker, Store]:
     broker = Broker(Config())
-    store = Store(directory, appendfsync=policy, disk=(faults or Faults()).disk())
+    store = Store(
+        directory, executor=CommandExecutor, appendfsync=policy, disk=(faults or Faults()).disk()
+    )
     store.load(broker)
     return broker, store
 
@@ -296,7 +299,7 @@ def test_a_publish_stands_when_the_entry_it_captured_is_taken_back(tmp_path: Pat
     streams = (StreamConfig("events", ("orders.>",)),)
     broker = Broker(Config(streams=streams))
     Captures(broker, streams).subscribe()
-    store = Store(tmp_path, appendfsync="always", disk=faults.disk())
+    store = Store(tmp_path, executor=CommandExecutor, appendfsync="always", disk=faults.disk())
     store.load(broker)
     peer = Peer(broker)
     assert peer.send("PUBLISH", "orders.1", "kept") == b":1\r\n"  # (the stream counts)

@@ -17,6 +17,7 @@ from node.broker import Broker
 from node.config.options import Config
 from node.data.store import COMMIT, CorruptRecord, Record, RecordReader, Store, StoreError, encode
 from node.data.store.records import HEADER_SIZE
+from node.resp.executor import CommandExecutor
 
 record = st.builds(
     Record,
@@ -117,7 +118,7 @@ def test_a_body_that_does_not_parse_is_damage() -> None:
 
 def _store(path: Path) -> tuple[Store, Broker]:
     broker = Broker(Config())
-    store = Store(path)
+    store = Store(path, executor=CommandExecutor)
     store.load(broker)
     return store, broker
 
@@ -155,7 +156,7 @@ def test_damage_before_the_end_stops_the_start_naming_file_and_offset(tmp_path: 
 
 def test_an_unknown_fsync_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="appendfsync"):
-        Store(tmp_path, appendfsync="sometimes")
+        Store(tmp_path, executor=CommandExecutor, appendfsync="sometimes")
 
 
 def test_one_process_at_a_time_per_store(tmp_path: Path) -> None:

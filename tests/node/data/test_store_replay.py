@@ -17,7 +17,8 @@ from node.broker import Broker
 from node.config.options import Config
 from node.data.store import Store, snapshot
 from node.data.streams import MAX_ID
-from node.resp.commands.keys import now_ms
+from node.resp.commands.common import now_ms
+from node.resp.executor import CommandExecutor
 from tests.node.resp.test_resp_connection import Peer
 
 KEYS = [b"a", b"b"]
@@ -140,7 +141,7 @@ def state(broker: Broker) -> dict[Any, Any]:
 
 def _load(directory: Path) -> tuple[Broker, Store]:
     broker = Broker(Config())
-    store = Store(directory, appendfsync="no")
+    store = Store(directory, executor=CommandExecutor, appendfsync="no")
     store.load(broker)
     return broker, store
 

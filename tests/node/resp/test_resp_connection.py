@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from node.broker import Broker
 from node.config.options import Config, Permissions, RedisConfig, SubjectRule, UserConfig
 from node.nats.client import ClientConnection
+from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from routing import channel_subject, subject_channel
 from routing.glob import MAX_PATTERN
@@ -25,7 +26,9 @@ class Peer:
     """One Redis connection to a broker, read and written as bytes."""
 
     def __init__(self, broker: Broker, **options: Any) -> None:
-        self.conn = RespConnection(broker, broker.next_cid(), host="127.0.0.1", port=1, **options)
+        self.conn = RespConnection(
+            broker, broker.next_cid(), COMMANDS, host="127.0.0.1", port=1, **options
+        )
         broker.add_client(self.conn)
 
     def send(self, *args: bytes | str) -> bytes:

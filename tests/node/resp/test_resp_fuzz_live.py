@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.resp.connection import COMMANDS
+from node.resp.commands.table import COMMANDS
 from tests.live import LiveNode, live_node, read_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(600)]

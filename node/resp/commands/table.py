@@ -1,0 +1,34 @@
+"""The table of every command the Redis front door serves, assembled from the command families in
+COMMAND's order; whoever makes a ``RespConnection`` hands it this table."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from node.resp.commands import (
+    connection,
+    keys,
+    pubsub,
+    server,
+    stream_groups,
+    stream_reads,
+    streams,
+    transactions,
+)
+from node.resp.connection import RespConnection
+from node.resp.dispatch import CommandTable
+
+__all__ = ["COMMANDS"]
+
+COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
+    [
+        *connection.COMMANDS,
+        *server.COMMANDS,
+        *pubsub.COMMANDS,
+        *transactions.COMMANDS,
+        *keys.COMMANDS,
+        *streams.COMMANDS,
+        *stream_reads.COMMANDS,
+        *stream_groups.COMMANDS,
+    ]
+)

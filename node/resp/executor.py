@@ -1,0 +1,48 @@
+"""Running Redis commands without a client: what the store replays its journal through.
+
+A ``CommandExecutor`` runs one command at a time on a connection without a socket, with the same
+command table as clients have, so each command runs exactly as it did for the client that sent it
+first: signed in to the command's account (as a user made up for it, unless the connection's
+``no_auth_user`` is of that account), with the command's database selected. It answers the
+command's reply, or raises ``CommandRefused`` when that reply is an error. The class is the
+``Executor`` that ``node.data.store`` is handed.
+"""
+
+from __future__ import annotations
+
+from node.broker import Broker
+from node.config.options import UserConfig
+from node.data.store import CommandRefused
+from node.resp.commands.table import COMMANDS
+from node.resp.connection import RespConnection
+from node.resp.dispatch import CommandTable
+
+__all__ = ["CommandExecutor"]
+
+
+class CommandExecutor:
+    """Runs commands on ``broker``'s accounts, in whatever keyspaces the broker holds."""
+
+    def __init__(self, broker: Broker, commands: CommandTable[RespConnection] = COMMANDS) -> None:
+        self._conn = RespConnection(broker, 0, commands)
+        self._users: dict[str, UserConfig] = {}
+
+    def __call__(self, account: str, db: int, args: list[bytes]) -> bytes:
+        """Run ``args`` in database ``db`` of ``account``; return the reply.
+
+        Raises:
+            CommandRefused: the reply is an error.
+        """
+        conn = self._conn
+        if conn.account.name != account or conn.user is None:
+            user = self._users.get(account)
+            if user is None:
+                user = self._users[account] = UserConfig(account=account)
+            conn.switch_user(user)
+        conn.db = db
+        conn.execute(args)
+        reply = conn.take_output()
+        conn.output_sent(reply, len(reply))
+        if reply[:1] == b"-":
+            raise CommandRefused(bytes(reply))
+        return bytes(reply)
