@@ -4,14 +4,17 @@ A ``CommandExecutor`` runs one command at a time on a connection without a socke
 command table as clients have, so each command runs exactly as it did for the client that sent it
 first: signed in to the command's account (as a user made up for it, unless the connection's
 ``no_auth_user`` is of that account), with the command's database selected. It answers the
-command's reply, or raises ``CommandRefused`` when that reply is an error. The class is the
-``Executor`` that ``node.data.store`` is handed.
+command's reply, or raises ``CommandRefused`` when that reply is an error. Bound to a broker
+(``functools.partial(CommandExecutor, broker)``), the class is the ``Executor`` that
+``node.data.store`` is handed: the store names the keyspaces to run in (the broker's own at start, a
+scratch one when it takes changes back), and the broker holds those while a command runs.
 """
 
 from __future__ import annotations
 
 from node.broker import Broker
 from node.config.options import UserConfig
+from node.data.keyspace import Keyspaces
 from node.data.store import CommandRefused
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
@@ -21,9 +24,13 @@ __all__ = ["CommandExecutor"]
 
 
 class CommandExecutor:
-    """Runs commands on ``broker``'s accounts, in whatever keyspaces the broker holds."""
+    """Runs commands on ``broker``'s accounts, in ``keyspaces``."""
 
-    def __init__(self, broker: Broker, commands: CommandTable[RespConnection] = COMMANDS) -> None:
+    def __init__(
+        self, broker: Broker, keyspaces: Keyspaces, commands: CommandTable[RespConnection] = COMMANDS
+    ) -> None:
+        self._broker = broker
+        self._keyspaces = keyspaces
         self._conn = RespConnection(broker, 0, commands)
         self._users: dict[str, UserConfig] = {}
 
@@ -40,7 +47,12 @@ class CommandExecutor:
                 user = self._users[account] = UserConfig(account=account)
             conn.switch_user(user)
         conn.db = db
-        conn.execute(args)
+        broker = self._broker
+        own, broker.keyspaces = broker.keyspaces, self._keyspaces  # (what the handlers reach)
+        try:
+            conn.execute(args)
+        finally:
+            broker.keyspaces = own
         reply = conn.take_output()
         conn.output_sent(reply, len(reply))
         if reply[:1] == b"-":

@@ -8,6 +8,7 @@ the in-process harness (a memory network) both build nodes with ``assemble`` and
 
 from __future__ import annotations
 
+import functools
 import random
 
 import trio
@@ -49,7 +50,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
     if config.store_dir is not None:
         node.store = Store(
             config.store_dir,
-            executor=CommandExecutor,
+            executor=functools.partial(CommandExecutor, broker),
             appendfsync=config.appendfsync,
             rewrite_percentage=config.rewrite_percentage,
             rewrite_min_size=config.rewrite_min_size,

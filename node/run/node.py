@@ -91,7 +91,7 @@ class Node:
         if self.store is None:
             await self._serve(listeners, task_status)
             return
-        self.store.load(self.broker)
+        self.store.load(self.broker.keyspaces)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.store.run)

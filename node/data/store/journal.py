@@ -65,7 +65,6 @@ from pathlib import Path
 import attrs
 import trio
 
-from node.broker import Broker
 from node.config.options import FSYNC_POLICIES
 from node.data.keyspace import CommitFailed, Keyspaces
 from node.data.store import snapshot
@@ -159,7 +158,6 @@ class Store:
         self._lock = -1
         """The directory's lock file, held while the store is open: one process per store."""
         self.disk = disk
-        self._broker: Broker | None = None
         self._buffer = bytearray()
         self._expiries = bytearray()
         """Expiry DELs waiting while the file cannot be written."""
@@ -198,15 +196,14 @@ class Store:
 
     # -- starting --------------------------------------------------------------------------------
 
-    def load(self, broker: Broker) -> int:
-        """Replay the file into ``broker``'s keys and become their journal; return the records
-        replayed.
+    def load(self, keyspaces: Keyspaces) -> int:
+        """Replay the file into ``keyspaces`` (the node's keys) and become their journal; return
+        the records replayed.
 
         Raises:
             StoreError: the file is damaged (other than a torn tail), unreadable or in use.
         """
         started = time.monotonic()
-        keyspaces = broker.keyspaces
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
@@ -215,7 +212,7 @@ class Store:
             except BlockingIOError:
                 raise StoreError(f"{self.directory}: in use by another process") from None
             self._temporary.unlink(missing_ok=True)  # (a rewrite the last run did not finish)
-            replayed = self._replay(broker) if self.path.exists() else 0
+            replayed = self._replay(keyspaces) if self.path.exists() else 0
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             self._unlock()
@@ -224,7 +221,6 @@ class Store:
             self._unlock()
             raise
         self.size = self.base_size = os.fstat(self._fd).st_size
-        self._broker = broker
         self._keyspaces = keyspaces
         keyspaces.journal = self
         keyspaces.store = self
@@ -238,9 +234,9 @@ class Store:
         )
         return replayed
 
-    def _replay(self, broker: Broker) -> int:
+    def _replay(self, keyspaces: Keyspaces) -> int:
         try:
-            replayed = replay_file(self.path, broker, broker.keyspaces, self._executor)
+            replayed = replay_file(self.path, keyspaces, self._executor)
         except CorruptRecord as exc:
             raise StoreError(
                 f"{self.path}: {exc.reason} at offset {exc.offset}: the file is damaged "
@@ -333,12 +329,11 @@ class Store:
         """Drop the buffered batch and put the keys back as the file has them."""
         self._buffer = bytearray()
         self.discards += 1
-        assert self._broker is not None
         assert self._keyspaces is not None
         scratch = Keyspaces()
         started = time.perf_counter()
         try:
-            replay_file(self.path, self._broker, scratch, self._executor, limit=self.size)
+            replay_file(self.path, scratch, self._executor, limit=self.size)
         except Exception:  # pragma: no cover (the file, written by this process, cannot be read)
             log.critical("%s: changes could not be taken back (%s): stopping", self.path, why)
             logging.shutdown()

@@ -3,13 +3,13 @@
 The records are the commands that repeat each change exactly (``node.resp.commands.streams`` says how
 they are written), so replaying them through the very handlers that made the changes rebuilds the same
 state, with no second implementation of any command to keep in step. The store does not know the
-handlers: it is handed an ``Executor`` (``node.resp.executor.CommandExecutor``), which runs each
-record for its account and database. While replaying, the keyspaces' journal is detached (nothing is
-written again) and keys do not expire (``Keyspaces.loading``): an expiry that passed before the crash
-was followed, if anyone noticed it, by a recorded DEL; one that nobody noticed happens again once the
-node runs. For the same reason an expiry time already past when its record is replayed is set, not
-carried out: a later record (PERSIST, another PEXPIREAT) may still change it, as it did when the node
-ran.
+handlers: it is handed an ``Executor`` (``node.resp.executor.CommandExecutor`` bound to the node's
+broker), which runs each record for its account and database in the keyspaces it is given. While
+replaying, the keyspaces' journal is detached (nothing is written again) and keys do not expire
+(``Keyspaces.loading``): an expiry that passed before the crash was followed, if anyone noticed it, by a
+recorded DEL; one that nobody noticed happens again once the node runs. For the same reason an expiry
+time already past when its record is replayed is set, not carried out: a later record (PERSIST, another
+PEXPIREAT) may still change it, as it did when the node ran.
 
 A record was journaled only after its command succeeded, so a record the handlers refuse means the
 file does not say what happened: replay stops there (``ReplayRefused``), naming where.
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import attrs
 
-from node.broker import Broker
 from node.data.keyspace import Keyspaces
 from node.data.store.records import RecordReader
 
@@ -40,9 +39,8 @@ Execute = Callable[[str, int, list[bytes]], bytes]
 Raises:
     CommandRefused: the reply is an error.
 """
-Executor = Callable[[Broker], Execute]
-"""Makes an ``Execute`` that runs commands on a broker's accounts, in whatever keyspaces the broker
-holds while it runs them."""
+Executor = Callable[[Keyspaces], Execute]
+"""Makes an ``Execute`` that runs commands on the node's accounts, in the keyspaces it is given."""
 
 
 class CommandRefused(Exception):
@@ -74,25 +72,23 @@ class Replayed:
 
 def replay_file(
     path: Path,
-    broker: Broker,
     keyspaces: Keyspaces,
     executor: Executor,
     *,
     limit: int | None = None,
 ) -> Replayed:
     """Run every whole batch of the file at ``path`` (of its first ``limit`` bytes, if given) into
-    ``keyspaces`` (empty, or the broker's own at start), as ``broker``'s accounts, through an
-    ``Execute`` that ``executor`` makes.
+    ``keyspaces`` (empty, or the node's own at start), through an ``Execute`` that ``executor``
+    makes.
 
     Raises:
         CorruptRecord: a complete record failed its checks.
         ReplayRefused: the handlers refused a record.
         OSError: the file could not be read.
     """
-    execute = executor(broker)
+    execute = executor(keyspaces)
     reader = RecordReader()
     records = 0
-    own, broker.keyspaces = broker.keyspaces, keyspaces  # (what the handlers reach)
     journal, keyspaces.journal = keyspaces.journal, None
     keyspaces.loading = True
     try:
@@ -112,5 +108,4 @@ def replay_file(
     finally:
         keyspaces.loading = False
         keyspaces.journal = journal
-        broker.keyspaces = own
     return Replayed(records, reader.offset, reader.pending)

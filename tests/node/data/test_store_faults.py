@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,12 @@ class Faults:
 def _open(directory: Path, policy: str, faults: Faults | None = None) -> tuple[Broker, Store]:
     broker = Broker(Config())
     store = Store(
-        directory, executor=CommandExecutor, appendfsync=policy, disk=(faults or Faults()).disk()
+        directory,
+        executor=partial(CommandExecutor, broker),
+        appendfsync=policy,
+        disk=(faults or Faults()).disk(),
     )
-    store.load(broker)
+    store.load(broker.keyspaces)
     return broker, store
 
 
@@ -299,8 +303,10 @@ def test_a_publish_stands_when_the_entry_it_captured_is_taken_back(tmp_path: Pat
     streams = (StreamConfig("events", ("orders.>",)),)
     broker = Broker(Config(streams=streams))
     Captures(broker, streams).subscribe()
-    store = Store(tmp_path, executor=CommandExecutor, appendfsync="always", disk=faults.disk())
-    store.load(broker)
+    store = Store(
+        tmp_path, executor=partial(CommandExecutor, broker), appendfsync="always", disk=faults.disk()
+    )
+    store.load(broker.keyspaces)
     peer = Peer(broker)
     assert peer.send("PUBLISH", "orders.1", "kept") == b":1\r\n"  # (the stream counts)
     faults.room = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -118,8 +119,8 @@ def test_a_body_that_does_not_parse_is_damage() -> None:
 
 def _store(path: Path) -> tuple[Store, Broker]:
     broker = Broker(Config())
-    store = Store(path, executor=CommandExecutor)
-    store.load(broker)
+    store = Store(path, executor=partial(CommandExecutor, broker))
+    store.load(broker.keyspaces)
     return store, broker
 
 
@@ -156,7 +157,7 @@ def test_damage_before_the_end_stops_the_start_naming_file_and_offset(tmp_path: 
 
 def test_an_unknown_fsync_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="appendfsync"):
-        Store(tmp_path, executor=CommandExecutor, appendfsync="sometimes")
+        Store(tmp_path, executor=partial(CommandExecutor, Broker(Config())), appendfsync="sometimes")
 
 
 def test_one_process_at_a_time_per_store(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +142,8 @@ def state(broker: Broker) -> dict[Any, Any]:
 
 def _load(directory: Path) -> tuple[Broker, Store]:
     broker = Broker(Config())
-    store = Store(directory, executor=CommandExecutor, appendfsync="no")
-    store.load(broker)
+    store = Store(directory, executor=partial(CommandExecutor, broker), appendfsync="no")
+    store.load(broker.keyspaces)
     return broker, store
 
 
