@@ -21,8 +21,9 @@ import base64
 import collections
 import hashlib
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Generic
 
+from cluster.host import AccountT
 from cluster.peer import Gateway, Peer
 from routing import REPLY_PREFIX, Origin, Publication
 
@@ -38,7 +39,7 @@ def short_hash(name: str) -> bytes:
     return base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest())[:HASH_LEN]
 
 
-class ReplyRouter:
+class ReplyRouter(Generic[AccountT]):
     """One node's mapped replies: those it remembers, and where homecoming ones go.
 
     Args:
@@ -53,7 +54,7 @@ class ReplyRouter:
         self,
         cluster: str,
         server_id: str,
-        peers: dict[str, Peer],
+        peers: dict[str, Peer[AccountT]],
         ttl: float,
         clock: Callable[[], float],
     ) -> None:
@@ -61,7 +62,7 @@ class ReplyRouter:
         self.node_hash = short_hash(server_id)
         self.prefix = REPLY_PREFIX + self.cluster_hash + b"." + self.node_hash + b"."
         """What this node puts in front of reply subjects leaving through its gateways."""
-        self.gateways: dict[bytes, Gateway] = {}
+        self.gateways: dict[bytes, Gateway[AccountT]] = {}
         """Remote clusters by the hash of their name (kept by the gateway manager)."""
         self._peers = peers
         self._peer_by_hash: dict[bytes, str] = {}
@@ -137,7 +138,7 @@ class ReplyRouter:
         self._expiry.append((deadline, account, original))
         return original
 
-    def _way_back(self, account: str, subject: bytes) -> Gateway | None:
+    def _way_back(self, account: str, subject: bytes) -> Gateway[AccountT] | None:
         """The gateway a reply published to ``subject`` goes straight back through, if any."""
         entry = self._recent[account][subject]
         if entry[1] <= self._clock():
@@ -165,7 +166,7 @@ class ReplyRouter:
         """How many mappings are remembered (for monitoring)."""
         return sum(len(mapped) for mapped in self._recent.values())
 
-    def _peer(self, node_hash: bytes) -> Peer | None:
+    def _peer(self, node_hash: bytes) -> Peer[AccountT] | None:
         server_id = self._peer_by_hash.get(node_hash)
         if server_id is None or server_id not in self._peers:
             self._peer_by_hash = {short_hash(sid): sid for sid in self._peers}

@@ -41,8 +41,10 @@ import trio.testing
 
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.gateways import GatewayManager
+from cluster.host import Subscriber
 from cluster.network import MemoryNetwork
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.broker import Broker
 from node.config.options import Config
 from node.run.assembly import assemble
@@ -67,7 +69,7 @@ class Inbox:
         """The reply subject of each message, in the same order."""
         self._arrived = trio.Event()
 
-    def deliver(self, sub: Subscription, msg: Message) -> bool:
+    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
         self.messages.append((msg.subject, msg.payload))
         self.replies.append(msg.reply)
         self._arrived.set()
@@ -120,12 +122,12 @@ class HarnessNode:
         return self.node.server
 
     @property
-    def routes(self) -> RouteManager:
+    def routes(self) -> RouteManager[Account]:
         assert self.node.routes is not None
         return self.node.routes
 
     @property
-    def gateways(self) -> GatewayManager | None:
+    def gateways(self) -> GatewayManager[Account] | None:
         return self.node.gateways
 
     @property

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Generic, Never, TypeVar
 
 from routing.subscription import Subscription
 from routing.trie import Groups, SubjectTrie
 
 __all__ = ["SubList", "SubListResult"]
 
+OwnerT = TypeVar("OwnerT")
+"""The owners of the subscriptions."""
+OwnerT_co = TypeVar("OwnerT_co", covariant=True)
 
-class SubListResult:
+
+class SubListResult(Generic[OwnerT_co]):
     """Who matched a subject: plain subscribers, and the members of each queue group.
 
     Immutable, and built once per (cached) subject; the publish path iterates it without copying.
@@ -26,8 +30,8 @@ class SubListResult:
 
     def __init__(
         self,
-        plain: tuple[Subscription, ...] = (),
-        queues: tuple[tuple[Subscription, ...], ...] = (),
+        plain: tuple[Subscription[OwnerT_co], ...] = (),
+        queues: tuple[tuple[Subscription[OwnerT_co], ...], ...] = (),
     ) -> None:
         self.plain: Final = plain
         self.queues: Final = queues
@@ -53,14 +57,14 @@ class SubListResult:
         return bool(self.plain or self.queues)
 
 
-EMPTY_RESULT: Final = SubListResult()
+EMPTY_RESULT: Final[SubListResult[Never]] = SubListResult()
 
 
-def _build(plain: list[Subscription], queues: Groups) -> SubListResult:
+def _build(plain: list[Subscription[OwnerT]], queues: Groups[OwnerT]) -> SubListResult[OwnerT]:
     return SubListResult(tuple(plain), tuple(map(tuple, queues.values())) if queues else ())
 
 
-class SubList(SubjectTrie[SubListResult]):
+class SubList(SubjectTrie[OwnerT, SubListResult[OwnerT]]):
     """Local subscriptions of one account, matched through a subject trie with a result cache.
 
     ``match`` hands out ``SubListResult`` snapshots; every miss returns the one shared empty result.

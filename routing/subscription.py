@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Final, Generic, TypeVar
 
 __all__ = ["Subscription"]
 
+OwnerT_co = TypeVar("OwnerT_co", covariant=True)
+"""Who owns a subscription; routing never looks at it beyond identity."""
 
-class Subscription:
+
+class Subscription(Generic[OwnerT_co]):
     """One interest in a subject, optionally as a member of a queue group.
 
     Identity-hashed: two subscriptions on the same subject are two subscriptions, and a trie can hold
@@ -19,7 +22,9 @@ class Subscription:
         subject: the subject or wildcard pattern.
         queue: the queue group name, or None for a plain subscription.
         sid: the owner's identifier for it (a NATS client's subscription id).
-        owner: what takes deliveries for it: a connection, a link, an internal consumer.
+        owner: what takes deliveries for it: a connection, a link, an internal consumer; None
+            where nothing does (the patterns of a permission list). Its type is the type parameter;
+            it never changes.
         weight: how many members this entry stands for; remote queue interest carries the far
             side's member count here. Local subscriptions are always 1.
         max_msgs: deliveries after which the owner drops it (0: no limit).
@@ -36,7 +41,8 @@ class Subscription:
         subject: str,
         queue: str | None = None,
         sid: bytes = b"",
-        owner: Any = None,
+        *,
+        owner: OwnerT_co,
         weight: int = 1,
         max_msgs: int = 0,
         delivered: int = 0,
@@ -44,7 +50,7 @@ class Subscription:
         self.subject = subject
         self.queue = queue
         self.sid = sid
-        self.owner = owner
+        self.owner: Final = owner
         self.weight = weight
         self.max_msgs = max_msgs
         self.delivered = delivered

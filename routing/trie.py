@@ -42,20 +42,22 @@ class MatchResult(Protocol):
     def fanout(self) -> int: ...
 
 
+OwnerT = TypeVar("OwnerT")
+"""The owners of the subscriptions a trie holds."""
 R = TypeVar("R", bound=MatchResult)
 
-Groups = dict[str, list[Subscription]]
-Builder = Callable[[list[Subscription], Groups], R]
+Groups = dict[str, list[Subscription[OwnerT]]]
+Builder = Callable[[list[Subscription[OwnerT]], Groups[OwnerT]], R]
 
 
-Members = list[Subscription] | dict[Subscription, None]
+Members = list[Subscription[OwnerT]] | dict[Subscription[OwnerT], None]
 """Subscribers at one node: a list while small (64 bytes instead of a dict's 224), a dict-as-ordered-set
 beyond ``_SMALL`` so that removing one of thousands stays O(1)."""
 
 _SMALL = 8
 
 
-class _Node:
+class _Node(Generic[OwnerT]):
     """One token position, kept small because a sparse trie is mostly chains of single children.
 
     ``children`` is None, the only literal child itself (a dict of one entry would cost 224 bytes),
@@ -64,16 +66,16 @@ class _Node:
 
     __slots__ = ("children", "fwc", "parent", "psubs", "pwc", "qsubs", "token")
 
-    def __init__(self, token: str, parent: _Node | None) -> None:
+    def __init__(self, token: str, parent: _Node[OwnerT] | None) -> None:
         self.token = token
         self.parent = parent  # lets a removal prune upwards without recording its path
-        self.children: _Node | dict[str, _Node] | None = None
-        self.pwc: _Node | None = None
-        self.fwc: _Node | None = None
-        self.psubs: Members | None = None
-        self.qsubs: dict[str, Members] | None = None
+        self.children: _Node[OwnerT] | dict[str, _Node[OwnerT]] | None = None
+        self.pwc: _Node[OwnerT] | None = None
+        self.fwc: _Node[OwnerT] | None = None
+        self.psubs: Members[OwnerT] | None = None
+        self.qsubs: dict[str, Members[OwnerT]] | None = None
 
-    def add_literal(self, token: str) -> _Node:
+    def add_literal(self, token: str) -> _Node[OwnerT]:
         children = self.children
         if isinstance(children, dict):
             found = children.get(token)
@@ -102,7 +104,7 @@ class _Node:
         return not (self.psubs or self.qsubs or self.children or self.pwc or self.fwc)
 
 
-def _add_member(members: Members | None, sub: Subscription) -> Members:
+def _add_member(members: Members[OwnerT] | None, sub: Subscription[OwnerT]) -> Members[OwnerT]:
     if members is None:
         return [sub]
     if isinstance(members, list):
@@ -114,7 +116,7 @@ def _add_member(members: Members | None, sub: Subscription) -> Members:
     return members
 
 
-def _drop_member(members: Members, sub: Subscription) -> Members | None:
+def _drop_member(members: Members[OwnerT], sub: Subscription[OwnerT]) -> Members[OwnerT] | None:
     if isinstance(members, list):
         members.remove(sub)
     else:
@@ -122,7 +124,7 @@ def _drop_member(members: Members, sub: Subscription) -> Members | None:
     return members or None
 
 
-class SubjectTrie(Generic[R]):
+class SubjectTrie(Generic[OwnerT, R]):
     """A trie of subscriptions with a match cache; the shared engine of ``SubList`` and remote interest.
 
     Args:
@@ -145,10 +147,10 @@ class SubjectTrie(Generic[R]):
         "genid",
     )
 
-    def __init__(self, build: Builder[R], empty: R, *, cache: bool = True) -> None:
+    def __init__(self, build: Builder[OwnerT, R], empty: R, *, cache: bool = True) -> None:
         self._build = build
         self._empty = empty
-        self._root = _Node("", None)
+        self._root: _Node[OwnerT] = _Node("", None)
         self._cache: dict[str, R] | None = {} if cache else None
         self._count = 0
         self.genid = 0
@@ -161,7 +163,7 @@ class SubjectTrie(Generic[R]):
 
     # -- changes -------------------------------------------------------------------------------
 
-    def insert(self, sub: Subscription) -> None:
+    def insert(self, sub: Subscription[OwnerT]) -> None:
         """Add ``sub`` under its subject. Inserting the same subscription twice is a no-op.
 
         Raises:
@@ -195,7 +197,7 @@ class SubjectTrie(Generic[R]):
         self._inserts += 1
         self.invalidate(sub.subject)
 
-    def remove(self, sub: Subscription) -> None:
+    def remove(self, sub: Subscription[OwnerT]) -> None:
         """Remove ``sub``, pruning nodes left empty.
 
         Raises:
@@ -209,7 +211,7 @@ class SubjectTrie(Generic[R]):
         self._removes += 1
         self.invalidate(sub.subject)
 
-    def remove_batch(self, subs: Iterable[Subscription]) -> int:
+    def remove_batch(self, subs: Iterable[Subscription[OwnerT]]) -> int:
         """Remove every subscription of ``subs`` that is present; return how many were.
 
         Meant for a connection or link going away: one cache reset for the whole batch instead of
@@ -238,7 +240,7 @@ class SubjectTrie(Generic[R]):
             else:
                 cache.pop(subject, None)
 
-    def _detach(self, sub: Subscription) -> bool:
+    def _detach(self, sub: Subscription[OwnerT]) -> bool:
         """Unlink ``sub`` and prune; False if it is not here (invalid subjects never are)."""
         node = self._root
         for token in sub.subject.split(SEP):
@@ -303,8 +305,8 @@ class SubjectTrie(Generic[R]):
         tokens = subject.split(SEP)
         if "" in tokens:
             return self._empty
-        plain: list[Subscription] = []
-        queues: Groups = {}
+        plain: list[Subscription[OwnerT]] = []
+        queues: Groups[OwnerT] = {}
         _collect(self._root, tokens, 0, len(tokens), plain, queues)
         result = self._build(plain, queues) if plain or queues else self._empty
         if cache is not None:
@@ -331,7 +333,7 @@ class SubjectTrie(Generic[R]):
     def __len__(self) -> int:
         return self._count
 
-    def __iter__(self) -> Iterator[Subscription]:
+    def __iter__(self) -> Iterator[Subscription[OwnerT]]:
         """Every subscription held, in no promised order."""
         stack = [self._root]
         while stack:
@@ -354,7 +356,7 @@ class SubjectTrie(Generic[R]):
     def depth(self) -> int:
         """Levels in use below the root: 0 when empty, so tests can see pruning happen."""
 
-        def below(node: _Node) -> int:
+        def below(node: _Node[OwnerT]) -> int:
             children = node.children
             kids = list(children.values()) if isinstance(children, dict) else [children]
             return 1 + max(
@@ -380,7 +382,12 @@ class SubjectTrie(Generic[R]):
 
 
 def _collect(
-    node: _Node, tokens: list[str], i: int, n: int, plain: list[Subscription], queues: Groups
+    node: _Node[OwnerT],
+    tokens: list[str],
+    i: int,
+    n: int,
+    plain: list[Subscription[OwnerT]],
+    queues: Groups[OwnerT],
 ) -> None:
     """Gather what matches ``tokens[i:]`` below ``node`` into ``plain`` and ``queues``."""
     while i < n:
@@ -404,7 +411,7 @@ def _collect(
     _gather(node, plain, queues)
 
 
-def _gather(node: _Node, plain: list[Subscription], queues: Groups) -> None:
+def _gather(node: _Node[OwnerT], plain: list[Subscription[OwnerT]], queues: Groups[OwnerT]) -> None:
     if node.psubs:
         plain.extend(node.psubs)
     if node.qsubs:
@@ -416,7 +423,7 @@ def _gather(node: _Node, plain: list[Subscription], queues: Groups) -> None:
                 group.extend(members)
 
 
-def _any(node: _Node, tokens: list[str], i: int, n: int) -> bool:
+def _any(node: _Node[OwnerT], tokens: list[str], i: int, n: int) -> bool:
     """Whether anything matches ``tokens[i:]`` below ``node``; the early-exit twin of ``_collect``."""
     while i < n:
         fwc = node.fwc

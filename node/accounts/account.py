@@ -7,6 +7,7 @@ from typing import Any, Protocol, TypeAlias
 
 import attrs
 
+from cluster.host import Forwarder, Subscriber
 from routing import (
     EMPTY_MATCH,
     PatternIndex,
@@ -26,7 +27,7 @@ DEFAULT_ACCOUNT = "$G"
 _CACHE_MAX = 4096
 
 # (A string, because compiled generic classes cannot be subscripted at run time.)
-Interest: TypeAlias = "tuple[SubListResult, RemoteMatch[Any], RemoteMatch[Any]]"
+Interest: TypeAlias = "tuple[SubListResult[Subscriber], RemoteMatch[Forwarder], RemoteMatch[Forwarder]]"
 """Who wants a subject: local subscribers, routes, gateways."""
 
 
@@ -34,9 +35,9 @@ class Importer(Protocol):
     """What an account that imports streams does as its subscriptions come and go
     (``node.accounts.imports``)."""
 
-    def subscribed(self, sub: Subscription) -> None: ...
+    def subscribed(self, sub: Subscription[Subscriber]) -> None: ...
 
-    def unsubscribed(self, subs: Collection[Subscription]) -> None: ...
+    def unsubscribed(self, subs: Collection[Subscription[Subscriber]]) -> None: ...
 
 
 class Account:
@@ -69,9 +70,11 @@ class Account:
         "sublist",
     )
 
-    def __init__(self, name: str, routes: RemoteInterest[Any], gateways: RemoteInterest[Any]) -> None:
+    def __init__(
+        self, name: str, routes: RemoteInterest[Forwarder], gateways: RemoteInterest[Forwarder]
+    ) -> None:
         self.name = name
-        self.sublist = SubList()
+        self.sublist: SubList[Subscriber] = SubList()
         self._routes = routes
         self._gateways = gateways
         self._cache: dict[bytes, Interest] = {}

@@ -13,6 +13,7 @@ import trio
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
+from cluster.host import Subscriber
 from node.accounts.imports import MAX_RESPONSES, Responses, install_imports
 from node.config import load as cfg
 from node.config.options import (
@@ -168,7 +169,7 @@ def test_response_mappings_are_bounded_and_expire() -> None:
     taken: list[Message] = []
 
     class Taker:
-        def deliver(self, sub: Subscription, msg: Message) -> bool:
+        def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
             taken.append(msg)
             return True
 
@@ -380,7 +381,7 @@ def test_service_imports_chain_and_loops_end() -> None:
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def deliver(self, sub: Subscription, msg: Message) -> bool:
+        def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
             seen.append((self.name, msg))
             return True
 
@@ -393,7 +394,7 @@ def test_service_imports_chain_and_loops_end() -> None:
     inbox: list[Message] = []
 
     class Requester:
-        def deliver(self, sub: Subscription, msg: Message) -> bool:
+        def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
             inbox.append(msg)
             return True
 
