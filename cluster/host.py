@@ -9,12 +9,7 @@ what is declared here:
 * ``Forwarder`` is where the node's publish path hands a message bound for another node or cluster
   (a route peer, a gateway), and what a link was registered for;
 * ``ReplyMapping`` is what the publish path asks of reply mapping across gateways;
-* ``Subscriber`` is what takes a local delivery for one of its subscriptions;
-* ``Consumer`` is a connection whose output can back up (a client, a link), which publishers pause
-  for.
-
-``NodeHost`` is generic in the node's account type: the cluster gets accounts from the host and
-hands them back to ``publish`` without looking inside.
+* ``Subscriber`` is what takes a local delivery for one of its subscriptions.
 
 This module imports nothing concrete from the cluster package, so any module of it may import this
 one, and the node may type its side of the seam against it.
@@ -22,39 +17,24 @@ one, and the node may type its side of the seam against it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from routing import InterestChange, Message, Origin, Publication, RemoteInterest, Subscription
 
-__all__ = ["AccountT", "Consumer", "Forwarder", "NodeHost", "ReplyMapping", "Subscriber"]
-
-AccountT = TypeVar("AccountT")
-"""The node's account type, opaque to the cluster."""
+__all__ = ["Forwarder", "NodeHost", "ReplyMapping", "Subscriber"]
 
 
 class Subscriber(Protocol):
     """Anything that can take a delivery for one of its subscriptions."""
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """Take one message; False if it was not delivered (closed, filtered, over its max)."""
         ...
 
 
-class Consumer(Protocol):
-    """A connection whose output can back up: a client, a route, a gateway. Past ``stall_at``
-    pending bytes it is congested, and publishers feeding it pause for it."""
-
-    closing: str | None
-    stall_at: int
-
-    @property
-    def pending_bytes(self) -> int: ...
-
-
-class Forwarder(Hashable, Protocol):
-    """A link the publish path hands a message to: a route peer, a gateway (hashable: remote
-    interest is kept by link)."""
+class Forwarder(Protocol):
+    """A link the publish path hands a message to: a route peer, a gateway."""
 
     def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
         """Send a message on (dropped if the link is down: at most once)."""
@@ -74,18 +54,16 @@ class ReplyMapping(Protocol):
         ...
 
 
-class NodeHost(Protocol[AccountT]):
-    """What a node hands its links."""
-
+class NodeHost(Protocol):
     server_id: str
     server_name: str
-    route_interest: RemoteInterest[Forwarder]
+    route_interest: RemoteInterest[Any]
     """Interest learned over routes; the node's publish path reads it, links write it."""
-    gateway_interest: RemoteInterest[Forwarder]
+    gateway_interest: RemoteInterest[Any]
     """Interest other clusters announced over gateways; written by the gateway links."""
     interest_listeners: list[Callable[[InterestChange], None]]
     """Called with every change of local interest, in order, as it happens."""
-    congested: set[Consumer]
+    congested: set[Any]
     """Connections past their stall threshold: a link backing up adds itself, and the node's
     client publishers pause for it as for a slow client."""
 
@@ -107,7 +85,7 @@ class NodeHost(Protocol[AccountT]):
 
     def publish(
         self,
-        account: AccountT,
+        account: Any,
         msg: Message,
         exclude: object = None,
         origin: Origin = Origin.CLIENT,
@@ -115,10 +93,10 @@ class NodeHost(Protocol[AccountT]):
     ) -> bool: ...
 
     @property
-    def accounts(self) -> Mapping[str, AccountT]:
+    def accounts(self) -> Mapping[str, Any]:
         """The accounts the node has, by name (read only: ``account`` makes them)."""
         ...
 
-    def account(self, name: str) -> AccountT:
+    def account(self, name: str) -> Any:
         """The account called ``name`` (what ``publish`` takes; opaque to the cluster)."""
         ...

@@ -6,11 +6,8 @@ compiled, and the account-to-slot mapping is remembered per account rather than 
 
 from __future__ import annotations
 
-from typing import Generic
-
 import trio
 
-from cluster.host import AccountT
 from cluster.link import Link
 from routing import REPLY_PREFIX, Message
 
@@ -28,7 +25,7 @@ def fnv1a32(text: str) -> int:
     return h
 
 
-class Peer(Generic[AccountT]):
+class Peer:
     """Another node of the cluster: its pooled links, and the way messages for it leave.
 
     Peers are the "links" of the node's route-interest table: remote interest is recorded per peer
@@ -43,7 +40,7 @@ class Peer(Generic[AccountT]):
         self.url = url
         self.pool_size = pool_size
         self.pinned = pinned
-        self.slots: dict[Slot, Link[AccountT]] = {}
+        self.slots: dict[Slot, Link] = {}
         self.gateway_url = ""
         """Where this peer accepts gateway links, if it does: how other clusters learn of it."""
         self.disconnected = trio.Event()
@@ -79,7 +76,7 @@ class Peer(Generic[AccountT]):
         return f"Peer({self.name!r})"
 
 
-class Gateway(Generic[AccountT]):
+class Gateway:
     """Another cluster, as this node's gateways see it: its messages leave on one outbound link.
 
     A reply subject leaving this way is rewritten to name this cluster and node, so that the answer
@@ -99,8 +96,8 @@ class Gateway(Generic[AccountT]):
         """Whether the configuration names it (then it is dialed as long as the node runs)."""
         self.connections = 0
         """Outbound links made so far."""
-        self.outbound: Link[AccountT] | None = None
-        self.inbound: dict[str, Link[AccountT]] = {}
+        self.outbound: Link | None = None
+        self.inbound: dict[str, Link] = {}
         """Links the remote cluster's nodes dialed to this node, by their server id."""
 
     def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
@@ -119,14 +116,14 @@ class Gateway(Generic[AccountT]):
         return f"Gateway({self.name!r})"
 
 
-def peer_of(link: Link[AccountT]) -> Peer[AccountT]:
+def peer_of(link: Link) -> Peer:
     """The peer a registered route link belongs to."""
     peer = link.peer
     assert isinstance(peer, Peer)
     return peer
 
 
-def gateway_of(link: Link[AccountT]) -> Gateway[AccountT]:
+def gateway_of(link: Link) -> Gateway:
     """The remote cluster a registered (or dialed) gateway link belongs to."""
     gateway = link.peer
     assert isinstance(gateway, Gateway)

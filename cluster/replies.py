@@ -21,9 +21,8 @@ import base64
 import collections
 import hashlib
 from collections.abc import Callable
-from typing import Final, Generic
+from typing import Final
 
-from cluster.host import AccountT
 from cluster.peer import Gateway, Peer
 from routing import REPLY_PREFIX, Origin, Publication
 
@@ -39,7 +38,7 @@ def short_hash(name: str) -> bytes:
     return base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest())[:HASH_LEN]
 
 
-class ReplyRouter(Generic[AccountT]):
+class ReplyRouter:
     """One node's mapped replies: those it remembers, and where homecoming ones go.
 
     Args:
@@ -54,7 +53,7 @@ class ReplyRouter(Generic[AccountT]):
         self,
         cluster: str,
         server_id: str,
-        peers: dict[str, Peer[AccountT]],
+        peers: dict[str, Peer],
         ttl: float,
         clock: Callable[[], float],
     ) -> None:
@@ -62,7 +61,7 @@ class ReplyRouter(Generic[AccountT]):
         self.node_hash = short_hash(server_id)
         self.prefix = REPLY_PREFIX + self.cluster_hash + b"." + self.node_hash + b"."
         """What this node puts in front of reply subjects leaving through its gateways."""
-        self.gateways: dict[bytes, Gateway[AccountT]] = {}
+        self.gateways: dict[bytes, Gateway] = {}
         """Remote clusters by the hash of their name (kept by the gateway manager)."""
         self._peers = peers
         self._peer_by_hash: dict[bytes, str] = {}
@@ -138,7 +137,7 @@ class ReplyRouter(Generic[AccountT]):
         self._expiry.append((deadline, account, original))
         return original
 
-    def _way_back(self, account: str, subject: bytes) -> Gateway[AccountT] | None:
+    def _way_back(self, account: str, subject: bytes) -> Gateway | None:
         """The gateway a reply published to ``subject`` goes straight back through, if any."""
         entry = self._recent[account][subject]
         if entry[1] <= self._clock():
@@ -166,7 +165,7 @@ class ReplyRouter(Generic[AccountT]):
         """How many mappings are remembered (for monitoring)."""
         return sum(len(mapped) for mapped in self._recent.values())
 
-    def _peer(self, node_hash: bytes) -> Peer[AccountT] | None:
+    def _peer(self, node_hash: bytes) -> Peer | None:
         server_id = self._peer_by_hash.get(node_hash)
         if server_id is None or server_id not in self._peers:
             self._peer_by_hash = {short_hash(sid): sid for sid in self._peers}

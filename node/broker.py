@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from cluster.host import Consumer, Forwarder, ReplyMapping, Subscriber
+from cluster.host import Forwarder, ReplyMapping, Subscriber
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
 from node.config.options import Config
@@ -44,6 +44,7 @@ __all__ = [
     "VERSION",
     "Broker",
     "ClientEvents",
+    "Consumer",
 ]
 
 VERSION = "0.1.0"
@@ -69,17 +70,22 @@ class PatternSubscriber(Protocol):
     def deliver_pattern(self, pattern: bytes, channel: bytes, msg: Message) -> bool: ...
 
 
-class Owner(Subscriber, Protocol):
-    """A subscriber /subsz lists subscriptions under: a client connection, or one of the node's own
-    services (``internal_subscriptions``)."""
+class Consumer(Protocol):
+    """A connection whose output can back up: a client, a route, a gateway. Past ``stall_at``
+    pending bytes it is congested, and publishers feeding it pause for it."""
+
+    closing: str | None
+    stall_at: int
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+
+class Client(Subscriber, Consumer, Protocol):
+    """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
 
     cid: int
     account: Account
-
-
-class Client(Owner, Consumer, Protocol):
-    """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
-
     in_msgs: int
     in_bytes: int
     out_msgs: int
@@ -139,9 +145,9 @@ class Broker:
         self.start_ns = time.time_ns()
         self.rng = rng or random.Random()
         self.auth = Authenticator(config)
-        self.route_interest: RemoteInterest[Forwarder] = RemoteInterest()
+        self.route_interest: RemoteInterest[Any] = RemoteInterest()
         """What this node's routes announced (written by the cluster, read by ``publish``)."""
-        self.gateway_interest: RemoteInterest[Forwarder] = RemoteInterest()
+        self.gateway_interest: RemoteInterest[Any] = RemoteInterest()
         """What remote clusters announced over gateways."""
         self.gateway_order: Sequence[Forwarder] = ()
         """Gateways by preference (lowest round trip first) for queue groups served remotely."""
@@ -163,7 +169,7 @@ class Broker:
             self.system_account = self.account(config.system_account)
         self.events: ClientEvents | None = None
         """Told of clients signing in and leaving (the system account's advisories), if anyone is."""
-        self.internal_subscriptions: list[Subscription[Owner]] = []
+        self.internal_subscriptions: list[Subscription] = []
         """Subscriptions the node holds itself (the system account's requests), which /subsz lists
         beside clients' ones, as nats-server does: they are interest routes and gateways carry."""
         self.clients: dict[int, Client] = {}
@@ -275,7 +281,7 @@ class Broker:
 
     # -- interest --------------------------------------------------------------------------------
 
-    def subscribe(self, account: Account, sub: Subscription[Subscriber]) -> None:
+    def subscribe(self, account: Account, sub: Subscription) -> None:
         """Add a local subscription, and tell peers if it is the first interest of its kind.
 
         Raises:
@@ -288,7 +294,7 @@ class Broker:
         if account.imports is not None:
             account.imports.subscribed(sub)
 
-    def unsubscribe(self, account: Account, subs: Collection[Subscription[Subscriber]]) -> None:
+    def unsubscribe(self, account: Account, subs: Collection[Subscription]) -> None:
         """Remove local subscriptions (one, or all of a closing connection's), telling peers about
         interest that is gone, one announcement per key however many subscriptions it had."""
         if len(subs) == 1:
@@ -332,7 +338,7 @@ class Broker:
             if change is not None:
                 self._announce(change)
 
-    def subscriptions(self) -> Iterator[tuple[Account, Subscription[Subscriber]]]:
+    def subscriptions(self) -> Iterator[tuple[Account, Subscription]]:
         for account in self.accounts.values():
             for sub in account.sublist:
                 yield account, sub
@@ -443,11 +449,7 @@ class Broker:
         return count
 
     def _another_member(
-        self,
-        result: SubListResult[Subscriber],
-        failed: Subscription[Subscriber],
-        exclude: object,
-        msg: Message,
+        self, result: SubListResult, failed: Subscription, exclude: object, msg: Message
     ) -> bool:
         """The picked member of a queue group could not take the message (closing, over its
         auto-unsubscribe limit, filtered): try the others in random order, as nats-server does."""

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from cluster.host import Subscriber
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Verifying
 from node.accounts.permissions import PermissionSet
@@ -128,7 +127,7 @@ class Connection(Outbox):
         self.verifying: Verifying[Any] | None = None
         """A sign-in whose bcrypt check the server runs off the event loop (``Verifying.then`` is
         what the protocol does again once the verdict is in); input waits for it."""
-        self.subs: dict[bytes, Subscription[Connection]] = {}
+        self.subs: dict[bytes, Subscription] = {}
         """Subscriptions, by sid (NATS) or channel (Redis): what /connz lists."""
         # Monitoring.
         self.start_ns = self.last_activity_ns = time.time_ns()
@@ -142,7 +141,7 @@ class Connection(Outbox):
         """Act on every complete request or operation the client sent so far."""
         raise NotImplementedError
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """Queue a message for one of this connection's subscriptions; False if it was not
         delivered (closed, filtered, over its max, or it made the connection a slow consumer)."""
         raise NotImplementedError

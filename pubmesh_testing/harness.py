@@ -41,10 +41,8 @@ import trio.testing
 
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.gateways import GatewayManager
-from cluster.host import Subscriber
 from cluster.network import MemoryNetwork
 from cluster.routes import RouteManager
-from node.accounts.account import Account
 from node.broker import Broker
 from node.config.options import Config
 from node.run.assembly import assemble
@@ -69,7 +67,7 @@ class Inbox:
         """The reply subject of each message, in the same order."""
         self._arrived = trio.Event()
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         self.messages.append((msg.subject, msg.payload))
         self.replies.append(msg.reply)
         self._arrived.set()
@@ -122,12 +120,12 @@ class HarnessNode:
         return self.node.server
 
     @property
-    def routes(self) -> RouteManager[Account]:
+    def routes(self) -> RouteManager:
         assert self.node.routes is not None
         return self.node.routes
 
     @property
-    def gateways(self) -> GatewayManager[Account] | None:
+    def gateways(self) -> GatewayManager | None:
         return self.node.gateways
 
     @property

@@ -23,7 +23,7 @@ import enum
 import random
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, Never, TypeVar
+from typing import Any, Final, TypeVar
 
 from routing.remote import EMPTY_MATCH, RemoteMatch
 from routing.sublist import SubListResult
@@ -32,9 +32,8 @@ from routing.subscription import Subscription
 __all__ = ["DeliveryPlan", "Origin", "plan_delivery"]
 
 L = TypeVar("L", bound=Hashable)
-OwnerT = TypeVar("OwnerT")
 
-_NO_REMOTE: Final[RemoteMatch[Never]] = EMPTY_MATCH
+_NO_REMOTE: Final[RemoteMatch[Any]] = EMPTY_MATCH
 _NO_LINKS: Final[Mapping[Any, tuple[str, ...]]] = MappingProxyType({})
 
 
@@ -49,7 +48,7 @@ class Origin(enum.Enum):
     """Another cluster."""
 
 
-DeliveryPlan = tuple[Sequence[Subscription[OwnerT]], Mapping[L, tuple[str, ...]]]
+DeliveryPlan = tuple[Sequence[Subscription], Mapping[L, tuple[str, ...]]]
 """What to do with one message: ``(local, links)``.
 
 ``local`` are the local subscriptions to deliver to, queue picks included; ``links`` maps each link
@@ -60,7 +59,7 @@ subscribers only). A plain tuple, because one is built per message and unpacked 
 
 def plan_delivery(
     origin: Origin,
-    local: SubListResult[OwnerT],
+    local: SubListResult,
     rng: random.Random,
     *,
     routes: RemoteMatch[L] = _NO_REMOTE,
@@ -68,7 +67,7 @@ def plan_delivery(
     gateway_order: Sequence[L] = (),
     queues: Collection[str] = (),
     exclude: object = None,
-) -> DeliveryPlan[OwnerT, L]:
+) -> DeliveryPlan[L]:
     """Decide the local deliveries and link copies for one message.
 
     Args:
@@ -88,7 +87,7 @@ def plan_delivery(
         gateways = _NO_REMOTE
     if routes is _NO_REMOTE and gateways is _NO_REMOTE and not local.queues and exclude is None:
         return local.plain, _NO_LINKS  # a single node's everyday case, kept cheap
-    plain: Sequence[Subscription[OwnerT]] = local.plain
+    plain: Sequence[Subscription] = local.plain
     if exclude is not None and plain:
         plain = [sub for sub in plain if sub.owner is not exclude]
     links: dict[L, tuple[str, ...]] = dict.fromkeys(routes.links, ())
@@ -97,7 +96,7 @@ def plan_delivery(
     if not local.queues and not routes.queues and not gateways.queues:
         return plain, links
 
-    picked: list[Subscription[OwnerT]] = []
+    picked: list[Subscription] = []
     served: set[str] = set()
     named = None if origin is Origin.CLIENT else queues
     for group in local.queues:
@@ -121,11 +120,11 @@ def plan_delivery(
 
 def _serve(
     name: str,
-    members: Sequence[Subscription[OwnerT]],
+    members: Sequence[Subscription],
     remote: Sequence[tuple[L, int]],
     rng: random.Random,
     exclude: object,
-    picked: list[Subscription[OwnerT]],
+    picked: list[Subscription],
     links: dict[L, tuple[str, ...]],
 ) -> None:
     """Pick one member of a group, weighted: local members count 1, a link counts its weight."""

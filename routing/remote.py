@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Final, Generic, Never, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
@@ -34,13 +34,12 @@ from routing.trie import Groups, SubjectTrie
 __all__ = ["EMPTY_MATCH", "RemoteEntry", "RemoteInterest", "RemoteMatch"]
 
 L = TypeVar("L", bound=Hashable)
-L_co = TypeVar("L_co", bound=Hashable, covariant=True)
 
-_NO_QUEUES: Mapping[str, Never] = MappingProxyType({})
+_NO_QUEUES: Mapping[str, Any] = MappingProxyType({})
 
 
 @attrs.frozen(slots=True)
-class RemoteMatch(Generic[L_co]):
+class RemoteMatch(Generic[L]):
     """Which links lead to interest in a subject.
 
     Attributes:
@@ -49,8 +48,8 @@ class RemoteMatch(Generic[L_co]):
             matching patterns, i.e. how many members of the group it stands for.
     """
 
-    links: tuple[L_co, ...] = ()
-    queues: Mapping[str, tuple[tuple[L_co, int], ...]] = _NO_QUEUES
+    links: tuple[L, ...] = ()
+    queues: Mapping[str, tuple[tuple[L, int], ...]] = _NO_QUEUES
 
     @property
     def fanout(self) -> int:
@@ -71,15 +70,15 @@ class RemoteEntry(Generic[L]):
     weight: int
 
 
-EMPTY_MATCH: Final[RemoteMatch[Never]] = RemoteMatch()
+EMPTY_MATCH: Final[RemoteMatch[Any]] = RemoteMatch()
 """The one result for "no link wants it"."""
 
 
-def _build(plain: list[Subscription[L]], queues: Groups[L]) -> RemoteMatch[L]:
+def _build(plain: list[Subscription], queues: Groups) -> RemoteMatch[Any]:
     links = tuple({sub.owner: None for sub in plain})
-    groups: dict[str, tuple[tuple[L, int], ...]] = {}
+    groups: dict[str, tuple[tuple[Any, int], ...]] = {}
     for name, members in queues.items():
-        weights: dict[L, int] = {}
+        weights: dict[Any, int] = {}
         for sub in members:
             weights[sub.owner] = weights.get(sub.owner, 0) + sub.weight
         groups[name] = tuple(weights.items())
@@ -87,7 +86,7 @@ def _build(plain: list[Subscription[L]], queues: Groups[L]) -> RemoteMatch[L]:
 
 
 # link's slice: account -> (subject, queue) -> the entry stored in that account's trie
-_Slice = dict[str, dict[tuple[str, str | None], Subscription[L]]]
+_Slice = dict[str, dict[tuple[str, str | None], Subscription]]
 
 
 class RemoteInterest(Generic[L]):
@@ -101,10 +100,10 @@ class RemoteInterest(Generic[L]):
 
     def __init__(self, *, cache: bool = True) -> None:
         self._cache = cache
-        self._accounts: dict[str, SubjectTrie[L, RemoteMatch[L]]] = {}
+        self._accounts: dict[str, SubjectTrie[RemoteMatch[L]]] = {}
         self._patterns: dict[str, PatternIndex[L]] = {}
         """Each account's pattern interest, once it has any: pattern -> the links that want it."""
-        self._by_link: dict[L, _Slice[L]] = {}
+        self._by_link: dict[L, _Slice] = {}
         self._count = 0
         self.genid = 0
         """A number that grows with every change, in any account (tries come and go with accounts,
@@ -206,13 +205,13 @@ class RemoteInterest(Generic[L]):
         self._forget(link, slices, account)
         return self._drop(account, entries)
 
-    def _drop(self, account: str, entries: dict[tuple[str, str | None], Subscription[L]]) -> int:
+    def _drop(self, account: str, entries: dict[tuple[str, str | None], Subscription]) -> int:
         self._unfile(account, entries.values())
         self._count -= len(entries)
         self.genid += 1
         return len(entries)
 
-    def _unfile(self, account: str, subs: Iterable[Subscription[L]]) -> None:
+    def _unfile(self, account: str, subs: Iterable[Subscription]) -> None:
         """Take entries out of the account's trie or pattern index; drop either once empty."""
         plain = []
         for sub in subs:
@@ -233,7 +232,7 @@ class RemoteInterest(Generic[L]):
             if not len(trie):
                 del self._accounts[account]
 
-    def _forget(self, link: L, slices: _Slice[L], account: str) -> None:
+    def _forget(self, link: L, slices: _Slice, account: str) -> None:
         del slices[account]
         if not slices:
             del self._by_link[link]

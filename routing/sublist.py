@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Final, Generic, Never, TypeVar
+from typing import Final
 
 from routing.subscription import Subscription
 from routing.trie import Groups, SubjectTrie
 
 __all__ = ["SubList", "SubListResult"]
 
-OwnerT = TypeVar("OwnerT")
-"""The owners of the subscriptions."""
-OwnerT_co = TypeVar("OwnerT_co", covariant=True)
 
-
-class SubListResult(Generic[OwnerT_co]):
+class SubListResult:
     """Who matched a subject: plain subscribers, and the members of each queue group.
 
     Immutable, and built once per (cached) subject; the publish path iterates it without copying.
@@ -30,8 +26,8 @@ class SubListResult(Generic[OwnerT_co]):
 
     def __init__(
         self,
-        plain: tuple[Subscription[OwnerT_co], ...] = (),
-        queues: tuple[tuple[Subscription[OwnerT_co], ...], ...] = (),
+        plain: tuple[Subscription, ...] = (),
+        queues: tuple[tuple[Subscription, ...], ...] = (),
     ) -> None:
         self.plain: Final = plain
         self.queues: Final = queues
@@ -57,14 +53,14 @@ class SubListResult(Generic[OwnerT_co]):
         return bool(self.plain or self.queues)
 
 
-EMPTY_RESULT: Final[SubListResult[Never]] = SubListResult()
+EMPTY_RESULT: Final = SubListResult()
 
 
-def _build(plain: list[Subscription[OwnerT]], queues: Groups[OwnerT]) -> SubListResult[OwnerT]:
+def _build(plain: list[Subscription], queues: Groups) -> SubListResult:
     return SubListResult(tuple(plain), tuple(map(tuple, queues.values())) if queues else ())
 
 
-class SubList(SubjectTrie[OwnerT, SubListResult[OwnerT]]):
+class SubList(SubjectTrie[SubListResult]):
     """Local subscriptions of one account, matched through a subject trie with a result cache.
 
     ``match`` hands out ``SubListResult`` snapshots; every miss returns the one shared empty result.

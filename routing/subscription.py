@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Final, Generic, TypeVar
+from typing import Any
 
 __all__ = ["Subscription"]
 
-OwnerT_co = TypeVar("OwnerT_co", covariant=True)
-"""Who owns a subscription; routing never looks at it beyond identity."""
 
-
-class Subscription(Generic[OwnerT_co]):
+class Subscription:
     """One interest in a subject, optionally as a member of a queue group.
 
     Identity-hashed: two subscriptions on the same subject are two subscriptions, and a trie can hold
@@ -22,9 +19,7 @@ class Subscription(Generic[OwnerT_co]):
         subject: the subject or wildcard pattern.
         queue: the queue group name, or None for a plain subscription.
         sid: the owner's identifier for it (a NATS client's subscription id).
-        owner: what takes deliveries for it: a connection, a link, an internal consumer; None
-            where nothing does (the patterns of a permission list). Its type is the type parameter;
-            it never changes.
+        owner: what takes deliveries for it: a connection, a link, an internal consumer.
         weight: how many members this entry stands for; remote queue interest carries the far
             side's member count here. Local subscriptions are always 1.
         max_msgs: deliveries after which the owner drops it (0: no limit).
@@ -41,8 +36,7 @@ class Subscription(Generic[OwnerT_co]):
         subject: str,
         queue: str | None = None,
         sid: bytes = b"",
-        *,
-        owner: OwnerT_co,
+        owner: Any = None,
         weight: int = 1,
         max_msgs: int = 0,
         delivered: int = 0,
@@ -50,7 +44,7 @@ class Subscription(Generic[OwnerT_co]):
         self.subject = subject
         self.queue = queue
         self.sid = sid
-        self.owner: Final = owner
+        self.owner = owner
         self.weight = weight
         self.max_msgs = max_msgs
         self.delivered = delivered

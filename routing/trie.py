@@ -42,22 +42,20 @@ class MatchResult(Protocol):
     def fanout(self) -> int: ...
 
 
-OwnerT = TypeVar("OwnerT")
-"""The owners of the subscriptions a trie holds."""
 R = TypeVar("R", bound=MatchResult)
 
-Groups = dict[str, list[Subscription[OwnerT]]]
-Builder = Callable[[list[Subscription[OwnerT]], Groups[OwnerT]], R]
+Groups = dict[str, list[Subscription]]
+Builder = Callable[[list[Subscription], Groups], R]
 
 
-Members = list[Subscription[OwnerT]] | dict[Subscription[OwnerT], None]
+Members = list[Subscription] | dict[Subscription, None]
 """Subscribers at one node: a list while small (64 bytes instead of a dict's 224), a dict-as-ordered-set
 beyond ``_SMALL`` so that removing one of thousands stays O(1)."""
 
 _SMALL = 8
 
 
-class _Node(Generic[OwnerT]):
+class _Node:
     """One token position, kept small because a sparse trie is mostly chains of single children.
 
     ``children`` is None, the only literal child itself (a dict of one entry would cost 224 bytes),
@@ -66,16 +64,16 @@ class _Node(Generic[OwnerT]):
 
     __slots__ = ("children", "fwc", "parent", "psubs", "pwc", "qsubs", "token")
 
-    def __init__(self, token: str, parent: _Node[OwnerT] | None) -> None:
+    def __init__(self, token: str, parent: _Node | None) -> None:
         self.token = token
         self.parent = parent  # lets a removal prune upwards without recording its path
-        self.children: _Node[OwnerT] | dict[str, _Node[OwnerT]] | None = None
-        self.pwc: _Node[OwnerT] | None = None
-        self.fwc: _Node[OwnerT] | None = None
-        self.psubs: Members[OwnerT] | None = None
-        self.qsubs: dict[str, Members[OwnerT]] | None = None
+        self.children: _Node | dict[str, _Node] | None = None
+        self.pwc: _Node | None = None
+        self.fwc: _Node | None = None
+        self.psubs: Members | None = None
+        self.qsubs: dict[str, Members] | None = None
 
-    def add_literal(self, token: str) -> _Node[OwnerT]:
+    def add_literal(self, token: str) -> _Node:
         children = self.children
         if isinstance(children, dict):
             found = children.get(token)
@@ -104,7 +102,7 @@ class _Node(Generic[OwnerT]):
         return not (self.psubs or self.qsubs or self.children or self.pwc or self.fwc)
 
 
-def _add_member(members: Members[OwnerT] | None, sub: Subscription[OwnerT]) -> Members[OwnerT]:
+def _add_member(members: Members | None, sub: Subscription) -> Members:
     if members is None:
         return [sub]
     if isinstance(members, list):
@@ -116,7 +114,7 @@ def _add_member(members: Members[OwnerT] | None, sub: Subscription[OwnerT]) -> M
     return members
 
 
-def _drop_member(members: Members[OwnerT], sub: Subscription[OwnerT]) -> Members[OwnerT] | None:
+def _drop_member(members: Members, sub: Subscription) -> Members | None:
     if isinstance(members, list):
         members.remove(sub)
     else:
@@ -124,7 +122,7 @@ def _drop_member(members: Members[OwnerT], sub: Subscription[OwnerT]) -> Members
     return members or None
 
 
-class SubjectTrie(Generic[OwnerT, R]):
+class SubjectTrie(Generic[R]):
     """A trie of subscriptions with a match cache; the shared engine of ``SubList`` and remote interest.
 
     Args:
@@ -147,10 +145,10 @@ class SubjectTrie(Generic[OwnerT, R]):
         "genid",
     )
 
-    def __init__(self, build: Builder[OwnerT, R], empty: R, *, cache: bool = True) -> None:
+    def __init__(self, build: Builder[R], empty: R, *, cache: bool = True) -> None:
         self._build = build
         self._empty = empty
-        self._root: _Node[OwnerT] = _Node("", None)
+        self._root = _Node("", None)
         self._cache: dict[str, R] | None = {} if cache else None
         self._count = 0
         self.genid = 0
@@ -163,7 +161,7 @@ class SubjectTrie(Generic[OwnerT, R]):
 
     # -- changes -------------------------------------------------------------------------------
 
-    def insert(self, sub: Subscription[OwnerT]) -> None:
+    def insert(self, sub: Subscription) -> None:
         """Add ``sub`` under its subject. Inserting the same subscription twice is a no-op.
 
         Raises:
@@ -197,7 +195,7 @@ class SubjectTrie(Generic[OwnerT, R]):
         self._inserts += 1
         self.invalidate(sub.subject)
 
-    def remove(self, sub: Subscription[OwnerT]) -> None:
+    def remove(self, sub: Subscription) -> None:
         """Remove ``sub``, pruning nodes left empty.
 
         Raises:
@@ -211,7 +209,7 @@ class SubjectTrie(Generic[OwnerT, R]):
         self._removes += 1
         self.invalidate(sub.subject)
 
-    def remove_batch(self, subs: Iterable[Subscription[OwnerT]]) -> int:
+    def remove_batch(self, subs: Iterable[Subscription]) -> int:
         """Remove every subscription of ``subs`` that is present; return how many were.
 
         Meant for a connection or link going away: one cache reset for the whole batch instead of
@@ -240,7 +238,7 @@ class SubjectTrie(Generic[OwnerT, R]):
             else:
                 cache.pop(subject, None)
 
-    def _detach(self, sub: Subscription[OwnerT]) -> bool:
+    def _detach(self, sub: Subscription) -> bool:
         """Unlink ``sub`` and prune; False if it is not here (invalid subjects never are)."""
         node = self._root
         for token in sub.subject.split(SEP):
@@ -305,8 +303,8 @@ class SubjectTrie(Generic[OwnerT, R]):
         tokens = subject.split(SEP)
         if "" in tokens:
             return self._empty
-        plain: list[Subscription[OwnerT]] = []
-        queues: Groups[OwnerT] = {}
+        plain: list[Subscription] = []
+        queues: Groups = {}
         _collect(self._root, tokens, 0, len(tokens), plain, queues)
         result = self._build(plain, queues) if plain or queues else self._empty
         if cache is not None:
@@ -333,7 +331,7 @@ class SubjectTrie(Generic[OwnerT, R]):
     def __len__(self) -> int:
         return self._count
 
-    def __iter__(self) -> Iterator[Subscription[OwnerT]]:
+    def __iter__(self) -> Iterator[Subscription]:
         """Every subscription held, in no promised order."""
         stack = [self._root]
         while stack:
@@ -356,7 +354,7 @@ class SubjectTrie(Generic[OwnerT, R]):
     def depth(self) -> int:
         """Levels in use below the root: 0 when empty, so tests can see pruning happen."""
 
-        def below(node: _Node[OwnerT]) -> int:
+        def below(node: _Node) -> int:
             children = node.children
             kids = list(children.values()) if isinstance(children, dict) else [children]
             return 1 + max(
@@ -382,12 +380,7 @@ class SubjectTrie(Generic[OwnerT, R]):
 
 
 def _collect(
-    node: _Node[OwnerT],
-    tokens: list[str],
-    i: int,
-    n: int,
-    plain: list[Subscription[OwnerT]],
-    queues: Groups[OwnerT],
+    node: _Node, tokens: list[str], i: int, n: int, plain: list[Subscription], queues: Groups
 ) -> None:
     """Gather what matches ``tokens[i:]`` below ``node`` into ``plain`` and ``queues``."""
     while i < n:
@@ -411,7 +404,7 @@ def _collect(
     _gather(node, plain, queues)
 
 
-def _gather(node: _Node[OwnerT], plain: list[Subscription[OwnerT]], queues: Groups[OwnerT]) -> None:
+def _gather(node: _Node, plain: list[Subscription], queues: Groups) -> None:
     if node.psubs:
         plain.extend(node.psubs)
     if node.qsubs:
@@ -423,7 +416,7 @@ def _gather(node: _Node[OwnerT], plain: list[Subscription[OwnerT]], queues: Grou
                 group.extend(members)
 
 
-def _any(node: _Node[OwnerT], tokens: list[str], i: int, n: int) -> bool:
+def _any(node: _Node, tokens: list[str], i: int, n: int) -> bool:
     """Whether anything matches ``tokens[i:]`` below ``node``; the early-exit twin of ``_collect``."""
     while i < n:
         fwc = node.fwc

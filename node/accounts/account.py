@@ -7,7 +7,6 @@ from typing import Any, Protocol, TypeAlias
 
 import attrs
 
-from cluster.host import Forwarder, Subscriber
 from routing import (
     EMPTY_MATCH,
     PatternIndex,
@@ -27,7 +26,7 @@ DEFAULT_ACCOUNT = "$G"
 _CACHE_MAX = 4096
 
 # (A string, because compiled generic classes cannot be subscripted at run time.)
-Interest: TypeAlias = "tuple[SubListResult[Subscriber], RemoteMatch[Forwarder], RemoteMatch[Forwarder]]"
+Interest: TypeAlias = "tuple[SubListResult, RemoteMatch[Any], RemoteMatch[Any]]"
 """Who wants a subject: local subscribers, routes, gateways."""
 
 
@@ -35,9 +34,9 @@ class Importer(Protocol):
     """What an account that imports streams does as its subscriptions come and go
     (``node.accounts.imports``)."""
 
-    def subscribed(self, sub: Subscription[Subscriber]) -> None: ...
+    def subscribed(self, sub: Subscription) -> None: ...
 
-    def unsubscribed(self, subs: Collection[Subscription[Subscriber]]) -> None: ...
+    def unsubscribed(self, subs: Collection[Subscription]) -> None: ...
 
 
 class Account:
@@ -70,11 +69,9 @@ class Account:
         "sublist",
     )
 
-    def __init__(
-        self, name: str, routes: RemoteInterest[Forwarder], gateways: RemoteInterest[Forwarder]
-    ) -> None:
+    def __init__(self, name: str, routes: RemoteInterest[Any], gateways: RemoteInterest[Any]) -> None:
         self.name = name
-        self.sublist: SubList[Subscriber] = SubList()
+        self.sublist = SubList()
         self._routes = routes
         self._gateways = gateways
         self._cache: dict[bytes, Interest] = {}

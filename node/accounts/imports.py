@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from cluster.host import Subscriber
 from node.accounts.account import Account
 from node.config.options import Config
 from routing import Message, Subscription, subjects_collide
@@ -55,9 +54,9 @@ class ImportHost(Protocol):
 
     def account(self, name: str) -> Account: ...
 
-    def subscribe(self, account: Account, sub: Subscription[Subscriber]) -> None: ...
+    def subscribe(self, account: Account, sub: Subscription) -> None: ...
 
-    def unsubscribe(self, account: Account, subs: Collection[Subscription[Subscriber]]) -> None: ...
+    def unsubscribe(self, account: Account, subs: Collection[Subscription]) -> None: ...
 
     def publish(self, account: Account, msg: Message) -> bool: ...
 
@@ -67,14 +66,14 @@ class Shadow:
 
     __slots__ = ("filtered", "map", "target")
 
-    def __init__(self, subjects: SubjectMap, target: Subscription[Subscriber], filtered: bool) -> None:
+    def __init__(self, subjects: SubjectMap, target: Subscription, filtered: bool) -> None:
         self.map = subjects
         self.target = target
         self.filtered = filtered
         """Whether the shadow subscribes to more than the target wants (its pattern straddles the
         import), so each message is checked."""
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         subject = self.map.forward(msg.subject)
         target = self.target
         if self.filtered and not self.map.wants(target.subject, subject):
@@ -88,9 +87,9 @@ class StreamImports:
     def __init__(self, broker: ImportHost, imports: Sequence[tuple[Account, SubjectMap]]) -> None:
         self._broker = broker
         self._imports = imports
-        self._shadows: dict[Subscription[Subscriber], list[tuple[Account, Subscription[Shadow]]]] = {}
+        self._shadows: dict[Subscription, list[tuple[Account, Subscription]]] = {}
 
-    def subscribed(self, sub: Subscription[Subscriber]) -> None:
+    def subscribed(self, sub: Subscription) -> None:
         if isinstance(sub.owner, Shadow | ServiceImport | Responses):
             return  # internal subscriptions import nothing (so imports never chain into loops)
         shadows = []
@@ -107,8 +106,8 @@ class StreamImports:
         if shadows:
             self._shadows[sub] = shadows
 
-    def unsubscribed(self, subs: Collection[Subscription[Subscriber]]) -> None:
-        gone: dict[Account, list[Subscription[Shadow]]] = {}
+    def unsubscribed(self, subs: Collection[Subscription]) -> None:
+        gone: dict[Account, list[Subscription]] = {}
         for sub in subs:
             for exporter, shadow in self._shadows.pop(sub, ()):
                 gone.setdefault(exporter, []).append(shadow)
@@ -128,7 +127,7 @@ class ServiceImport:
         self.map = subjects
         self.responses = responses
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         request = msg.with_subject(self.map.forward(msg.subject))
         return self.responses.request(self.importer, self.exporter, request)
 
@@ -152,7 +151,7 @@ class Responses:
             collections.OrderedDict()
         )
         """Token -> (importing account, exporting account, reply there, when to forget it)."""
-        self._listening: dict[Account, Subscription[Responses]] = {}
+        self._listening: dict[Account, Subscription] = {}
         self._chain = 0
 
     def __len__(self) -> int:
@@ -194,7 +193,7 @@ class Responses:
         pending[token] = (importer, exporter, reply, now + RESPONSE_TTL)
         return token
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """A response in an exporting account: on to the requester, once."""
         token = msg.subject[len(self.prefix) :]
         entry = self._pending.get(token)

@@ -23,14 +23,14 @@ _PATTERN_CACHE_MAX = 64
 """Fewer verdicts than subjects: each holds a pattern and a channel of up to a kilobyte or so."""
 
 
-def _patterns(entries: tuple[str, ...]) -> SubList[None] | None:
+def _patterns(entries: tuple[str, ...]) -> SubList | None:
     """Entries as a trie; ``"subject queue"`` entries apply to that queue group only."""
     if not entries:
         return None
-    sl: SubList[None] = SubList()
+    sl = SubList()
     for entry in entries:
         subject, _, queue = entry.partition(" ")
-        sl.insert(Subscription(subject, queue.strip() or None, owner=None))
+        sl.insert(Subscription(subject, queue.strip() or None))
     return sl
 
 

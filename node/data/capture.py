@@ -36,7 +36,6 @@ from typing import Protocol
 
 import trio
 
-from cluster.host import Subscriber
 from node.accounts.account import Account
 from node.config.options import StreamConfig
 from node.data.keyspace import CommitFailed, Journal, Keyspaces
@@ -63,7 +62,7 @@ class CaptureHost(Protocol):
 
     def account(self, name: str) -> Account: ...
 
-    def subscribe(self, account: Account, sub: Subscription[Subscriber]) -> None: ...
+    def subscribe(self, account: Account, sub: Subscription) -> None: ...
 
     def publish(self, account: Account, msg: Message) -> bool: ...
 
@@ -98,7 +97,7 @@ class StreamCapture:
         """Messages the stream could not take (the node past maxmemory, the stream's IDs exhausted,
         or the journal not writable)."""
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         now = time.time_ns() // 1_000_000
         db, key = self._keyspaces.database(self.config.account, CAPTURE_DB), self.key
         stream = db.get(key, now)

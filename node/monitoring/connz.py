@@ -14,7 +14,6 @@ from typing import Any
 
 import attrs
 
-from cluster.host import Subscriber
 from node.accounts.account import DEFAULT_ACCOUNT
 from node.broker import Broker
 from node.connection import Connection
@@ -56,7 +55,7 @@ def _num_subs(conn: Connection) -> int:
     return len(conn.subs)
 
 
-def subs_of(conn: Connection) -> list[Subscription[Connection]]:
+def subs_of(conn: Connection) -> list[Subscription]:
     """A connection's subscriptions (as ``_num_subs`` counts them), copied in one step."""
     if isinstance(conn, RespConnection) and conn.shard:
         return [*conn.subs.values(), *conn.shard.values()]
@@ -88,7 +87,7 @@ _SORTS: dict[str, tuple[_SortKey, bool]] = {
 }
 
 
-def sub_detail(sub: Subscription[Subscriber], cid: int, account: str | None) -> dict[str, Any]:
+def sub_detail(sub: Subscription, cid: int, account: str | None) -> dict[str, Any]:
     """nats-server's ``SubDetail``; a Redis client's subscription also names its ``channel``
     (whose subject is ``$R.`` and the channel in hex when it is not a subject itself)."""
     detail: dict[str, Any] = {"account": account} if account else {}
@@ -104,7 +103,7 @@ def sub_detail(sub: Subscription[Subscriber], cid: int, account: str | None) -> 
     return detail
 
 
-def _subject(sub: Subscription[Connection]) -> str:
+def _subject(sub: Subscription) -> str:
     return sub.subject
 
 

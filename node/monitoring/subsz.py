@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from node.broker import Broker, Owner
+from node.broker import Broker
 from node.connection import Connection
 from node.monitoring.connz import sub_detail, subs_of
 from node.monitoring.gofmt import go_time
@@ -57,16 +57,14 @@ class SubszOptions:
     account: str = ""
 
 
-async def _client_subscriptions(
-    broker: Broker, opts: SubszOptions, pace: Pacer
-) -> list[Subscription[Owner]]:
+async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer) -> list[Subscription]:
     """The subscriptions of client connections, and the node's own, that the query asks for
     (local ones only, as nats-server lists them), from each connection's own table.
 
     Only the subscriptions themselves are collected, never a record per subscription that refers to
     one: records that hold references would be tracked by the garbage collector, and a hundred
     thousand of them are enough to set off a full collection, a stall of its own."""
-    found: list[Subscription[Owner]] = []
+    found: list[Subscription] = []
     for conn in list(broker.clients.values()):
         if not isinstance(conn, Connection):
             continue
@@ -76,23 +74,23 @@ async def _client_subscriptions(
             if not opts.test or subject_matches(sub.subject, opts.test):
                 found.append(sub)
             await pace.tick()
-    for own in broker.internal_subscriptions:
-        if (not opts.account or own.owner.account.name == opts.account) and (
-            not opts.test or subject_matches(own.subject, opts.test)
+    for sub in broker.internal_subscriptions:
+        if (not opts.account or sub.owner.account.name == opts.account) and (
+            not opts.test or subject_matches(sub.subject, opts.test)
         ):
-            found.append(own)
+            found.append(sub)
     return found
 
 
-def _natural(sub: Subscription[Owner]) -> tuple[str, int, int, bytes]:
+def _natural(sub: Subscription) -> tuple[str, int, int, bytes]:
     """By account, connection, then sid, numeric sids by value (``2`` before ``10``) as clients
     number them."""
-    owner = sub.owner
+    owner: Connection = sub.owner
     return owner.account.name, owner.cid, len(sub.sid), sub.sid
 
 
-def _listed_detail(sub: Subscription[Owner]) -> dict[str, Any]:
-    owner = sub.owner
+def _listed_detail(sub: Subscription) -> dict[str, Any]:
+    owner: Connection = sub.owner
     return sub_detail(sub, owner.cid, owner.account.name)
 
 

@@ -44,7 +44,6 @@ from typing import Any
 import attrs
 import trio
 
-from cluster.host import Subscriber
 from node.accounts.account import Account
 from node.broker import NATS_VERSION, Broker, Client
 from node.connection import Connection
@@ -234,7 +233,7 @@ class SystemAccount:
 
     # -- in the publish path, and where connections open and close: queue, nothing more -----------
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """A request: queued for ``run`` to answer (or dropped, with too many waiting)."""
         if len(self._requests) >= REQUESTS_QUEUED:
             self.dropped += 1

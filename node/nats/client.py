@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any, Final
 
-from cluster.host import Subscriber
 from node.accounts.auth import Verification, Verifying
 from node.accounts.permissions import PermissionSet
 from node.broker import Broker
@@ -137,7 +136,7 @@ class ClientConnection(Connection):
         the PONG to its first PING, as nats-server requires (no INFO comes between the two)."""
         self._ponged = False
         self._heard = False  # whether anything arrived yet (looked at while a CONNECT is awaited)
-        self._filtered: set[Subscription[Subscriber]] = set()
+        self._filtered: set[Subscription] = set()
         """Subscriptions whose deliveries are checked: those that overlap a denied subject, and
         those whose first token is a wildcard (they would match the Redis-only ``$R.`` space)."""
         # Round trips and pings.
@@ -405,7 +404,7 @@ class ClientConnection(Connection):
         if self.verbose:
             self._send(w.OK)
 
-    def _drop_subs(self, subs: Collection[Subscription[Subscriber]]) -> None:
+    def _drop_subs(self, subs: list[Subscription]) -> None:
         for sub in subs:
             del self.subs[sub.sid]
             self._filtered.discard(sub)
@@ -413,7 +412,7 @@ class ClientConnection(Connection):
 
     # -- output ----------------------------------------------------------------------------------
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """Queue one MSG (or HMSG) for ``sub``; False if it was not delivered."""
         if self.closing is not None:
             return False

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from cluster.host import Subscriber
 from node.accounts.permissions import PermissionSet
 from node.broker import Broker
 from node.config.options import RedisConfig, UserConfig
@@ -116,7 +115,7 @@ class RespConnection(Connection):
         self.writer: Writer = RESP2
         self.parser = RequestParser(authenticated=self.user is not None)
         self._capped = self.user is None  # output held to UNAUTHENTICATED_OUTPUT until a sign-in
-        self.shard: dict[bytes, Subscription[Connection]] = {}
+        self.shard: dict[bytes, Subscription] = {}
         """Shard channel subscriptions (SSUBSCRIBE): the same namespace, acknowledged apart."""
         self.patterns: dict[bytes, None] = {}
         self.db = 0
@@ -377,7 +376,7 @@ class RespConnection(Connection):
                 self._over_soft_since = self._clock()
         return True
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         """Deliver a message published on one of this connection's channels."""
         if self.closing is not None:
             return False

@@ -16,7 +16,6 @@ import trio
 
 from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
-from node.accounts.account import Account
 from node.broker import Broker
 from node.config.options import Config
 from node.data.capture import Captures
@@ -46,8 +45,8 @@ class Node:
     that capture subjects."""
 
     server: Server
-    routes: RouteManager[Account] | None = None
-    gateways: GatewayManager[Account] | None = None
+    routes: RouteManager | None = None
+    gateways: GatewayManager | None = None
     store: Store | None = None
     """The append-only file of the Redis keys (``store_dir``)."""
     captures: Captures | None = None

@@ -16,7 +16,6 @@ from trio.testing import MockClock
 
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.frames import MessageFrame, SubAdd, encode
-from cluster.host import Subscriber
 from cluster.replies import short_hash
 from node.config.options import AccountConfig, Config
 from pubmesh_testing.harness import HarnessNode, SuperCluster, open_supercluster
@@ -56,7 +55,7 @@ class Responder:
         self.answered = 0
         node.broker.subscribe(node.broker.account("$G"), self.subscription)
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         assert msg.reply is not None
         assert not msg.reply.startswith(b"_GR_.")  # clients see the original
         self.answered += 1

@@ -45,10 +45,10 @@ def traffic() -> list[str]:
     return publishes(random.Random(2), 10_000)
 
 
-def filled(subjects: list[str], *, cache: bool) -> SubList[None]:
-    sl: SubList[None] = SubList(cache=cache)
+def filled(subjects: list[str], *, cache: bool) -> SubList:
+    sl = SubList(cache=cache)
     for subject in subjects:
-        sl.insert(Subscription(subject, owner=None))
+        sl.insert(Subscription(subject))
     return sl
 
 
@@ -72,13 +72,13 @@ def test_match_uncached_100k(
 
 def test_insert_into_100k(benchmark: BenchmarkFixture, subjects: list[str]) -> None:
     sl = filled(subjects, cache=True)
-    fresh = iter([Subscription(s, owner=None) for s in patterns(random.Random(3), 30_000)])
+    fresh = iter([Subscription(s) for s in patterns(random.Random(3), 30_000)])
     benchmark.pedantic(sl.insert, setup=lambda: ((next(fresh),), {}), rounds=20_000)
 
 
 def test_remove_from_100k(benchmark: BenchmarkFixture, subjects: list[str]) -> None:
-    subs = [Subscription(s, owner=None) for s in subjects]
-    sl: SubList[None] = SubList()
+    subs = [Subscription(s) for s in subjects]
+    sl = SubList()
     for sub in subs:
         sl.insert(sub)
     order = iter(random.Random(4).sample(subs, 20_000))

@@ -21,8 +21,8 @@ from routing import (
 G = "$G"
 
 
-def local_list(*subs: Subscription[object]) -> SubList[object]:
-    sl: SubList[object] = SubList()
+def local_list(*subs: Subscription) -> SubList:
+    sl = SubList()
     for sub in subs:
         sl.insert(sub)
     return sl
@@ -36,7 +36,7 @@ def remote(*entries: tuple[str, str, str | None, int]) -> RemoteInterest[str]:
 
 
 def test_client_message_goes_everywhere_once_per_link() -> None:
-    a, b = Subscription("foo.*", owner=None), Subscription("foo.bar", owner=None)
+    a, b = Subscription("foo.*"), Subscription("foo.bar")
     routes = remote(("r1", "foo.*", None, 1), ("r1", "foo.>", None, 1), ("r2", ">", None, 1))
     gateways = remote(("gwB", "foo.bar", None, 1))
     local, links = plan_delivery(
@@ -51,7 +51,7 @@ def test_client_message_goes_everywhere_once_per_link() -> None:
 
 
 def test_route_message_stays_local() -> None:
-    a = Subscription("foo", owner=None)
+    a = Subscription("foo")
     routes = remote(("r1", "foo", None, 1))
     gateways = remote(("gwB", "foo", None, 1))
     local, links = plan_delivery(
@@ -80,7 +80,7 @@ def test_gateway_message_reaches_routes_but_never_gateways() -> None:
 
 
 def test_routed_message_serves_only_named_groups_from_local_members() -> None:
-    q1, q2 = Subscription("foo", "q1", owner=None), Subscription("foo", "q2", owner=None)
+    q1, q2 = Subscription("foo", "q1"), Subscription("foo", "q2")
     result = local_list(q1, q2).match("foo")
     rng = random.Random(1)
     assert list(plan_delivery(Origin.ROUTE, result, rng)[0]) == []
@@ -89,10 +89,9 @@ def test_routed_message_serves_only_named_groups_from_local_members() -> None:
 
 def test_queue_group_only_remote_is_sent_to_the_link_holding_it() -> None:
     routes = remote(("r1", "foo", "q", 3))
-    empty: SubList[None] = SubList()
     local, links = plan_delivery(
         Origin.CLIENT,
-        empty.match("foo"),
+        SubList().match("foo"),
         random.Random(1),
         routes=routes.match_remote(G, "foo"),
     )
@@ -101,7 +100,7 @@ def test_queue_group_only_remote_is_sent_to_the_link_holding_it() -> None:
 
 
 def test_queue_weights_are_respected() -> None:
-    member = Subscription("foo", "q", owner=None)
+    member = Subscription("foo", "q")
     result = local_list(member).match("foo")
     routes = remote(("r1", "foo", "q", 3), ("r2", "foo", "q", 6)).match_remote(G, "foo")
     rng = random.Random(7)
@@ -119,7 +118,7 @@ def test_queue_weights_are_respected() -> None:
 
 
 def test_group_served_in_cluster_is_not_sent_to_gateways() -> None:
-    member = Subscription("foo", "q", owner=None)
+    member = Subscription("foo", "q")
     gateways = remote(("gwB", "foo", "q", 1)).match_remote(G, "foo")
     for _ in range(50):
         local, links = plan_delivery(
@@ -168,14 +167,14 @@ class Net:
     """Nodes with local subscriptions, and the interest each node learned from its peers."""
 
     sizes: list[int]
-    local: dict[Where, SubList[None]]
+    local: dict[Where, SubList]
     routes: dict[Where, RemoteInterest[Where]]
     gateways: dict[Where, RemoteInterest[Where]]
 
     @classmethod
-    def build(cls, sizes: list[int], placed: list[tuple[Where, Subscription[None]]]) -> "Net":
+    def build(cls, sizes: list[int], placed: list[tuple[Where, Subscription]]) -> "Net":
         nodes = [(c, n) for c, size in enumerate(sizes) for n in range(size)]
-        local: dict[Where, SubList[None]] = {w: SubList() for w in nodes}
+        local = {w: SubList() for w in nodes}
         node_interest = {w: InterestTracker() for w in nodes}
         cluster_interest = [InterestTracker(queue_weights=False) for _ in sizes]
         for where, sub in placed:
@@ -196,8 +195,8 @@ class Net:
                         gateways[w].apply_remote_sub(entry, G, ch.subject, ch.queue, ch.weight)
         return cls(sizes, local, routes, gateways)
 
-    def publish(self, source: Where, subject: str, rng: random.Random) -> Counter[Subscription[None]]:
-        got: Counter[Subscription[None]] = Counter()
+    def publish(self, source: Where, subject: str, rng: random.Random) -> Counter[Subscription]:
+        got: Counter[Subscription] = Counter()
         work: list[tuple[Where, Origin, tuple[str, ...]]] = [(source, Origin.CLIENT, ())]
         hops = 0
         while work:
@@ -247,7 +246,7 @@ def test_super_cluster_delivers_exactly_once(
     """Every matching plain subscriber once, every matching queue group once across all clusters."""
     nodes = [(c, n) for c, size in enumerate(sizes) for n in range(size)]
     placed = [
-        (nodes[(c * 3 + n) % len(nodes)], Subscription(pattern, queue, owner=None))
+        (nodes[(c * 3 + n) % len(nodes)], Subscription(pattern, queue))
         for (c, n), pattern, queue in placements
     ]
     net = Net.build(sizes, placed)

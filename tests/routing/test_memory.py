@@ -14,9 +14,9 @@ def bytes_per_subscription(subject: Callable[[int], str], n: int = 20_000) -> fl
     gc.collect()
     tracemalloc.start()
     try:
-        sl: SubList[None] = SubList()
+        sl = SubList()
         for i in range(n):
-            sl.insert(Subscription(subject(i), owner=None))
+            sl.insert(Subscription(subject(i)))
         used, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -9,26 +9,26 @@ from routing import InvalidSubjectError, SubList, SubListResult, SubListStats, S
 
 
 @pytest.fixture(params=[True, False], ids=["cache", "nocache"])
-def sl(request: pytest.FixtureRequest) -> SubList[None]:
+def sl(request: pytest.FixtureRequest) -> SubList:
     return SubList(cache=request.param)
 
 
-def subs(*subjects: str, queue: str | None = None) -> list[Subscription[None]]:
-    return [Subscription(s, queue, owner=None) for s in subjects]
+def subs(*subjects: str, queue: str | None = None) -> list[Subscription]:
+    return [Subscription(s, queue) for s in subjects]
 
 
-def plain(result: SubListResult[None]) -> set[Subscription[None]]:
+def plain(result: SubListResult) -> set[Subscription]:
     return set(result.plain)
 
 
-def test_init_and_count(sl: SubList[None]) -> None:
+def test_init_and_count(sl: SubList) -> None:
     assert len(sl) == 0
     for sub in subs("foo", "bar", "foo.bar"):
         sl.insert(sub)
     assert len(sl) == 3
 
 
-def test_simple_literal(sl: SubList[None]) -> None:
+def test_simple_literal(sl: SubList) -> None:
     (foo,) = subs("foo")
     sl.insert(foo)
     assert sl.match("foo").plain == (foo,)
@@ -37,21 +37,21 @@ def test_simple_literal(sl: SubList[None]) -> None:
     assert sl.match("foo.bar.baz").plain == (deep,)
 
 
-def test_partial_wildcard(sl: SubList[None]) -> None:
+def test_partial_wildcard(sl: SubList) -> None:
     lit, pwc = subs("a.b.c", "a.*.c")
     sl.insert(lit)
     sl.insert(pwc)
     assert plain(sl.match("a.b.c")) == {lit, pwc}
 
 
-def test_partial_wildcard_at_end(sl: SubList[None]) -> None:
+def test_partial_wildcard_at_end(sl: SubList) -> None:
     lit, pwc = subs("a.b.c", "a.b.*")
     sl.insert(lit)
     sl.insert(pwc)
     assert plain(sl.match("a.b.c")) == {lit, pwc}
 
 
-def test_full_wildcard(sl: SubList[None]) -> None:
+def test_full_wildcard(sl: SubList) -> None:
     lit, fwc = subs("a.b.c", "a.>")
     sl.insert(lit)
     sl.insert(fwc)
@@ -59,29 +59,29 @@ def test_full_wildcard(sl: SubList[None]) -> None:
     assert sl.match("a.>").plain == (fwc,)
 
 
-def test_two_token_publish_does_not_match_one_token_sub(sl: SubList[None]) -> None:
-    sl.insert(Subscription("foo", owner=None))
+def test_two_token_publish_does_not_match_one_token_sub(sl: SubList) -> None:
+    sl.insert(Subscription("foo"))
     assert not sl.match("foo.bar")
 
 
-def test_full_wildcard_needs_a_token(sl: SubList[None]) -> None:
-    sl.insert(Subscription("foo.>", owner=None))
-    sl.insert(Subscription("foo.*.>", owner=None))
+def test_full_wildcard_needs_a_token(sl: SubList) -> None:
+    sl.insert(Subscription("foo.>"))
+    sl.insert(Subscription("foo.*.>"))
     assert not sl.match("foo")
     assert len(sl.match("foo.bar").plain) == 1
     assert len(sl.match("foo.bar.baz").plain) == 2
 
 
-def test_remove_absent_keeps_count(sl: SubList[None]) -> None:
-    sl.insert(Subscription("a.b.c.d", owner=None))
+def test_remove_absent_keeps_count(sl: SubList) -> None:
+    sl.insert(Subscription("a.b.c.d"))
     with pytest.raises(KeyError):
-        sl.remove(Subscription("a.b.c", owner=None))
+        sl.remove(Subscription("a.b.c"))
     with pytest.raises(KeyError):
-        sl.remove(Subscription("a.b.c.d", owner=None))  # same subject, different subscription
+        sl.remove(Subscription("a.b.c.d"))  # same subject, different subscription
     assert len(sl) == 1
 
 
-def test_remove_wildcards_independently(sl: SubList[None]) -> None:
+def test_remove_wildcards_independently(sl: SubList) -> None:
     lit, pwc, fwc = subs("a.b.c.d", "a.b.*.d", "a.b.>")
     for sub in (lit, pwc, fwc):
         sl.insert(sub)
@@ -96,15 +96,15 @@ def test_remove_wildcards_independently(sl: SubList[None]) -> None:
 
 
 @pytest.mark.parametrize("subject", ["a.b.c.d.e.f", "a.b.*.d.e.>"])
-def test_remove_prunes_every_level(sl: SubList[None], subject: str) -> None:
-    sub = Subscription(subject, owner=None)
+def test_remove_prunes_every_level(sl: SubList, subject: str) -> None:
+    sub = Subscription(subject)
     sl.insert(sub)
     assert sl.depth() == 6
     sl.remove(sub)
     assert sl.depth() == 0
 
 
-def test_remove_prunes_only_what_is_empty(sl: SubList[None]) -> None:
+def test_remove_prunes_only_what_is_empty(sl: SubList) -> None:
     shallow, deep = subs("a.b", "a.b.c.d")
     sl.insert(shallow)
     sl.insert(deep)
@@ -114,8 +114,8 @@ def test_remove_prunes_only_what_is_empty(sl: SubList[None]) -> None:
 
 
 @pytest.mark.parametrize("sibling", ["a.>", "a.*", "a.*.c"])
-def test_prune_stops_at_a_node_with_only_wildcard_children(sl: SubList[None], sibling: str) -> None:
-    keep, drop = Subscription(sibling, owner=None), Subscription("a.b", owner=None)
+def test_prune_stops_at_a_node_with_only_wildcard_children(sl: SubList, sibling: str) -> None:
+    keep, drop = Subscription(sibling), Subscription("a.b")
     sl.insert(keep)
     sl.insert(drop)
     sl.remove(drop)
@@ -124,7 +124,7 @@ def test_prune_stops_at_a_node_with_only_wildcard_children(sl: SubList[None], si
     assert sl.match(subject).plain == (keep,)
 
 
-def test_remove_with_large_subs(sl: SubList[None]) -> None:
+def test_remove_with_large_subs(sl: SubList) -> None:
     many = subs(*["foo"] * 512)
     for sub in many:
         sl.insert(sub)
@@ -136,38 +136,38 @@ def test_remove_with_large_subs(sl: SubList[None]) -> None:
 
 
 @pytest.mark.parametrize("subject", [".foo", "foo.", "foo..bar", "foo.bar..baz", "foo.>.bar", ""])
-def test_insert_rejects_invalid_subjects(sl: SubList[None], subject: str) -> None:
+def test_insert_rejects_invalid_subjects(sl: SubList, subject: str) -> None:
     with pytest.raises(InvalidSubjectError):
-        sl.insert(Subscription(subject, owner=None))
+        sl.insert(Subscription(subject))
     assert len(sl) == 0
     assert sl.depth() == 0
 
 
 @pytest.mark.parametrize("subject", ["a.b..d", "a.>.b", "a b"])
-def test_remove_rejects_invalid_subjects(sl: SubList[None], subject: str) -> None:
+def test_remove_rejects_invalid_subjects(sl: SubList, subject: str) -> None:
     with pytest.raises(InvalidSubjectError):
-        sl.remove(Subscription(subject, owner=None))
+        sl.remove(Subscription(subject))
 
 
 def test_invalid_subject_error_is_a_value_error() -> None:
     assert issubclass(InvalidSubjectError, ValueError)
 
 
-def test_insert_same_subscription_twice_is_a_noop(sl: SubList[None]) -> None:
-    sub = Subscription("foo", owner=None)
+def test_insert_same_subscription_twice_is_a_noop(sl: SubList) -> None:
+    sub = Subscription("foo")
     sl.insert(sub)
     sl.insert(sub)
     assert len(sl) == 1
     assert sl.match("foo").plain == (sub,)
 
 
-def test_remove_batch(sl: SubList[None]) -> None:
-    keep = Subscription("foo", owner=None)
+def test_remove_batch(sl: SubList) -> None:
+    keep = Subscription("foo")
     batch = subs("foo", "bar.*", "baz.>", "q.x", queue=None)
     for sub in [keep, *batch]:
         sl.insert(sub)
-    stranger = Subscription("foo", owner=None)  # never inserted: skipped, not an error
-    invalid = Subscription("a..b", owner=None)
+    stranger = Subscription("foo")  # never inserted: skipped, not an error
+    invalid = Subscription("a..b")
     assert sl.remove_batch([*batch, stranger, invalid]) == len(batch)
     assert len(sl) == 1
     assert sl.match("foo").plain == (keep,)
@@ -175,8 +175,8 @@ def test_remove_batch(sl: SubList[None]) -> None:
 
 
 def test_remove_batch_does_not_enable_a_disabled_cache() -> None:
-    sl: SubList[None] = SubList(cache=False)
-    sub = Subscription("foo", owner=None)
+    sl = SubList(cache=False)
+    sub = Subscription("foo")
     sl.insert(sub)
     sl.remove_batch([sub])
     sl.match("foo")
@@ -184,7 +184,7 @@ def test_remove_batch_does_not_enable_a_disabled_cache() -> None:
 
 
 def test_cache_follows_inserts_and_removes() -> None:
-    sl: SubList[None] = SubList()
+    sl = SubList()
     a, b, c = subs("foo", "bar", "foo.bar")
     for sub in (a, b, c):
         sl.insert(sub)
@@ -192,7 +192,7 @@ def test_cache_follows_inserts_and_removes() -> None:
     assert sl.match("foo.bar").plain == (c,)
     assert sl.stats().num_cache == 2
     # A wildcard inserted after foo.bar was cached must show up in its result.
-    fwc = Subscription("foo.>", owner=None)
+    fwc = Subscription("foo.>")
     sl.insert(fwc)
     assert plain(sl.match("foo.bar")) == {c, fwc}
     sl.remove(c)
@@ -205,12 +205,12 @@ def test_cache_follows_inserts_and_removes() -> None:
 
 
 def test_literal_insert_keeps_other_cached_entries() -> None:
-    sl: SubList[None] = SubList()
-    a = Subscription("a", owner=None)
+    sl = SubList()
+    a = Subscription("a")
     sl.insert(a)
     sl.match("a")
     sl.match("b")
-    sl.insert(Subscription("c", owner=None))
+    sl.insert(Subscription("c"))
     assert sl.stats().num_cache == 2
     hits_before = sl.stats().cache_hit_rate
     sl.match("a")
@@ -218,8 +218,8 @@ def test_literal_insert_keeps_other_cached_entries() -> None:
 
 
 def test_cache_is_bounded() -> None:
-    sl: SubList[None] = SubList()
-    sl.insert(Subscription("foo.*", owner=None))
+    sl = SubList()
+    sl.insert(Subscription("foo.*"))
     for i in range(2048):
         sl.match(f"foo.{i}")
     assert sl.stats().num_cache <= 1024
@@ -227,7 +227,7 @@ def test_cache_is_bounded() -> None:
 
 
 def test_negative_results_are_cached_and_counted() -> None:
-    sl: SubList[None] = SubList()
+    sl = SubList()
     assert not sl.match("nothing")
     assert not sl.match("nothing")
     stats = sl.stats()
@@ -236,11 +236,11 @@ def test_negative_results_are_cached_and_counted() -> None:
     assert stats.num_cache == 1
 
 
-def test_misses_share_one_empty_result(sl: SubList[None]) -> None:
+def test_misses_share_one_empty_result(sl: SubList) -> None:
     assert sl.match("foo") is sl.match("bar")
 
 
-def test_results_are_snapshots(sl: SubList[None]) -> None:
+def test_results_are_snapshots(sl: SubList) -> None:
     a, b = subs("foo", "foo")
     sl.insert(a)
     before = sl.match("foo")
@@ -252,9 +252,9 @@ def test_results_are_snapshots(sl: SubList[None]) -> None:
     assert sl.match("foo").plain == (b,)
 
 
-def test_queue_results(sl: SubList[None]) -> None:
+def test_queue_results(sl: SubList) -> None:
     # TestSublistBasicQueueResults
-    sub = Subscription("foo", owner=None)
+    sub = Subscription("foo")
     bar1, bar2 = subs("foo", "foo", queue="bar")
     baz1, baz2 = subs("foo", "foo", queue="baz")
     sl.insert(sub)
@@ -277,36 +277,36 @@ def test_queue_results(sl: SubList[None]) -> None:
     assert not sl.match("foo")
 
 
-def test_queue_group_merges_across_patterns(sl: SubList[None]) -> None:
-    lit, wild = Subscription("foo.bar", "q", owner=None), Subscription("foo.*", "q", owner=None)
+def test_queue_group_merges_across_patterns(sl: SubList) -> None:
+    lit, wild = Subscription("foo.bar", "q"), Subscription("foo.*", "q")
     sl.insert(lit)
     sl.insert(wild)
     (group,) = sl.match("foo.bar").queues
     assert set(group) == {lit, wild}
 
 
-def test_wildcard_characters_in_longer_tokens_are_literal(sl: SubList[None]) -> None:
+def test_wildcard_characters_in_longer_tokens_are_literal(sl: SubList) -> None:
     # TestSublistInsertWithWildcardsAsLiterals / RemoveWithWildcardsAsLiterals
     for subject in ("foo.*-", "foo.>-"):
-        sub = Subscription(subject, owner=None)
+        sub = Subscription(subject)
         sl.insert(sub)
         assert not sl.match("foo.bar")
         assert sl.match(subject).plain == (sub,)
         with pytest.raises(KeyError):
-            sl.remove(Subscription("foo.bar", owner=None))
+            sl.remove(Subscription("foo.bar"))
         sl.remove(sub)
 
 
 @pytest.mark.parametrize("subject", [".foo", "..foo", "foo..", "foo.", "foo..bar", "foo...bar"])
-def test_empty_tokens_match_nothing(sl: SubList[None], subject: str) -> None:
+def test_empty_tokens_match_nothing(sl: SubList, subject: str) -> None:
     # TestSublistMatchWithEmptyTokens
-    sl.insert(Subscription(">", owner=None))
-    sl.insert(Subscription(">", "queue", owner=None))
+    sl.insert(Subscription(">"))
+    sl.insert(Subscription(">", "queue"))
     assert not sl.match(subject)
     assert not sl.has_interest(subject)
 
 
-def test_has_interest(sl: SubList[None]) -> None:
+def test_has_interest(sl: SubList) -> None:
     # TestSublistHasInterest
     assert not sl.has_interest("foo")
     cases = [
@@ -318,29 +318,29 @@ def test_has_interest(sl: SubList[None]) -> None:
         ("*", ["foo"], ["foo.bar"]),
     ]
     for pattern, hits, misses in cases:
-        sub = Subscription(pattern, owner=None)
+        sub = Subscription(pattern)
         sl.insert(sub)
         assert all(sl.has_interest(s) for s in hits), pattern
         assert not any(sl.has_interest(s) for s in misses), pattern
         sl.remove(sub)
-    qsub = Subscription("foo", "q", owner=None)
+    qsub = Subscription("foo", "q")
     sl.insert(qsub)
     assert sl.has_interest("foo")
     sl.remove(qsub)
     assert not sl.has_interest("foo")
 
 
-def test_has_interest_overlapping(sl: SubList[None]) -> None:
+def test_has_interest_overlapping(sl: SubList) -> None:
     # TestSublistHasInterestOverlapping: the `*` branch failing must not end the search.
-    sl.insert(Subscription("stream.A.child", owner=None))
-    sl.insert(Subscription("stream.*", owner=None))
+    sl.insert(Subscription("stream.A.child"))
+    sl.insert(Subscription("stream.*"))
     assert sl.has_interest("stream.A")
     assert sl.has_interest("stream.A.child")
 
 
 def test_has_interest_does_not_fill_the_cache() -> None:
-    sl: SubList[None] = SubList()
-    sl.insert(Subscription("foo", owner=None))
+    sl = SubList()
+    sl.insert(Subscription("foo"))
     assert sl.has_interest("foo")
     stats = sl.stats()
     assert stats.num_cache == 0
@@ -351,9 +351,9 @@ def test_has_interest_does_not_fill_the_cache() -> None:
 
 
 def test_stats() -> None:
-    sl: SubList[None] = SubList()
+    sl = SubList()
     a, b, c = subs("foo", "foo.*", "foo.bar")
-    q = Subscription("foo.bar", "q", owner=None)
+    q = Subscription("foo.bar", "q")
     for sub in (a, b, c, q):
         sl.insert(sub)
     sl.remove(a)
@@ -371,17 +371,17 @@ def test_stats() -> None:
 
 
 def test_no_cache_stats() -> None:
-    sl: SubList[None] = SubList(cache=False)
-    sl.insert(Subscription("foo", owner=None))
+    sl = SubList(cache=False)
+    sl.insert(Subscription("foo"))
     sl.match("foo")
     stats = sl.stats()
     assert stats.num_cache == 0
     assert stats.cache_hit_rate == 0.0
 
 
-def test_genid_grows_with_every_change(sl: SubList[None]) -> None:
+def test_genid_grows_with_every_change(sl: SubList) -> None:
     seen = [sl.genid]
-    sub = Subscription("foo.*", owner=None)
+    sub = Subscription("foo.*")
     sl.insert(sub)
     seen.append(sl.genid)
     sl.remove(sub)
@@ -392,8 +392,8 @@ def test_genid_grows_with_every_change(sl: SubList[None]) -> None:
     assert seen == sorted(set(seen))
 
 
-def test_iteration_lists_every_subscription(sl: SubList[None]) -> None:
-    all_subs = [*subs("a", "a.b", "a.*", ">"), Subscription("a", "q", owner=None)]
+def test_iteration_lists_every_subscription(sl: SubList) -> None:
+    all_subs = [*subs("a", "a.b", "a.*", ">"), Subscription("a", "q")]
     for sub in all_subs:
         sl.insert(sub)
     assert set(sl) == set(all_subs)
@@ -401,9 +401,9 @@ def test_iteration_lists_every_subscription(sl: SubList[None]) -> None:
 
 def test_combined_stats_reweight_rates() -> None:
     # TestSublistAddCacheHitRate: 4 matches, the first a miss, is 0.75; two such lists still 0.75.
-    lists: list[SubList[None]] = [SubList(), SubList()]
+    lists = [SubList(), SubList()]
     for sl in lists:
-        sl.insert(Subscription("foo", owner=None))
+        sl.insert(Subscription("foo"))
         for _ in range(4):
             sl.match("foo")
     assert lists[0].stats().cache_hit_rate == 0.75
@@ -411,5 +411,5 @@ def test_combined_stats_reweight_rates() -> None:
     assert total.cache_hit_rate == 0.75
     assert total.num_matches == 8
     assert total.num_subscriptions == 2
-    idle: SubList[None] = SubList()
+    idle = SubList()
     assert SubListStats.combine([lists[0].stats(), idle.stats()]).cache_hit_rate == 0.75

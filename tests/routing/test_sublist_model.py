@@ -1,7 +1,7 @@
 """Hypothesis drives random insert/remove/match sequences against a brute-force model.
 
 The model is a plain list of live subscriptions matched one by one with ``subject_matches``: too
-slow to ship, too simple to be wrong. A cached and an uncached SubList[None] follow the same steps, so
+slow to ship, too simple to be wrong. A cached and an uncached SubList follow the same steps, so
 a stale cache entry shows up as a disagreement with both the model and the uncached twin.
 """
 
@@ -28,17 +28,15 @@ PUBLISH = st.lists(st.sampled_from(["a", "b", "c", "d", "*x", "*", ""]), min_siz
 QUEUE = st.none() | st.sampled_from(["q1", "q2"])
 
 
-def as_sets(
-    result: SubListResult[None],
-) -> tuple[set[Subscription[None]], dict[str | None, set[Subscription[None]]]]:
+def as_sets(result: SubListResult) -> tuple[set[Subscription], dict[str | None, set[Subscription]]]:
     return set(result.plain), {group[0].queue: set(group) for group in result.queues}
 
 
 def model_match(
-    live: list[Subscription[None]], subject: str
-) -> tuple[set[Subscription[None]], dict[str | None, set[Subscription[None]]]]:
+    live: list[Subscription], subject: str
+) -> tuple[set[Subscription], dict[str | None, set[Subscription]]]:
     matched = [sub for sub in live if subject_matches(sub.subject, subject)]
-    queues: dict[str | None, set[Subscription[None]]] = {}
+    queues: dict[str | None, set[Subscription]] = {}
     for sub in matched:
         if sub.queue is not None:
             queues.setdefault(sub.queue, set()).add(sub)
@@ -50,14 +48,14 @@ class SubListMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cached: SubList[None] = SubList()
-        self.uncached: SubList[None] = SubList(cache=False)
-        self.live: list[Subscription[None]] = []
-        self.handed_out: list[tuple[SubListResult[None], object]] = []
+        self.cached = SubList()
+        self.uncached = SubList(cache=False)
+        self.live: list[Subscription] = []
+        self.handed_out: list[tuple[SubListResult, object]] = []
 
     @rule(target=subs, subject=SUBJECT, queue=QUEUE)
-    def insert(self, subject: str, queue: str | None) -> Subscription[None]:
-        sub = Subscription(subject, queue, owner=None)
+    def insert(self, subject: str, queue: str | None) -> Subscription:
+        sub = Subscription(subject, queue)
         if is_valid_subject(subject):
             self.cached.insert(sub)
             self.uncached.insert(sub)
@@ -67,7 +65,7 @@ class SubListMachine(RuleBasedStateMachine):
     @rule(target=subs, subject=st.sampled_from(["a", "a.*", ">"]), queue=QUEUE, n=st.integers(2, 20))
     def insert_crowd(self, subject: str, queue: str | None, n: int) -> object:
         """Many subscribers on one pattern, past the size where a node switches containers."""
-        crowd = [Subscription(subject, queue, owner=None) for _ in range(n)]
+        crowd = [Subscription(subject, queue) for _ in range(n)]
         for sub in crowd:
             self.cached.insert(sub)
             self.uncached.insert(sub)
@@ -75,7 +73,7 @@ class SubListMachine(RuleBasedStateMachine):
         return multiple(*crowd)
 
     @rule(sub=consumes(subs))
-    def remove(self, sub: Subscription[None]) -> None:
+    def remove(self, sub: Subscription) -> None:
         if sub in self.live:
             self.cached.remove(sub)
             self.uncached.remove(sub)

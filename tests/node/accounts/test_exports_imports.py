@@ -13,7 +13,6 @@ import trio
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from cluster.host import Subscriber
 from node.accounts.imports import MAX_RESPONSES, Responses, install_imports
 from node.config import load as cfg
 from node.config.options import (
@@ -169,7 +168,7 @@ def test_response_mappings_are_bounded_and_expire() -> None:
     taken: list[Message] = []
 
     class Taker:
-        def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+        def deliver(self, sub: Subscription, msg: Message) -> bool:
             taken.append(msg)
             return True
 
@@ -381,7 +380,7 @@ def test_service_imports_chain_and_loops_end() -> None:
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+        def deliver(self, sub: Subscription, msg: Message) -> bool:
             seen.append((self.name, msg))
             return True
 
@@ -394,7 +393,7 @@ def test_service_imports_chain_and_loops_end() -> None:
     inbox: list[Message] = []
 
     class Requester:
-        def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+        def deliver(self, sub: Subscription, msg: Message) -> bool:
             inbox.append(msg)
             return True
 

@@ -12,7 +12,6 @@ import pytest
 import trio
 import trio.testing
 
-from cluster.host import Subscriber
 from node.broker import Broker
 from node.config.load import from_mapping
 from node.config.options import Config, ConfigError, StreamConfig
@@ -28,7 +27,7 @@ class Recorder:
     def __init__(self, log: list[Any]) -> None:
         self.log = log
 
-    def deliver(self, sub: Subscription[Subscriber], msg: Message) -> bool:
+    def deliver(self, sub: Subscription, msg: Message) -> bool:
         self.log.append(("delivered", msg.subject, msg.payload))
         return True
 
