@@ -213,7 +213,8 @@ async def test_nats_js_discovers_hears_lame_duck_and_moves(nursery: trio.Nursery
         n1.lame_duck()
         assert await lines.next() == "ldm"
         assert await lines.next() == f"reconnected {url(n2)}"
-        await until(lambda: n2.server.broker.clients != {})
+        # (the client's subscription moves with it: publish once n2 has it, not merely the client)
+        await until(lambda: bool(n2.server.broker.account("$G").sublist.match("moved").plain))
         n2.server.broker.publish(n2.server.broker.account("$G"), Message(b"moved", None, None, b"hi"))
         assert await lines.next() == "got hi"
         with trio.fail_after(W):
