@@ -17,7 +17,7 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
 
 import trio
 
@@ -38,7 +38,7 @@ from cluster.frames import (
     Snapshot,
 )
 from cluster.handshake import AuthenticationFailed, Handshake
-from cluster.host import NodeHost
+from cluster.host import AccountT, NodeHost
 from cluster.link import Link
 from routing import InterestChange, Origin
 from transport.sessions import Flusher, Session
@@ -90,7 +90,7 @@ class LinkSettings(Protocol):
     def tls(self) -> TlsConfig | None: ...
 
 
-class LinkManager:
+class LinkManager(Generic[AccountT]):
     """The connection machinery of one kind of link; subclasses give the links their meaning.
 
     Args:
@@ -109,7 +109,7 @@ class LinkManager:
 
     def __init__(
         self,
-        host: NodeHost,
+        host: NodeHost[AccountT],
         settings: LinkSettings,
         flusher: Flusher,
         *,
@@ -121,7 +121,7 @@ class LinkManager:
         self.flusher = flusher
         self._dial = dial
         self._rng = rng or random.Random()
-        self.links: list[Link] = []
+        self.links: list[Link[AccountT]] = []
         """Every open connection, registered or not (for monitoring and shutdown)."""
         self._next_rid = 0
         self._nursery: trio.Nursery | None = None
@@ -141,19 +141,19 @@ class LinkManager:
 
     # -- what subclasses decide --------------------------------------------------------------
 
-    def _hello(self, link: Link) -> RouteHello | GatewayHello:
+    def _hello(self, link: Link[AccountT]) -> RouteHello | GatewayHello:
         """The HELLO this node sends on ``link`` once the peer is authenticated."""
         raise NotImplementedError
 
-    def _handshake(self, link: Link, info: Any) -> None:
+    def _handshake(self, link: Link[AccountT], info: Any) -> None:
         """The peer's HELLO arrived: accept the link (register it) or refuse it."""
         raise NotImplementedError
 
-    def _control(self, link: Link, frame: Frame) -> None:
+    def _control(self, link: Link[AccountT], frame: Frame) -> None:
         """Any frame past the handshake other than a message, heartbeat or ERR."""
         raise NotImplementedError
 
-    def _dropped(self, link: Link) -> None:
+    def _dropped(self, link: Link[AccountT]) -> None:
         """A connection ended (for any reason): forget what came over it."""
         raise NotImplementedError
 
@@ -166,8 +166,8 @@ class LinkManager:
         solicited: bool,
         origin: Origin = Origin.ROUTE,
         takes_messages: bool = True,
-        setup: Callable[[Link], None] | None = None,
-    ) -> Link:
+        setup: Callable[[Link[AccountT]], None] | None = None,
+    ) -> Link[AccountT]:
         """Run one connection until it closes; return its link (its ``closing`` says why).
 
         ``setup`` marks the new link before its HELLO goes out (a route's slot, say). An accepted
@@ -224,7 +224,7 @@ class LinkManager:
             self._dropped(link)
         return link
 
-    async def _secure(self, stream: trio.SSLStream[trio.abc.Stream], link: Link) -> bool:
+    async def _secure(self, stream: trio.SSLStream[trio.abc.Stream], link: Link[AccountT]) -> bool:
         """Whether the TLS handshake of an accepted connection succeeded (in time)."""
         assert self.settings.tls is not None
         try:
@@ -236,7 +236,7 @@ class LinkManager:
         return True
 
     async def _heartbeat(self, session: Session) -> None:
-        link: Link = session.conn  # type: ignore[assignment]
+        link: Link[AccountT] = session.conn  # type: ignore[assignment]
         settings = self.settings
         deadline = trio.current_time() + settings.ping_interval * settings.ping_max
         while link.closing is None:
@@ -251,7 +251,7 @@ class LinkManager:
                 link.log(logging.INFO, f"{self.kind} silent for too long, closing")
                 link.close("Stale Connection", flush=False)  # (which stops its session at once)
 
-    def _on_frame(self, opening: Handshake, link: Link, frame: Frame) -> None:
+    def _on_frame(self, opening: Handshake, link: Link[AccountT], frame: Frame) -> None:
         """Everything but messages (which ``Link.receive`` delivers itself)."""
         kind = type(frame)
         if link.remote is None:
@@ -269,7 +269,7 @@ class LinkManager:
         else:
             self._control(link, frame)
 
-    def _opening(self, opening: Handshake, link: Link, frame: Frame) -> None:
+    def _opening(self, opening: Handshake, link: Link[AccountT], frame: Frame) -> None:
         """A frame before the peer's HELLO: the handshake, or a peer's ERR saying why it refused."""
         if isinstance(frame, Challenge):
             proof = opening.on_challenge(frame)
@@ -295,7 +295,7 @@ class LinkManager:
                 f"{type(frame).__name__.upper()} before the handshake (CHALLENGE, PROOF, HELLO)"
             )
 
-    def admit_account(self, name: str) -> Any:
+    def admit_account(self, name: str) -> AccountT | None:
         """The account a message from a link is for, or None if it may not be brought into being
         (see ``admits``)."""
         account = self.host.accounts.get(name)
@@ -322,11 +322,11 @@ class LinkManager:
             )  # fmt: skip
         return False
 
-    def _refuse(self, link: Link, reason: str) -> None:
+    def _refuse(self, link: Link[AccountT], reason: str) -> None:
         link.log(logging.WARNING, f"Refusing {self.kind.lower()}: {reason}")
         link.refuse(reason, f"Refused: {reason}")
 
-    def _send_snapshot(self, link: Link, changes: Iterable[InterestChange]) -> None:
+    def _send_snapshot(self, link: Link[AccountT], changes: Iterable[InterestChange]) -> None:
         """Interest (as announcements) in per-account batches of frames."""
         batches: dict[str, list[tuple[str, str | None, int]]] = {}
         for change in changes:

@@ -47,7 +47,7 @@ from cluster.frames import (
     SubRemove,
     encode,
 )
-from cluster.host import NodeHost
+from cluster.host import AccountT, NodeHost
 from cluster.link import Link
 from cluster.peer import Gateway, gateway_of
 from cluster.replies import ReplyRouter, short_hash
@@ -60,7 +60,7 @@ __all__ = ["GatewayManager"]
 log = logging.getLogger("pubmesh")
 
 
-class GatewayManager(LinkManager):
+class GatewayManager(LinkManager[AccountT]):
     """A node's gateways: its outbound link to each other cluster, the inbound links from them,
     and the cluster-wide interest it announces.
 
@@ -78,11 +78,11 @@ class GatewayManager(LinkManager):
 
     def __init__(
         self,
-        host: NodeHost,
+        host: NodeHost[AccountT],
         config: GatewayConfig,
         flusher: Flusher,
         *,
-        routes: RouteManager | None = None,
+        routes: RouteManager[AccountT] | None = None,
         dial: Dial = trio.open_tcp_stream,
         rng: random.Random | None = None,
     ) -> None:
@@ -91,7 +91,7 @@ class GatewayManager(LinkManager):
         self.name = config.name
         self._url = config.advertise or f"nats://{config.host}:{config.port}"
         self.routes = routes
-        self.remotes: dict[str, Gateway] = {}
+        self.remotes: dict[str, Gateway[AccountT]] = {}
         """Other clusters by name, configured or learned."""
         self.interest = InterestTracker(queue_weights=False)
         """The whole cluster's interest, as announced to other clusters."""
@@ -149,12 +149,12 @@ class GatewayManager(LinkManager):
     async def _accept(self, stream: trio.abc.Stream) -> None:
         await self._serve(stream, solicited=False, origin=Origin.GATEWAY)
 
-    async def _keep_outbound(self, gateway: Gateway) -> None:
+    async def _keep_outbound(self, gateway: Gateway[AccountT]) -> None:
         """Keep a link to some node of ``gateway``'s cluster, redialing with backoff (or, for one
         only heard of, until it has failed too often)."""
         delay, failures = 0.0, 0
 
-        def expect(link: Link) -> None:
+        def expect(link: Link[AccountT]) -> None:
             link.peer = gateway
 
         while True:
@@ -185,12 +185,12 @@ class GatewayManager(LinkManager):
 
     def _reorder(self) -> None:
         up = [gateway for gateway in self.remotes.values() if gateway.outbound is not None]
-        order: list[Gateway] = sorted(up, key=lambda gateway: gateway.rtt)
+        order: list[Gateway[AccountT]] = sorted(up, key=lambda gateway: gateway.rtt)
         self.host.set_gateway_order(order)
 
     # -- handshake ---------------------------------------------------------------------------
 
-    def _hello(self, link: Link) -> GatewayHello:
+    def _hello(self, link: Link[AccountT]) -> GatewayHello:
         return GatewayHello(
             id=self.server_id,
             name=self.host.server_name,
@@ -200,7 +200,7 @@ class GatewayManager(LinkManager):
             gateways=self.known(),
         )
 
-    def _handshake(self, link: Link, info: Any) -> None:
+    def _handshake(self, link: Link[AccountT], info: Any) -> None:
         if not isinstance(info, GatewayHello):
             raise LinkError("a route's HELLO on a gateway")
         server_id, name, urls = info.id, info.gateway, info.urls
@@ -223,7 +223,7 @@ class GatewayManager(LinkManager):
             self._register_inbound(gateway, server_id, link)
         self.learn(info.gateways)
 
-    def _register_outbound(self, gateway: Gateway, link: Link) -> None:
+    def _register_outbound(self, gateway: Gateway[AccountT], link: Link[AccountT]) -> None:
         if gateway.outbound is not None:  # (cannot happen: one dialing task per cluster)
             raise LinkError("a second outbound link")
         gateway.outbound = link
@@ -232,7 +232,9 @@ class GatewayManager(LinkManager):
         self._reorder()
         link.log(logging.INFO, f"Outbound gateway connection to {gateway.name!r} registered")
 
-    def _register_inbound(self, gateway: Gateway, server_id: str, link: Link) -> None:
+    def _register_inbound(
+        self, gateway: Gateway[AccountT], server_id: str, link: Link[AccountT]
+    ) -> None:
         old = gateway.inbound.get(server_id)
         if old is not None:
             old.registered = False
@@ -242,7 +244,7 @@ class GatewayManager(LinkManager):
         self._send_snapshot(link, self.interest.snapshot())
         link.log(logging.INFO, f"Inbound gateway connection from {gateway.name!r} registered")
 
-    def _dropped(self, link: Link) -> None:
+    def _dropped(self, link: Link[AccountT]) -> None:
         if not link.registered:
             return
         link.registered = False
@@ -272,7 +274,7 @@ class GatewayManager(LinkManager):
         """Whether cluster ``name`` is known, or may be (at most ``MAX_CLUSTERS`` are)."""
         return name in self.remotes or len(self.remotes) < MAX_CLUSTERS
 
-    def _remote(self, name: str, urls: Sequence[str], *, reported: bool = False) -> Gateway:
+    def _remote(self, name: str, urls: Sequence[str], *, reported: bool = False) -> Gateway[AccountT]:
         """The cluster called ``name``, created on first mention (then dialed, and its news passed
         to route peers); ``urls`` are added to what is known of it, up to ``MAX_CLUSTERS`` of them
         beside the configured ones. What one of its own nodes ``reported`` goes first, so fresh
@@ -294,7 +296,7 @@ class GatewayManager(LinkManager):
             self.routes.tell_gateways({name: news})  # route peers may have heard of others)
         return gateway
 
-    def _forget(self, gateway: Gateway) -> None:
+    def _forget(self, gateway: Gateway[AccountT]) -> None:
         """A cluster only heard of was never reached: stop dialing it."""
         if self.remotes.get(gateway.name) is gateway:
             del self.remotes[gateway.name]
@@ -303,7 +305,7 @@ class GatewayManager(LinkManager):
 
     # -- interest ----------------------------------------------------------------------------
 
-    def _control(self, link: Link, frame: Frame) -> None:
+    def _control(self, link: Link[AccountT], frame: Frame) -> None:
         kind = type(frame)
         if kind is SubAdd or kind is SubRemove or kind is Snapshot:
             if not link.solicited:
@@ -313,8 +315,8 @@ class GatewayManager(LinkManager):
         else:
             raise LinkError(f"unexpected {kind.__name__} frame on a gateway")
 
-    def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
-        table, gateway, account = self.host.gateway_interest, link.peer, frame.account
+    def _interest(self, link: Link[AccountT], frame: SubAdd | SubRemove | Snapshot) -> None:
+        table, gateway, account = self.host.gateway_interest, gateway_of(link), frame.account
         if not self.admits(account):
             return
         link.accounts.add(account)

@@ -8,8 +8,16 @@ what is declared here:
   arrived over a link;
 * ``Forwarder`` is where the node's publish path hands a message bound for another node or cluster
   (a route peer, a gateway), and what a link was registered for;
-* ``ReplyMapping`` is what the publish path asks of reply mapping across gateways;
-* ``Subscriber`` is what takes a local delivery for one of its subscriptions.
+* ``ReplyMapping`` is what the publish path asks of reply mapping across gateways (it names
+  accounts by name, as frames do);
+* ``Consumer`` is a connection whose output can back up (a client, a link), which publishers pause
+  for.
+
+``NodeHost`` is generic in the node's account type (``AccountT``): the cluster gets accounts from
+the host and hands them back to ``publish`` without looking inside, so the links, their managers and
+the peers that hold links carry the same parameter (``RouteManager[Account]`` on the node's side).
+What takes a local delivery (``Subscriber``) is declared lower down, in ``routing.subscription``,
+because the routing core's records name it; the cluster never delivers locally.
 
 This module imports nothing concrete from the cluster package, so any module of it may import this
 one, and the node may type its side of the seam against it.
@@ -17,24 +25,31 @@ one, and the node may type its side of the seam against it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Protocol, TypeVar
 
-from routing import InterestChange, Message, Origin, Publication, RemoteInterest, Subscription
+from routing import InterestChange, Message, Origin, Publication, RemoteInterest
 
-__all__ = ["Forwarder", "NodeHost", "ReplyMapping", "Subscriber"]
+__all__ = ["AccountT", "Consumer", "Forwarder", "NodeHost", "ReplyMapping"]
 
-
-class Subscriber(Protocol):
-    """Anything that can take a delivery for one of its subscriptions."""
-
-    def deliver(self, sub: Subscription, msg: Message) -> bool:
-        """Take one message; False if it was not delivered (closed, filtered, over its max)."""
-        ...
+AccountT = TypeVar("AccountT")
+"""The node's account type, opaque to the cluster."""
 
 
-class Forwarder(Protocol):
-    """A link the publish path hands a message to: a route peer, a gateway."""
+class Consumer(Protocol):
+    """A connection whose output can back up: a client, a route, a gateway. Past ``stall_at``
+    pending bytes it is congested, and publishers feeding it pause for it."""
+
+    closing: str | None
+    stall_at: int
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+
+class Forwarder(Hashable, Protocol):
+    """A link the publish path hands a message to: a route peer, a gateway (hashable: remote
+    interest is kept by link)."""
 
     def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
         """Send a message on (dropped if the link is down: at most once)."""
@@ -54,16 +69,18 @@ class ReplyMapping(Protocol):
         ...
 
 
-class NodeHost(Protocol):
+class NodeHost(Protocol[AccountT]):
+    """What a node hands its links."""
+
     server_id: str
     server_name: str
-    route_interest: RemoteInterest[Any]
+    route_interest: RemoteInterest[Forwarder]
     """Interest learned over routes; the node's publish path reads it, links write it."""
-    gateway_interest: RemoteInterest[Any]
+    gateway_interest: RemoteInterest[Forwarder]
     """Interest other clusters announced over gateways; written by the gateway links."""
     interest_listeners: list[Callable[[InterestChange], None]]
     """Called with every change of local interest, in order, as it happens."""
-    congested: set[Any]
+    congested: set[Consumer]
     """Connections past their stall threshold: a link backing up adds itself, and the node's
     client publishers pause for it as for a slow client."""
 
@@ -85,7 +102,7 @@ class NodeHost(Protocol):
 
     def publish(
         self,
-        account: Any,
+        account: AccountT,
         msg: Message,
         exclude: object = None,
         origin: Origin = Origin.CLIENT,
@@ -93,10 +110,10 @@ class NodeHost(Protocol):
     ) -> bool: ...
 
     @property
-    def accounts(self) -> Mapping[str, Any]:
+    def accounts(self) -> Mapping[str, AccountT]:
         """The accounts the node has, by name (read only: ``account`` makes them)."""
         ...
 
-    def account(self, name: str) -> Any:
+    def account(self, name: str) -> AccountT:
         """The account called ``name`` (what ``publish`` takes; opaque to the cluster)."""
         ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Generic
 
 import msgpack
 
@@ -26,7 +26,7 @@ from cluster.frames import (
     RouteHello,
     encode,
 )
-from cluster.host import Forwarder, NodeHost
+from cluster.host import AccountT, Forwarder, NodeHost
 from routing import Message, Origin
 from transport.outbox import Outbox
 from transport.sessions import Hangup
@@ -37,14 +37,14 @@ log = logging.getLogger("pubmesh")
 
 _packer = msgpack.Packer(use_bin_type=True)
 
-Control = Callable[["Link", Frame], None]
+Control = Callable[["Link[AccountT]", Frame], None]
 """What a link's manager does with every frame but messages (raising ``LinkError`` to refuse)."""
 
 SLOW_PENDING = "Slow Consumer (Pending Bytes)"
 SLOW_DEADLINE = "Slow Consumer (Write Deadline)"
 
 
-class Link(Outbox):
+class Link(Outbox, Generic[AccountT]):
     """The protocol side of one route (or gateway) connection.
 
     Args:
@@ -67,8 +67,8 @@ class Link(Outbox):
 
     def __init__(
         self,
-        host: NodeHost,
-        control: Control,
+        host: NodeHost[AccountT],
+        control: Control[AccountT],
         *,
         solicited: bool,
         max_frame: int,
@@ -80,7 +80,7 @@ class Link(Outbox):
         origin: Origin = Origin.ROUTE,
         takes_messages: bool = True,
         kind: str = "Link",
-        admit: Callable[[str], Any] | None = None,
+        admit: Callable[[str], AccountT | None] | None = None,
     ) -> None:
         super().__init__(wake)
         self._abandon = abandon
@@ -90,8 +90,8 @@ class Link(Outbox):
         self.host = host
         self.control = control
         self.kind = kind
-        self.admit: Callable[[str], Any] = admit or host.account
-        self._accounts: dict[str, Any] = {}
+        self.admit: Callable[[str], AccountT | None] = admit or host.account
+        self._accounts: dict[str, AccountT] = {}
         """Accounts admitted on this link so far, by name: the per-message lookup (bounded by what
         ``admit`` lets in)."""
         self.origin = origin

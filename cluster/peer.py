@@ -6,8 +6,11 @@ compiled, and the account-to-slot mapping is remembered per account rather than 
 
 from __future__ import annotations
 
+from typing import Generic
+
 import trio
 
+from cluster.host import AccountT
 from cluster.link import Link
 from routing import REPLY_PREFIX, Message
 
@@ -25,7 +28,7 @@ def fnv1a32(text: str) -> int:
     return h
 
 
-class Peer:
+class Peer(Generic[AccountT]):
     """Another node of the cluster: its pooled links, and the way messages for it leave.
 
     Peers are the "links" of the node's route-interest table: remote interest is recorded per peer
@@ -40,7 +43,7 @@ class Peer:
         self.url = url
         self.pool_size = pool_size
         self.pinned = pinned
-        self.slots: dict[Slot, Link] = {}
+        self.slots: dict[Slot, Link[AccountT]] = {}
         self.gateway_url = ""
         """Where this peer accepts gateway links, if it does: how other clusters learn of it."""
         self.disconnected = trio.Event()
@@ -76,7 +79,7 @@ class Peer:
         return f"Peer({self.name!r})"
 
 
-class Gateway:
+class Gateway(Generic[AccountT]):
     """Another cluster, as this node's gateways see it: its messages leave on one outbound link.
 
     A reply subject leaving this way is rewritten to name this cluster and node, so that the answer
@@ -96,8 +99,8 @@ class Gateway:
         """Whether the configuration names it (then it is dialed as long as the node runs)."""
         self.connections = 0
         """Outbound links made so far."""
-        self.outbound: Link | None = None
-        self.inbound: dict[str, Link] = {}
+        self.outbound: Link[AccountT] | None = None
+        self.inbound: dict[str, Link[AccountT]] = {}
         """Links the remote cluster's nodes dialed to this node, by their server id."""
 
     def forward(self, account: str, msg: Message, queues: tuple[str, ...]) -> None:
@@ -116,14 +119,14 @@ class Gateway:
         return f"Gateway({self.name!r})"
 
 
-def peer_of(link: Link) -> Peer:
+def peer_of(link: Link[AccountT]) -> Peer[AccountT]:
     """The peer a registered route link belongs to."""
     peer = link.peer
     assert isinstance(peer, Peer)
     return peer
 
 
-def gateway_of(link: Link) -> Gateway:
+def gateway_of(link: Link[AccountT]) -> Gateway[AccountT]:
     """The remote cluster a registered (or dialed) gateway link belongs to."""
     gateway = link.peer
     assert isinstance(gateway, Gateway)

@@ -21,8 +21,9 @@ import base64
 import collections
 import hashlib
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Generic
 
+from cluster.host import AccountT
 from cluster.peer import Gateway, Peer
 from routing import REPLY_PREFIX, Origin, Publication
 
@@ -38,7 +39,7 @@ def short_hash(name: str) -> bytes:
     return base64.urlsafe_b64encode(hashlib.sha256(name.encode()).digest())[:HASH_LEN]
 
 
-class ReplyRouter:
+class ReplyRouter(Generic[AccountT]):
     """One node's mapped replies: those it remembers, and where homecoming ones go.
 
     Args:
@@ -53,7 +54,7 @@ class ReplyRouter:
         self,
         cluster: str,
         server_id: str,
-        peers: dict[str, Peer],
+        peers: dict[str, Peer[AccountT]],
         ttl: float,
         clock: Callable[[], float],
     ) -> None:
@@ -61,7 +62,7 @@ class ReplyRouter:
         self.node_hash = short_hash(server_id)
         self.prefix = REPLY_PREFIX + self.cluster_hash + b"." + self.node_hash + b"."
         """What this node puts in front of reply subjects leaving through its gateways."""
-        self.gateways: dict[bytes, Gateway] = {}
+        self.gateways: dict[bytes, Gateway[AccountT]] = {}
         """Remote clusters by the hash of their name (kept by the gateway manager)."""
         self._peers = peers
         self._peer_by_hash: dict[bytes, str] = {}
@@ -90,19 +91,18 @@ class ReplyRouter:
         """
         p = publication
         msg = p.msg
-        name: str = p.account.name
         if msg.subject.startswith(REPLY_PREFIX):
             return self._homecoming(p)
         reply = msg.reply
         if reply is not None and reply.startswith(REPLY_PREFIX):
             if p.origin is Origin.CLIENT:
                 return p
-            return p.detour(local=msg.with_reply(self._remember(name, reply)))
-        gateway = self._way_back(name, msg.subject)
+            return p.detour(local=msg.with_reply(self._remember(p.account, reply)))
+        gateway = self._way_back(p.account, msg.subject)
         if gateway is None:
             return p
-        mapped = self._recent[name][msg.subject][0]
-        gateway.forward(name, msg.with_subject(mapped), ())
+        mapped = self._recent[p.account][msg.subject][0]
+        gateway.forward(p.account, msg.with_subject(mapped), ())
         return p.detour(skip=gateway)
 
     def _homecoming(self, p: Publication) -> Publication | bool:
@@ -115,14 +115,14 @@ class ReplyRouter:
         target = subject[12:18]
         if target == self.node_hash:
             msg = p.msg.with_subject(subject[_MAPPED_LEN:])
-            local = msg.with_reply(self._remember(p.account.name, msg.reply))
+            local = msg.with_reply(self._remember(p.account, msg.reply))
             # As if this cluster's gateway had brought the reply itself: local subscribers and the
             # rest of the cluster, never another gateway (the responder's side served those).
             return Publication(p.account, msg, origin=Origin.GATEWAY, local=local)
         peer = self._peer(target)
         if peer is None:
             return False
-        peer.forward(p.account.name, p.msg, ())
+        peer.forward(p.account, p.msg, ())
         return True
 
     def _remember(self, account: str, reply: bytes | None) -> bytes | None:
@@ -137,7 +137,7 @@ class ReplyRouter:
         self._expiry.append((deadline, account, original))
         return original
 
-    def _way_back(self, account: str, subject: bytes) -> Gateway | None:
+    def _way_back(self, account: str, subject: bytes) -> Gateway[AccountT] | None:
         """The gateway a reply published to ``subject`` goes straight back through, if any."""
         entry = self._recent[account][subject]
         if entry[1] <= self._clock():
@@ -165,7 +165,7 @@ class ReplyRouter:
         """How many mappings are remembered (for monitoring)."""
         return sum(len(mapped) for mapped in self._recent.values())
 
-    def _peer(self, node_hash: bytes) -> Peer | None:
+    def _peer(self, node_hash: bytes) -> Peer[AccountT] | None:
         server_id = self._peer_by_hash.get(node_hash)
         if server_id is None or server_id not in self._peers:
             self._peer_by_hash = {short_hash(sid): sid for sid in self._peers}

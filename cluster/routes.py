@@ -52,7 +52,7 @@ from cluster.frames import (
     SubRemove,
     encode,
 )
-from cluster.host import NodeHost
+from cluster.host import AccountT, NodeHost
 from cluster.link import Link
 from cluster.peer import Peer, Slot, peer_of
 from routing import InterestChange, InvalidSubjectError
@@ -89,7 +89,7 @@ def _nothing() -> None:
     pass
 
 
-class RouteManager(LinkManager):
+class RouteManager(LinkManager[AccountT]):
     """A node's routes: accepting, dialing, registering and dropping links, and what flows over them.
 
     Args:
@@ -104,7 +104,7 @@ class RouteManager(LinkManager):
 
     def __init__(
         self,
-        host: NodeHost,
+        host: NodeHost[AccountT],
         config: ClusterConfig,
         flusher: Flusher,
         *,
@@ -114,7 +114,7 @@ class RouteManager(LinkManager):
         super().__init__(host, config, flusher, dial=dial, rng=rng)
         self.config = config
         self.url = config.advertise or f"nats://{config.host}:{config.port}"
-        self.peers: dict[str, Peer] = {}
+        self.peers: dict[str, Peer[AccountT]] = {}
         self._dialing: set[tuple[str, Slot]] = set()
         self._seeds: dict[str, trio.CancelScope] = {}
         """The seeds being introduced to, each with what stops that."""
@@ -185,15 +185,15 @@ class RouteManager(LinkManager):
     async def _accept(self, stream: trio.abc.Stream) -> None:
         await self._serve(stream, solicited=False)
 
-    async def _dial_link(self, stream: trio.abc.Stream, slot: Slot) -> Link:
-        def mark(link: Link) -> None:
+    async def _dial_link(self, stream: trio.abc.Stream, slot: Slot) -> Link[AccountT]:
+        def mark(link: Link[AccountT]) -> None:
             link.slot = slot
 
         return await self._serve(stream, solicited=True, setup=mark)
 
     # -- frames ------------------------------------------------------------------------------
 
-    def _control(self, link: Link, frame: Frame) -> None:
+    def _control(self, link: Link[AccountT], frame: Frame) -> None:
         kind = type(frame)
         if not link.registered:  # (a duplicate, or one being replaced: its peer speaks elsewhere)
             return
@@ -210,7 +210,7 @@ class RouteManager(LinkManager):
         else:
             raise LinkError(f"unexpected {kind.__name__} frame on a route")
 
-    def _interest(self, link: Link, frame: SubAdd | SubRemove | Snapshot) -> None:
+    def _interest(self, link: Link[AccountT], frame: SubAdd | SubRemove | Snapshot) -> None:
         peer, account = peer_of(link), frame.account
         if not self.admits(account):
             return
@@ -228,14 +228,16 @@ class RouteManager(LinkManager):
         except InvalidSubjectError as exc:
             link.log(logging.WARNING, f"Ignoring invalid remote interest: {exc}")
 
-    def _add(self, peer: Peer, account: str, subject: str, queue: str | None, weight: int) -> None:
+    def _add(
+        self, peer: Peer[AccountT], account: str, subject: str, queue: str | None, weight: int
+    ) -> None:
         table = self.host.route_interest
         new = not table.weight(peer, account, subject, queue)
         table.apply_remote_sub(peer, account, subject, queue, weight)
         if new:
             self._tell(InterestChange(account, subject, queue, 1))
 
-    def _forget(self, peer: Peer, account: str) -> None:
+    def _forget(self, peer: Peer[AccountT], account: str) -> None:
         """Drop one account's slice of a peer's interest, telling listeners what went."""
         table = self.host.route_interest
         gone = list(table.entries(peer, account)) if self.interest_listeners else []
@@ -249,7 +251,7 @@ class RouteManager(LinkManager):
 
     # -- handshake and registration ----------------------------------------------------------
 
-    def _hello(self, link: Link) -> RouteHello:
+    def _hello(self, link: Link[AccountT]) -> RouteHello:
         return RouteHello(
             id=self.server_id,
             name=self.host.server_name,
@@ -268,7 +270,7 @@ class RouteManager(LinkManager):
         """Peers worth telling others about: connected ones (a dead one would only haunt them)."""
         return [PeerInfo(p.server_id, p.name, p.url) for p in self.peers.values() if p.slots][:MAX_PEERS]
 
-    def _handshake(self, link: Link, info: Any) -> None:
+    def _handshake(self, link: Link[AccountT], info: Any) -> None:
         config = self.config
         if not isinstance(info, RouteHello):
             raise LinkError("a gateway's HELLO on a route")
@@ -300,19 +302,21 @@ class RouteManager(LinkManager):
         for known in info.peers:
             self._learn(known)
 
-    def _keeps(self, current: Link, new: Link, peer_id: str) -> bool:
+    def _keeps(self, current: Link[AccountT], new: Link[AccountT], peer_id: str) -> bool:
         """Whether ``current`` stays in its slot when ``new`` arrives for it: the connection dialed
         by the lower server id wins; between two dialed by the same node, the newer one."""
         lower = min(self.server_id, peer_id)
 
-        def dialer(link: Link) -> str:
+        def dialer(link: Link[AccountT]) -> str:
             return self.server_id if link.solicited else peer_id
 
         if (dialer(current) == lower) != (dialer(new) == lower):
             return dialer(current) == lower
         return False
 
-    def _peer(self, peer_id: str, name: str, url: str, pool: int, pinned: frozenset[str]) -> Peer:
+    def _peer(
+        self, peer_id: str, name: str, url: str, pool: int, pinned: frozenset[str]
+    ) -> Peer[AccountT]:
         peer = self.peers.get(peer_id)
         if peer is None:
             # A node that restarted comes back with a new id at an old URL: forget the old one.
@@ -323,7 +327,9 @@ class RouteManager(LinkManager):
         peer.update(name, url, pool, pinned)
         return peer
 
-    def _register(self, peer: Peer, slot: Slot, link: Link, replaced: Link | None) -> None:
+    def _register(
+        self, peer: Peer[AccountT], slot: Slot, link: Link[AccountT], replaced: Link[AccountT] | None
+    ) -> None:
         first = not peer.slots
         peer.met = True
         peer.slots[slot] = link
@@ -345,7 +351,7 @@ class RouteManager(LinkManager):
         link.log(logging.INFO, f"Route connection created ({peer.name}, slot {slot})")
         self._dial_missing(peer)
 
-    def _dropped(self, link: Link) -> None:
+    def _dropped(self, link: Link[AccountT]) -> None:
         """A connection ended: forget what came over it, and redial it if this node owns it."""
         if not link.registered:
             return
@@ -378,7 +384,7 @@ class RouteManager(LinkManager):
                 link.send_bytes(frame)
                 break
 
-    def _peer_clients(self, peer: Peer, urls: tuple[str, ...]) -> None:
+    def _peer_clients(self, peer: Peer[AccountT], urls: tuple[str, ...]) -> None:
         if self._peer_client_urls.get(peer.server_id, ()) == urls:
             return
         if urls:
@@ -405,7 +411,7 @@ class RouteManager(LinkManager):
         )
         self._dial_missing(peer)
 
-    def _gossip_about(self, peer: Peer) -> None:
+    def _gossip_about(self, peer: Peer[AccountT]) -> None:
         """Tell every connected peer about one that just came up, so the mesh closes at once."""
         frame = encode(Gossip([PeerInfo(peer.server_id, peer.name, peer.url)]))
         for other in self.peers.values():
@@ -414,7 +420,7 @@ class RouteManager(LinkManager):
                     link.send_bytes(frame)
                     break
 
-    def _dial_missing(self, peer: Peer) -> None:
+    def _dial_missing(self, peer: Peer[AccountT]) -> None:
         """Dial every slot of ``peer`` that is down, if this node owns the pair's connections (only
         the first, until the peer is met: one that may not exist is not worth a pool of dials)."""
         if self._nursery is None or self.server_id > peer.server_id:
@@ -425,7 +431,7 @@ class RouteManager(LinkManager):
                 self._dialing.add(key)
                 self._nursery.start_soon(self._dial_slot, peer, slot)
 
-    async def _dial_slot(self, peer: Peer, slot: Slot) -> None:
+    async def _dial_slot(self, peer: Peer[AccountT], slot: Slot) -> None:
         key = (peer.server_id, slot)
         delay, failures = 0.0, 0
         try:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from cluster.host import Forwarder, ReplyMapping, Subscriber
+from cluster.host import Consumer, Forwarder, ReplyMapping
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
 from node.config.options import Config
@@ -30,9 +30,11 @@ from routing import (
     Message,
     Origin,
     PatternIndex,
+    PatternSubscriber,
     Publication,
     RemoteInterest,
     SubListResult,
+    Subscriber,
     Subscription,
     pattern_subject,
     plan_delivery,
@@ -44,7 +46,6 @@ __all__ = [
     "VERSION",
     "Broker",
     "ClientEvents",
-    "Consumer",
 ]
 
 VERSION = "0.1.0"
@@ -64,28 +65,17 @@ CLOSED_KEPT = 10_000
 """Closed connections remembered for ``/connz?state=closed`` (nats-server's MaxClosedClients)."""
 
 
-class PatternSubscriber(Protocol):
-    """Anything that can take a delivery for a Redis pattern subscription."""
-
-    def deliver_pattern(self, pattern: bytes, channel: bytes, msg: Message) -> bool: ...
-
-
-class Consumer(Protocol):
-    """A connection whose output can back up: a client, a route, a gateway. Past ``stall_at``
-    pending bytes it is congested, and publishers feeding it pause for it."""
-
-    closing: str | None
-    stall_at: int
-
-    @property
-    def pending_bytes(self) -> int: ...
-
-
-class Client(Subscriber, Consumer, Protocol):
-    """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
+class Owner(Subscriber, Protocol):
+    """A subscriber /subsz lists subscriptions under: a client connection, or one of the node's own
+    services (``internal_subscriptions``)."""
 
     cid: int
     account: Account
+
+
+class Client(Owner, Consumer, Protocol):
+    """A connection the broker tracks: counted, listed by /connz, closed on shutdown."""
+
     in_msgs: int
     in_bytes: int
     out_msgs: int
@@ -145,9 +135,9 @@ class Broker:
         self.start_ns = time.time_ns()
         self.rng = rng or random.Random()
         self.auth = Authenticator(config)
-        self.route_interest: RemoteInterest[Any] = RemoteInterest()
+        self.route_interest: RemoteInterest[Forwarder] = RemoteInterest()
         """What this node's routes announced (written by the cluster, read by ``publish``)."""
-        self.gateway_interest: RemoteInterest[Any] = RemoteInterest()
+        self.gateway_interest: RemoteInterest[Forwarder] = RemoteInterest()
         """What remote clusters announced over gateways."""
         self.gateway_order: Sequence[Forwarder] = ()
         """Gateways by preference (lowest round trip first) for queue groups served remotely."""
@@ -374,7 +364,7 @@ class Broker:
         PUBLISH reply), and whether a link took a copy."""
         replies = self.replies
         if replies is not None and replies.claims(account.name, msg.subject, msg.reply):
-            routed = replies.route(Publication(account, msg, exclude, origin, queues))
+            routed = replies.route(Publication(account.name, msg, exclude, origin, queues))
             if isinstance(routed, bool):
                 return 0, routed
             # Local subscribers get ``local``, links ``msg``, and ``skip`` (a gateway the reply
@@ -382,7 +372,7 @@ class Broker:
             p = routed
             local = p.local if p.local is not None else p.msg
             count, forwarded = self._deliver(
-                p.account, p.msg, local, p.exclude, p.origin, p.queues, p.skip
+                account, p.msg, local, p.exclude, p.origin, p.queues, p.skip
             )
             return count, forwarded or p.skip is not None
         return self._deliver(account, msg, msg, exclude, origin, queues, None)
@@ -435,7 +425,9 @@ class Broker:
                     forwarded = True
         return count, forwarded
 
-    def _deliver_patterns(self, patterns: PatternIndex[Any], msg: Message, exclude: object) -> int:
+    def _deliver_patterns(
+        self, patterns: PatternIndex[PatternSubscriber], msg: Message, exclude: object
+    ) -> int:
         """Deliver to Redis pattern subscriptions matching the message's channel, oldest pattern
         first (after the channel's own subscribers, as redis-server orders them)."""
         if not len(patterns):

@@ -43,6 +43,7 @@ from cluster.config import ClusterConfig, GatewayConfig
 from cluster.gateways import GatewayManager
 from cluster.network import MemoryNetwork
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.broker import Broker
 from node.config.options import Config
 from node.run.assembly import assemble
@@ -120,12 +121,12 @@ class HarnessNode:
         return self.node.server
 
     @property
-    def routes(self) -> RouteManager:
+    def routes(self) -> RouteManager[Account]:
         assert self.node.routes is not None
         return self.node.routes
 
     @property
-    def gateways(self) -> GatewayManager | None:
+    def gateways(self) -> GatewayManager[Account] | None:
         return self.node.gateways
 
     @property

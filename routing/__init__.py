@@ -5,10 +5,10 @@ node and cluster packages wire it to sockets.
 """
 
 from routing.channels import channel_subject, pattern_subject, subject_channel, subject_pattern
-from routing.forwarding import DeliveryPlan, Origin, plan_delivery
+from routing.forwarding import DeliveryPlan, plan_delivery
 from routing.glob import GlobPattern, glob_match, is_literal, literal_prefix
 from routing.interest import InterestChange, InterestTracker
-from routing.message import Message, Publication
+from routing.message import Message, Origin, Publication
 from routing.patterns import PatternIndex
 from routing.remote import EMPTY_MATCH, RemoteEntry, RemoteInterest, RemoteMatch
 from routing.stats import SubListStats
@@ -23,10 +23,11 @@ from routing.subjects import (
     tokenize,
 )
 from routing.sublist import SubList, SubListResult
-from routing.subscription import Subscription
+from routing.subscription import NOBODY, PatternSubscriber, Subscriber, Subscription
 
 __all__ = [
     "EMPTY_MATCH",
+    "NOBODY",
     "REPLY_PREFIX",
     "DeliveryPlan",
     "GlobPattern",
@@ -36,6 +37,7 @@ __all__ = [
     "Message",
     "Origin",
     "PatternIndex",
+    "PatternSubscriber",
     "Publication",
     "RemoteEntry",
     "RemoteInterest",
@@ -43,6 +45,7 @@ __all__ = [
     "SubList",
     "SubListResult",
     "SubListStats",
+    "Subscriber",
     "Subscription",
     "channel_subject",
     "glob_match",

@@ -19,33 +19,23 @@ gateways is sent to one remote cluster, the first in the caller's preference ord
 
 from __future__ import annotations
 
-import enum
 import random
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Final, Never, TypeVar, cast
 
+from routing.message import Origin
 from routing.remote import EMPTY_MATCH, RemoteMatch
 from routing.sublist import SubListResult
 from routing.subscription import Subscription
 
-__all__ = ["DeliveryPlan", "Origin", "plan_delivery"]
+__all__ = ["DeliveryPlan", "plan_delivery"]
 
 L = TypeVar("L", bound=Hashable)
 
-_NO_REMOTE: Final[RemoteMatch[Any]] = EMPTY_MATCH
-_NO_LINKS: Final[Mapping[Any, tuple[str, ...]]] = MappingProxyType({})
-
-
-class Origin(enum.Enum):
-    """Where a message entered this node."""
-
-    CLIENT = "client"
-    """A local publisher: a client connection of any protocol, or an internal one."""
-    ROUTE = "route"
-    """A node of this cluster."""
-    GATEWAY = "gateway"
-    """Another cluster."""
+_NO_REMOTE: Final[RemoteMatch[Never]] = EMPTY_MATCH
+_NO_LINKS: Final[Mapping[Hashable, tuple[str, ...]]] = MappingProxyType({})
+"""The one ``links`` of a message no link gets (empty, so a mapping of any link type)."""
 
 
 DeliveryPlan = tuple[Sequence[Subscription], Mapping[L, tuple[str, ...]]]
@@ -86,7 +76,8 @@ def plan_delivery(
         routes = _NO_REMOTE if origin is Origin.ROUTE else routes
         gateways = _NO_REMOTE
     if routes is _NO_REMOTE and gateways is _NO_REMOTE and not local.queues and exclude is None:
-        return local.plain, _NO_LINKS  # a single node's everyday case, kept cheap
+        # A single node's everyday case, kept cheap: no mapping made per message.
+        return local.plain, cast("Mapping[L, tuple[str, ...]]", _NO_LINKS)
     plain: Sequence[Subscription] = local.plain
     if exclude is not None and plain:
         plain = [sub for sub in plain if sub.owner is not exclude]

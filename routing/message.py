@@ -1,19 +1,31 @@
-"""One message, as every step of the publish path hands it on.
+"""One message, as every step of the publish path hands it on, and where it entered the node.
 
 Whatever brought it in (a client of any protocol, a route, a gateway, an internal publisher), a
 message is these four fields from then on: the broker matches on ``subject``, subscribers format
-all four, links forward them. The account it belongs to and where it came from travel beside it,
-since they describe the journey rather than the message.
+all four, links forward them. The account it belongs to and where it came from (``Origin``) travel
+beside it, since they describe the journey rather than the message.
+
+This module imports nothing else of the routing package, so every other module may import it.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection
-from typing import Any, final
+from typing import final
 
-from routing.forwarding import Origin
+__all__ = ["Message", "Origin", "Publication"]
 
-__all__ = ["Message", "Publication"]
+
+class Origin(enum.Enum):
+    """Where a message entered this node."""
+
+    CLIENT = "client"
+    """A local publisher: a client connection of any protocol, or an internal one."""
+    ROUTE = "route"
+    """A node of this cluster."""
+    GATEWAY = "gateway"
+    """Another cluster."""
 
 
 @final
@@ -60,7 +72,8 @@ class Publication:
     takes a detour (reply mapping across gateways returns it rewritten, for the node to deliver).
 
     Attributes:
-        account: the node's account object it belongs to (opaque here).
+        account: the name of the account it belongs to (the node delivers it in that account
+            whatever the detour: a detour never changes the account).
         msg: the message as links forward it.
         exclude: an owner whose subscriptions must not receive it (a publisher with echo off).
         origin: where it entered this node.
@@ -73,7 +86,7 @@ class Publication:
 
     def __init__(
         self,
-        account: Any,
+        account: str,
         msg: Message,
         exclude: object = None,
         origin: Origin = Origin.CLIENT,

@@ -13,13 +13,19 @@ kept with the link's other entries, so withdrawals, dropped links and snapshots 
 is filed in the account's ``PatternIndex`` instead of its trie: a subject's match adds the links with
 a pattern matching the subject's channel exactly, so a publish crosses a link only when something on
 the far side wants it.
+
+Links are whatever the caller names them by (``RemoteInterest[L]``: the node's route peers and
+gateways, strings in tests). Each entry in a trie is a ``Subscription`` that also records its link
+(``_Held``); the trie's records are not generic (see ``routing.subscription``), so the link comes
+back out of a match as a plain hashable, and ``match_remote`` gives it back its type: only this
+table files entries, so every link in it is an ``L``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, Never, TypeVar, cast
 
 import attrs
 
@@ -34,12 +40,13 @@ from routing.trie import Groups, SubjectTrie
 __all__ = ["EMPTY_MATCH", "RemoteEntry", "RemoteInterest", "RemoteMatch"]
 
 L = TypeVar("L", bound=Hashable)
+L_co = TypeVar("L_co", bound=Hashable, covariant=True)
 
-_NO_QUEUES: Mapping[str, Any] = MappingProxyType({})
+_NO_QUEUES: Final[Mapping[str, Never]] = MappingProxyType({})
 
 
 @attrs.frozen(slots=True)
-class RemoteMatch(Generic[L]):
+class RemoteMatch(Generic[L_co]):
     """Which links lead to interest in a subject.
 
     Attributes:
@@ -48,8 +55,8 @@ class RemoteMatch(Generic[L]):
             matching patterns, i.e. how many members of the group it stands for.
     """
 
-    links: tuple[L, ...] = ()
-    queues: Mapping[str, tuple[tuple[L, int], ...]] = _NO_QUEUES
+    links: tuple[L_co, ...] = ()
+    queues: Mapping[str, tuple[tuple[L_co, int], ...]] = _NO_QUEUES
 
     @property
     def fanout(self) -> int:
@@ -70,23 +77,35 @@ class RemoteEntry(Generic[L]):
     weight: int
 
 
-EMPTY_MATCH: Final[RemoteMatch[Any]] = RemoteMatch()
+EMPTY_MATCH: Final[RemoteMatch[Never]] = RemoteMatch()
 """The one result for "no link wants it"."""
 
 
-def _build(plain: list[Subscription], queues: Groups) -> RemoteMatch[Any]:
-    links = tuple({sub.owner: None for sub in plain})
-    groups: dict[str, tuple[tuple[Any, int], ...]] = {}
+class _Held(Subscription):
+    """A piece of remote interest as an account's trie holds it: a subscription for ``link``."""
+
+    __slots__ = ("link",)
+
+    def __init__(self, subject: str, queue: str | None, link: Hashable, weight: int) -> None:
+        super().__init__(subject, queue, weight=weight)
+        self.link = link
+
+
+def _build(plain: list[Subscription], queues: Groups) -> RemoteMatch[Hashable]:
+    """A match from the entries of one of this module's tries (every one of them ``_Held``)."""
+    links = tuple({cast(_Held, sub).link: None for sub in plain})
+    groups: dict[str, tuple[tuple[Hashable, int], ...]] = {}
     for name, members in queues.items():
-        weights: dict[Any, int] = {}
+        weights: dict[Hashable, int] = {}
         for sub in members:
-            weights[sub.owner] = weights.get(sub.owner, 0) + sub.weight
+            link = cast(_Held, sub).link
+            weights[link] = weights.get(link, 0) + sub.weight
         groups[name] = tuple(weights.items())
     return RemoteMatch(links, MappingProxyType(groups) if groups else _NO_QUEUES)
 
 
 # link's slice: account -> (subject, queue) -> the entry stored in that account's trie
-_Slice = dict[str, dict[tuple[str, str | None], Subscription]]
+_Slice = dict[str, dict[tuple[str, str | None], _Held]]
 
 
 class RemoteInterest(Generic[L]):
@@ -100,7 +119,7 @@ class RemoteInterest(Generic[L]):
 
     def __init__(self, *, cache: bool = True) -> None:
         self._cache = cache
-        self._accounts: dict[str, SubjectTrie[RemoteMatch[L]]] = {}
+        self._accounts: dict[str, SubjectTrie[RemoteMatch[Hashable]]] = {}
         self._patterns: dict[str, PatternIndex[L]] = {}
         """Each account's pattern interest, once it has any: pattern -> the links that want it."""
         self._by_link: dict[L, _Slice] = {}
@@ -145,7 +164,7 @@ class RemoteInterest(Generic[L]):
             self._accounts[account].invalidate(subject)
             self.genid += 1
             return True
-        sub = Subscription(subject, queue, owner=link, weight=weight)
+        sub = _Held(subject, queue, link, weight)
         if pattern is not None:
             self._patterns.setdefault(account, PatternIndex()).add(pattern, link)
         else:
@@ -182,7 +201,7 @@ class RemoteInterest(Generic[L]):
         sub = entries.pop((subject, queue), None) if entries is not None else None
         if entries is None or sub is None:
             return False
-        self._unfile(account, [sub])
+        self._unfile(link, account, [sub])
         self._count -= 1
         self.genid += 1
         if not entries:
@@ -194,7 +213,7 @@ class RemoteInterest(Generic[L]):
         slices = self._by_link.pop(link, None)
         if slices is None:
             return 0
-        return sum(self._drop(account, entries) for account, entries in slices.items())
+        return sum(self._drop(link, account, entries) for account, entries in slices.items())
 
     def remove_remote_subs_for_account(self, link: L, account: str) -> int:
         """Drop what ``link`` announced for one account; return how many entries went."""
@@ -203,24 +222,25 @@ class RemoteInterest(Generic[L]):
         if slices is None or entries is None:
             return 0
         self._forget(link, slices, account)
-        return self._drop(account, entries)
+        return self._drop(link, account, entries)
 
-    def _drop(self, account: str, entries: dict[tuple[str, str | None], Subscription]) -> int:
-        self._unfile(account, entries.values())
+    def _drop(self, link: L, account: str, entries: dict[tuple[str, str | None], _Held]) -> int:
+        self._unfile(link, account, entries.values())
         self._count -= len(entries)
         self.genid += 1
         return len(entries)
 
-    def _unfile(self, account: str, subs: Iterable[Subscription]) -> None:
-        """Take entries out of the account's trie or pattern index; drop either once empty."""
-        plain = []
+    def _unfile(self, link: L, account: str, subs: Iterable[_Held]) -> None:
+        """Take ``link``'s entries out of the account's trie or pattern index; drop either once
+        empty."""
+        plain: list[Subscription] = []
         for sub in subs:
             pattern = subject_pattern(sub.subject)  # (spelled right: it was accepted)
             if pattern is None:
                 plain.append(sub)
             else:
                 index = self._patterns[account]
-                index.remove(pattern, sub.owner)
+                index.remove(pattern, link)
                 if not len(index):
                     del self._patterns[account]
         if plain:
@@ -250,7 +270,9 @@ class RemoteInterest(Generic[L]):
         """Links with plain interest in ``subject`` (or a pattern matching its channel) and queue
         groups with their weights per link."""
         trie = self._accounts.get(account)
-        found: RemoteMatch[L] = EMPTY_MATCH if trie is None else trie.match(subject)
+        found: RemoteMatch[L] = (
+            EMPTY_MATCH if trie is None else cast("RemoteMatch[L]", trie.match(subject))
+        )
         index = self._patterns.get(account)
         if index is None:
             return found

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Protocol, TypeAlias
+from typing import Protocol, TypeAlias
 
 import attrs
 
+from cluster.host import Forwarder
 from routing import (
     EMPTY_MATCH,
     PatternIndex,
+    PatternSubscriber,
     RemoteInterest,
     RemoteMatch,
     SubList,
@@ -26,7 +28,7 @@ DEFAULT_ACCOUNT = "$G"
 _CACHE_MAX = 4096
 
 # (A string, because compiled generic classes cannot be subscripted at run time.)
-Interest: TypeAlias = "tuple[SubListResult, RemoteMatch[Any], RemoteMatch[Any]]"
+Interest: TypeAlias = "tuple[SubListResult, RemoteMatch[Forwarder], RemoteMatch[Forwarder]]"
 """Who wants a subject: local subscribers, routes, gateways."""
 
 
@@ -69,7 +71,9 @@ class Account:
         "sublist",
     )
 
-    def __init__(self, name: str, routes: RemoteInterest[Any], gateways: RemoteInterest[Any]) -> None:
+    def __init__(
+        self, name: str, routes: RemoteInterest[Forwarder], gateways: RemoteInterest[Forwarder]
+    ) -> None:
         self.name = name
         self.sublist = SubList()
         self._routes = routes
@@ -77,7 +81,7 @@ class Account:
         self._cache: dict[bytes, Interest] = {}
         self._local_genid = self._routes_genid = self._gateways_genid = 0
         self._hits = 0
-        self.patterns: PatternIndex[Any] | None = None
+        self.patterns: PatternIndex[PatternSubscriber] | None = None
         """Redis pattern subscriptions (PSUBSCRIBE) on this node, once there are any."""
         self.imports: Importer | None = None
         """Its stream imports, if it has any: told of every subscription (never of a message)."""

@@ -16,6 +16,7 @@ from cluster.gateways import GatewayManager
 from cluster.link import Link
 from cluster.peer import Gateway, Peer, peer_of
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.broker import Broker
 from node.monitoring.gofmt import SECOND, go_time, rtt, uptime
 from node.monitoring.pacing import Pacer, paced_map, paced_sorted
@@ -47,7 +48,7 @@ class RoutezOptions:
     subs_detail: bool = False
 
 
-def links_in_use(routes: RouteManager | None) -> list[Link]:
+def links_in_use(routes: RouteManager[Account] | None) -> list[Link[Account]]:
     """The route connections that carry traffic, by rid: every pooled connection to every peer, as
     nats-server lists and counts them. A duplicate refused at the handshake, or a connection being
     replaced, carries nothing and is left out."""
@@ -56,7 +57,7 @@ def links_in_use(routes: RouteManager | None) -> list[Link]:
     return [link for link in routes.links if link.registered]
 
 
-def route_counts(routes: RouteManager | None) -> tuple[int, int]:
+def route_counts(routes: RouteManager[Account] | None) -> tuple[int, int]:
     """/varz's ``routes`` (connections, pooled ones each counted) and ``remotes`` (peers reached)."""
     if routes is None:
         return 0, 0
@@ -73,7 +74,7 @@ def _host_port(url: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def cluster_options(routes: RouteManager | None) -> dict[str, Any]:
+def cluster_options(routes: RouteManager[Account] | None) -> dict[str, Any]:
     """/varz's ``cluster`` (nats-server's ``ClusterOptsVarz``): every field is left out when empty,
     so a standalone node shows ``{}``."""
     if routes is None:
@@ -89,7 +90,7 @@ def cluster_options(routes: RouteManager | None) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if value}
 
 
-def gateway_options(manager: GatewayManager | None) -> dict[str, Any]:
+def gateway_options(manager: GatewayManager[Account] | None) -> dict[str, Any]:
     """/varz's ``gateway`` (nats-server's ``GatewayOptsVarz``): empty fields left out, so a node
     without gateways shows ``{}``; ``gateways`` lists the configured remote clusters."""
     if manager is None:
@@ -136,7 +137,7 @@ def _remote_subject(entry: _Remote) -> str:
 
 
 async def _route_info(
-    link: Link,
+    link: Link[Account],
     entries: list[_Remote],
     configured: bool,
     now: int,
@@ -190,7 +191,7 @@ async def routez(node: MonitoredNode, opts: RoutezOptions, pace: Pacer) -> dict[
     now = time.time_ns()
     links = links_in_use(routes)
     seeds = {_host_port(url) for url in routes.config.seeds} if routes is not None else set()
-    interest: dict[Peer, dict[str, list[_Remote]]] = {}
+    interest: dict[Peer[Account], dict[str, list[_Remote]]] = {}
     infos = []
     for link in links:
         peer = peer_of(link)
@@ -227,7 +228,7 @@ class GatewayzOptions:
     subs_detail: bool = False
 
 
-def _gateway_conn(link: Link, now: int) -> dict[str, Any]:
+def _gateway_conn(link: Link[Account], now: int) -> dict[str, Any]:
     """A gateway link as nats-server's ``ConnInfo`` shows one (kind ``Gateway``, named by the
     remote server's id)."""
     end = link.stop_ns or now
@@ -276,7 +277,7 @@ async def _account_interest(
 
 
 async def _outbound_accounts(
-    broker: Broker, gateway: Gateway, opts: GatewayzOptions, pace: Pacer
+    broker: Broker, gateway: Gateway[Account], opts: GatewayzOptions, pace: Pacer
 ) -> list[dict[str, Any]]:
     """The interest the remote cluster announced, per account: what decides whether a message
     crosses this link."""
@@ -292,7 +293,7 @@ async def _outbound_accounts(
 
 
 async def _inbound_accounts(
-    manager: GatewayManager, opts: GatewayzOptions, pace: Pacer
+    manager: GatewayManager[Account], opts: GatewayzOptions, pace: Pacer
 ) -> list[dict[str, Any]]:
     """The accounts this cluster announces interest in, each in interest-only mode (inbound links
     carry no per-link counts in nats-server either)."""

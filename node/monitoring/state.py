@@ -17,6 +17,7 @@ import trio
 
 from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.broker import Broker
 from node.data.capture import Captures
 
@@ -38,10 +39,10 @@ class MonitoredNode(Protocol):
     def broker(self) -> Broker: ...
 
     @property
-    def routes(self) -> RouteManager | None: ...
+    def routes(self) -> RouteManager[Account] | None: ...
 
     @property
-    def gateways(self) -> GatewayManager | None: ...
+    def gateways(self) -> GatewayManager[Account] | None: ...
 
     @property
     def captures(self) -> Captures | None: ...

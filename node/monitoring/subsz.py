@@ -6,11 +6,11 @@ report.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
-from node.broker import Broker
+from node.broker import Broker, Owner
 from node.connection import Connection
 from node.monitoring.connz import sub_detail, subs_of
 from node.monitoring.gofmt import go_time
@@ -75,22 +75,28 @@ async def _client_subscriptions(broker: Broker, opts: SubszOptions, pace: Pacer)
                 found.append(sub)
             await pace.tick()
     for sub in broker.internal_subscriptions:
-        if (not opts.account or sub.owner.account.name == opts.account) and (
+        if (not opts.account or _owner(sub).account.name == opts.account) and (
             not opts.test or subject_matches(sub.subject, opts.test)
         ):
             found.append(sub)
     return found
 
 
+def _owner(sub: Subscription) -> Owner:
+    """Whom a listed subscription belongs to: every one listed is a client connection's or the
+    node's own (``Broker.internal_subscriptions``), and both kinds are ``Owner``s."""
+    return cast(Owner, sub.owner)
+
+
 def _natural(sub: Subscription) -> tuple[str, int, int, bytes]:
     """By account, connection, then sid, numeric sids by value (``2`` before ``10``) as clients
     number them."""
-    owner: Connection = sub.owner
+    owner = _owner(sub)
     return owner.account.name, owner.cid, len(sub.sid), sub.sid
 
 
 def _listed_detail(sub: Subscription) -> dict[str, Any]:
-    owner: Connection = sub.owner
+    owner = _owner(sub)
     return sub_detail(sub, owner.cid, owner.account.name)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from cluster.gateways import GatewayManager
 from cluster.link import Link
 from cluster.peer import peer_of
+from node.accounts.account import Account
 from node.broker import Broker, Client
 from node.monitoring.accountz import connections_by_account, msg_bytes
 from node.monitoring.gofmt import SECOND, go_time, uptime
@@ -185,7 +186,7 @@ async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:
 # -- STATSZ, the system account's summary of a node -------------------------------------------------
 
 
-def _route_stat(link: Link) -> dict[str, Any]:
+def _route_stat(link: Link[Account]) -> dict[str, Any]:
     """nats-server's ``RouteStat``."""
     peer = peer_of(link)
     stat: dict[str, Any] = {"rid": link.rid}
@@ -198,7 +199,7 @@ def _route_stat(link: Link) -> dict[str, Any]:
     }
 
 
-def _gateway_stats(manager: GatewayManager | None) -> list[dict[str, Any]]:
+def _gateway_stats(manager: GatewayManager[Account] | None) -> list[dict[str, Any]]:
     """nats-server's ``GatewayStat``: per remote cluster, the outbound link's traffic out and the
     inbound links' traffic in."""
     if manager is None:

@@ -17,6 +17,7 @@ import trio
 
 from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.config.options import RANDOM_PORT, Config
 from node.nats.discovery import own_urls
 from node.run.assembly import assemble
@@ -53,11 +54,11 @@ class NodeHandle:
         return self.node.server
 
     @property
-    def routes(self) -> RouteManager | None:
+    def routes(self) -> RouteManager[Account] | None:
         return self.node.routes
 
     @property
-    def gateways(self) -> GatewayManager | None:
+    def gateways(self) -> GatewayManager[Account] | None:
         return self.node.gateways
 
     @property

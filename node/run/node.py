@@ -16,6 +16,7 @@ import trio
 
 from cluster.gateways import GatewayManager
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.broker import Broker
 from node.config.options import Config
 from node.data.capture import Captures
@@ -45,8 +46,8 @@ class Node:
     that capture subjects."""
 
     server: Server
-    routes: RouteManager | None = None
-    gateways: GatewayManager | None = None
+    routes: RouteManager[Account] | None = None
+    gateways: GatewayManager[Account] | None = None
     store: Store | None = None
     """The append-only file of the Redis keys (``store_dir``)."""
     captures: Captures | None = None

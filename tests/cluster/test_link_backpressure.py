@@ -27,6 +27,7 @@ from trio.testing import MockClock
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.frames import Ping, SubAdd, encode
 from cluster.link import SLOW_DEADLINE, SLOW_PENDING, Link
+from node.accounts.account import Account
 from node.broker import Broker
 from node.config.load import from_mapping
 from node.config.options import Config
@@ -145,7 +146,9 @@ UNPACED = Pacer(math.inf)
 """Monitoring pages built without giving the loop back, so they agree with what was just read."""
 
 
-async def flood(node: Flooded, link: Link, pending: Callable[[Assembled], Awaitable[int]]) -> Flood:
+async def flood(
+    node: Flooded, link: Link[Account], pending: Callable[[Assembled], Awaitable[int]]
+) -> Flood:
     """Publish to ``SUBJECT`` through a client of ``node`` until the link is cut (and a little
     more), tracing the node's memory; ``pending`` finds the link's backlog in a monitoring page.
 
@@ -174,7 +177,7 @@ async def flood(node: Flooded, link: Link, pending: Callable[[Assembled], Awaita
     return result
 
 
-async def check(node: Flooded, link: Link, flooded: Flood, kind: str) -> None:
+async def check(node: Flooded, link: Link[Account], flooded: Flood, kind: str) -> None:
     """What every attack must come to: bounded, cut, counted, and nobody else disturbed."""
     assert link.closing == SLOW_PENDING
     assert link.stall_at < flooded.peak_pending <= MAX_PENDING + 2 * len(PAYLOAD)
@@ -201,7 +204,7 @@ async def test_a_route_peer_that_never_reads_costs_at_most_max_pending(
     routes = node.handle.routes
     peer = await trio.open_tcp_stream("127.0.0.1", node.handle.cluster_port)
     nursery.start_soon(never_read, route_peer(peer, "c"))
-    link: Link = await until(
+    link: Link[Account] = await until(
         lambda: next((ln for ln in routes.links if ln.registered and "$G" in ln.accounts), None)
     )
     doc = await node.view.json("/routez")
@@ -240,7 +243,7 @@ async def test_a_gateway_peer_that_never_reads_costs_at_most_max_pending(
     node = await start(gateway=gateway)
     gateways = node.handle.gateways
     assert gateways is not None
-    link: Link = await until(
+    link: Link[Account] = await until(
         lambda: (out := gateways.remotes["far"].outbound) is not None and "$G" in out.accounts and out
     )
 
@@ -301,7 +304,7 @@ async def test_a_frozen_route_peer_costs_at_most_max_pending(start: Start) -> No
         await subscriber.handshake({})
         await subscriber.send(w.sub(SUBJECT.encode(), b"1"))
         await subscriber.flush()
-        link: Link = await until(
+        link: Link[Account] = await until(
             lambda: next((ln for ln in routes.links if ln.registered and "$G" in ln.accounts), None)
         )
         os.kill(process.pid, signal.SIGSTOP)

@@ -20,6 +20,7 @@ from cluster.frames import Err, Gossip, MessageFrame, PeerInfo, SubAdd, encode
 from cluster.link import Link
 from cluster.peer import fnv1a32
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.config.options import AccountConfig, Config
 from pubmesh_testing.harness import Cluster, HarnessNode, open_cluster
 from routing import Message, Origin
@@ -39,7 +40,7 @@ async def eventually(predicate: Callable[[], bool], step: float = 0.05) -> None:
         await trio.sleep(step)
 
 
-def registered(node: HarnessNode, other: HarnessNode) -> dict[int | str, Link]:
+def registered(node: HarnessNode, other: HarnessNode) -> dict[int | str, Link[Account]]:
     peer = node.routes.peers[other.server_id]
     return dict(peer.slots)
 

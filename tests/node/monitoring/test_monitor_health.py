@@ -12,6 +12,7 @@ import trio
 from cluster.config import ClusterConfig, GatewayConfig
 from cluster.peer import Peer
 from cluster.routes import RouteManager
+from node.accounts.account import Account
 from node.config.options import Config
 from node.run.launch import NodeHandle
 from pipeline.local import free_port
@@ -37,7 +38,7 @@ async def wait_health(handle: NodeHandle, status: int) -> dict[str, object]:
     return doc
 
 
-def linked(routes: RouteManager) -> list[Peer]:
+def linked(routes: RouteManager[Account]) -> list[Peer[Account]]:
     return [peer for peer in routes.peers.values() if peer.slots]
 
 
