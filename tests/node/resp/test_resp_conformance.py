@@ -121,6 +121,8 @@ SCENARIOS: dict[str, list[Step]] = {
         (0, b"xgroup createconsumer s g c9\r\nxgroup createconsumer s g c9\r\n"),
         (0, b"xgroup delconsumer s g c4\r\nxgroup delconsumer s g nobody\r\nxinfo groups s\r\n"),
         (0, b"xgroup setid s g 0\r\nxgroup setid s nog 0\r\nxgroup setid nope g 0\r\n"),
+        (0, b"xgroup setid s g -\r\nxinfo groups s\r\nxgroup setid s g +\r\nxinfo groups s\r\n"),
+        (0, b"xgroup setid s g (1\r\nxgroup create s g5 -\r\nxgroup create s g5 +\r\n"),
         (0, b"xgroup create s g2 0 ENTRIESREAD -5\r\nxgroup create s g2 0 ENTRIESREAD 1\r\n"),
         (0, b"xinfo groups s\r\nxgroup destroy s g\r\nxgroup destroy s g\r\nxgroup foo s g\r\n"),
     ],
