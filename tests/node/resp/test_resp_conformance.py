@@ -142,6 +142,15 @@ SCENARIOS: dict[str, list[Step]] = {
         (0, b"multi\r\nwatch x\r\nexec\r\nflushdb\r\ndbsize\r\n"),
         (0, b"xadd b 1-1 f v\r\nexpire b -1\r\nexists b\r\npexpire b 5\r\n"),
     ],
+    "transactions and subscriptions": [
+        (0, b"exec x\r\nmulti\r\nexec x\r\nexec\r\n"),
+        (0, b"multi\r\nping a\r\nsubscribe c1 c2\r\nping b\r\nexec\r\n"),
+        (0, b"exec\r\nmulti\r\nunsubscribe c1 c2\r\n"),
+        (1, b"hello 3\r\n"),
+        (1, b"subscribe foo bar baz\r\n"),
+        (1, b"multi\r\nping abc\r\nunsubscribe bar\r\nunsubscribe baz foo\r\nsubscribe x\r\n"),
+        (1, b"ping def\r\nexec\r\n"),
+    ],
     "integer arguments": [
         (0, b"flushall\r\nselect 01\r\nselect +1\r\n*2\r\n$6\r\nselect\r\n$2\r\n 1\r\n"),
         (0, b"select -0\r\nselect 1_0\r\nselect 1.0\r\nselect 9223372036854775808\r\nselect 0\r\n"),
