@@ -107,6 +107,26 @@ async def test_a_node_keeps_its_keys_across_a_stop_and_a_rewrite(tmp_path: Path)
             node.shutdown()
 
 
+async def test_renamenx_and_expiry_times_survive_a_restart(tmp_path: Path) -> None:
+    when = 4102444800123  # (ms: the year 2100)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            node = await start_node(nursery, _config(tmp_path))
+            await _call(node, "XADD", "a", "1-1", "f", "v")
+            await _call(node, "XADD", "b", "1-1", "f", "v")
+            await _call(node, "PEXPIREAT", "a", when)
+            assert await _call(node, "RENAMENX", "a", "b") == 0
+            assert await _call(node, "RENAMENX", "a", "c") == 1
+            node.shutdown()
+        async with trio.open_nursery() as nursery:
+            node = await start_node(nursery, _config(tmp_path))
+            assert await _call(node, "EXISTS", "a", "b", "c") == 2
+            assert await _call(node, "PEXPIRETIME", "c") == when
+            assert await _call(node, "EXPIRETIME", "c") == (when + 500) // 1000
+            assert await _call(node, "EXPIRETIME", "b") == -1
+            node.shutdown()
+
+
 async def test_the_file_is_rewritten_when_it_has_doubled(tmp_path: Path) -> None:
     config = _config(tmp_path, rewrite_min_size=2000, rewrite_percentage=100)
     with trio.fail_after(30):
