@@ -8,8 +8,9 @@ time: a ``PUBLISH`` sent right after another connection's ``UNSUBSCRIBE`` could 
 subscriber.
 
 An ``Arrivals`` keeps the group's sockets in a level-triggered epoll set of its own, never waited
-on: its ready list orders the sockets holding unread input by when they became readable. A reader
-woken for input calls ``turn`` before it reads: while a socket ahead of its own belongs to a reader
+on: its ready list orders the sockets holding unread input by when they became readable (a socket
+is registered afresh whenever input has been read from it, ``taken``). A reader woken for input
+calls ``turn`` before it reads: while a socket ahead of its own belongs to a reader
 that is waiting for input (so trio has woken it in the same batch, or is about to), it lets the
 scheduler run that reader first. It gives way a bounded number of times (a reader ahead that never
 comes is not waited for), and a socket whose reader is busy elsewhere (pausing for congested
@@ -43,6 +44,14 @@ class Arrivals:
 
     def add(self, fd: int) -> None:
         if self._epoll is not None:
+            self._epoll.register(fd, select.EPOLLIN)
+
+    def taken(self, fd: int) -> None:
+        """Input was just read from ``fd``: its next input takes a new place in the order (epoll
+        keeps a socket where it first became ready until a poll finds it drained, so a socket
+        read since would otherwise keep a place its next input did not earn)."""
+        if self._epoll is not None:
+            self._epoll.unregister(fd)
             self._epoll.register(fd, select.EPOLLIN)
 
     def remove(self, fd: int) -> None:

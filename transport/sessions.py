@@ -192,11 +192,13 @@ class Session:
                 arrivals.waiting.discard(fd)
             await arrivals.turn(fd)
             try:
-                return os.read(fd, READ_SIZE)
+                data = os.read(fd, READ_SIZE)
             except BlockingIOError:
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError from exc
+            arrivals.taken(fd)
+            return data
 
     async def _read(
         self,
