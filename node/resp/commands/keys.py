@@ -216,6 +216,39 @@ def _move(conn: RespConnection, key: bytes, new: bytes, value: Stream) -> None:
         conn.log_write([b"RENAME", key, new])
 
 
+def _move_to_db(conn: RespConnection, args: list[bytes]) -> None:
+    """MOVE: a key (with its expiry) to another database, unless one is there already (1 or 0)."""
+    index = string2ll(args[2])
+    if index is None:
+        conn.error(NOT_INTEGER)
+        return
+    if not -(2**31) <= index < 2**31:
+        conn.error("value is out of range, value must between -2147483648 and 2147483647")
+        return
+    if not 0 <= index < 16:
+        conn.error("DB index is out of range")
+        return
+    if index == conn.db:
+        conn.error("source and destination objects are the same")
+        return
+    db, key, now = conn.database, args[1], now_ms()
+    value = db.get(key, now)
+    if value is None:
+        conn.reply(integer(0))
+        return
+    target = conn.broker.keyspaces.database(conn.account.name, index)
+    if target.get(key, now) is not None:
+        conn.reply(integer(0))
+        return
+    when = db.expires_at(key)
+    target.put(key, value)
+    if when is not None:
+        target.set_expiry(key, when)
+    db.delete(key)
+    conn.log_write([b"MOVE", key, b"%d" % index])
+    conn.reply(integer(1))
+
+
 def _flush_option(conn: RespConnection, args: list[bytes]) -> bool:
     if len(args) > 2 or (len(args) == 2 and args[1].lower() not in (b"async", b"sync")):
         conn.error(SYNTAX)
@@ -262,6 +295,7 @@ COMMANDS: Final = (
     Command("persist", 2, _persist, "write"),
     Command("rename", 3, _rename(nx=False), "write"),
     Command("renamenx", 3, _rename(nx=True), "write"),
+    Command("move", 3, _move_to_db, "write"),
     Command("flushdb", -1, _flushdb, "write"),
     Command("flushall", -1, _flushall, "write"),
     Command("dbsize", 1, _dbsize, "readonly"),
