@@ -216,17 +216,24 @@ def _move(conn: RespConnection, key: bytes, new: bytes, value: Stream) -> None:
         conn.log_write([b"RENAME", key, new])
 
 
-def _move_to_db(conn: RespConnection, args: list[bytes]) -> None:
-    """MOVE: a key (with its expiry) to another database, unless one is there already (1 or 0)."""
-    index = string2ll(args[2])
+def _db_index(conn: RespConnection, arg: bytes) -> int | None:
+    """A database index argument, checked as MOVE and COPY check it (None: refused)."""
+    index = string2ll(arg)
     if index is None:
         conn.error(NOT_INTEGER)
-        return
-    if not -(2**31) <= index < 2**31:
+    elif not -(2**31) <= index < 2**31:
         conn.error("value is out of range, value must between -2147483648 and 2147483647")
-        return
-    if not 0 <= index < 16:
+    elif not 0 <= index < 16:
         conn.error("DB index is out of range")
+    else:
+        return index
+    return None
+
+
+def _move_to_db(conn: RespConnection, args: list[bytes]) -> None:
+    """MOVE: a key (with its expiry) to another database, unless one is there already (1 or 0)."""
+    index = _db_index(conn, args[2])
+    if index is None:
         return
     if index == conn.db:
         conn.error("source and destination objects are the same")
@@ -246,6 +253,47 @@ def _move_to_db(conn: RespConnection, args: list[bytes]) -> None:
         target.set_expiry(key, when)
     db.delete(key)
     conn.log_write([b"MOVE", key, b"%d" % index])
+    conn.reply(integer(1))
+
+
+def _copy(conn: RespConnection, args: list[bytes]) -> None:
+    """COPY: an independent duplicate of a key's value, with its expiry, at another key of this
+    database or of another (``DB``); an existing one only with ``REPLACE`` (1, else 0)."""
+    index, replace = conn.db, False
+    i = 3
+    while i < len(args):
+        option = args[i].lower()
+        if option == b"replace":
+            replace = True
+        elif option == b"db" and i + 1 < len(args):
+            chosen = _db_index(conn, args[i + 1])
+            if chosen is None:
+                return
+            index = chosen
+            i += 1
+        else:
+            conn.error(SYNTAX)
+            return
+        i += 1
+    db, key, new, now = conn.database, args[1], args[2], now_ms()
+    if index == conn.db and key == new:
+        conn.error("source and destination objects are the same")
+        return
+    value = db.get(key, now)
+    if value is None:
+        conn.reply(integer(0))
+        return
+    target = db if index == conn.db else conn.broker.keyspaces.database(conn.account.name, index)
+    if target.get(new, now) is not None:
+        if not replace:
+            conn.reply(integer(0))
+            return
+        target.delete(new)
+    when = db.expires_at(key)
+    target.put(new, value.copy())
+    if when is not None:
+        target.set_expiry(new, when)
+    conn.log_write([b"COPY", key, new, b"DB", b"%d" % index, b"REPLACE"])
     conn.reply(integer(1))
 
 
@@ -296,6 +344,7 @@ COMMANDS: Final = (
     Command("rename", 3, _rename(nx=False), "write"),
     Command("renamenx", 3, _rename(nx=True), "write"),
     Command("move", 3, _move_to_db, "write"),
+    Command("copy", -3, _copy, "write denyoom"),
     Command("flushdb", -1, _flushdb, "write"),
     Command("flushall", -1, _flushall, "write"),
     Command("dbsize", 1, _dbsize, "readonly"),
