@@ -1,18 +1,23 @@
 """COPY and MOVE beside redis-server: the same replies and errors, and a copied stream is an independent
 twin of its source (entries, counters, groups, consumers and pending entries, as XINFO STREAM FULL
-shows them), in this database or another."""
+shows them), in this database or another; generated sequences of COPY, MOVE and SELECT with any
+options leave the same keys where redis-server leaves them."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from node.run.launch import NodeHandle
 from pipeline.local import redis_server
+from pubmesh_testing import running_node
 from tests.support import start_redis_node
 
 pytestmark = [
@@ -98,3 +103,64 @@ async def test_copy_matches_redis_server(nursery: trio.Nursery) -> None:
     theirs, ours = await trio.to_thread.run_sync(both)
     assert theirs[:4] == [1, True, True, True]
     assert ours == theirs
+
+
+@pytest.fixture(scope="module")
+def ports() -> Iterator[tuple[int, int]]:
+    """A node's Redis port and a redis-server's."""
+    with running_node(monitoring=False) as node, redis_server() as theirs:
+        assert node.redis_url is not None
+        yield int(node.redis_url.rsplit(":", 1)[1]), theirs
+
+
+WORD = st.sampled_from(
+    [b"REPLACE", b"replace", b"DB", b"db", b"0", b"1", b"3", b"16", b"-1", b"x", b"", b"2147483648"]
+)
+
+
+def _replies(port: int, requests: list[list[bytes]]) -> list[Any]:
+    with redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, protocol=2) as client:
+        client.response_callbacks.clear()
+        client.execute_command("FLUSHALL")
+        client.execute_command("XADD", "s", "1-1", "f", "v")
+        client.execute_command("XADD", "t", "1-1", "f", "w")
+        replies = []
+        for request in requests:
+            try:
+                replies.append(client.execute_command(*request))
+            except redis.ResponseError as exc:
+                replies.append(f"error: {exc}")
+        for db in range(4):
+            client.execute_command("SELECT", db)
+            replies.append(sorted(client.execute_command("KEYS", "*")))
+        return replies
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    requests=st.lists(
+        st.one_of(
+            st.builds(
+                lambda name, key, new, options: [name, key, new, *options],
+                st.sampled_from([b"COPY", b"copy"]),
+                st.sampled_from([b"s", b"t", b"nope"]),
+                st.sampled_from([b"s", b"t", b"u"]),
+                st.lists(WORD, max_size=4),
+            ),
+            st.builds(
+                lambda key, db, extra: [b"MOVE", key, db, *extra],
+                st.sampled_from([b"s", b"t", b"u", b"nope"]),
+                WORD,
+                st.lists(WORD, max_size=1),
+            ),
+            st.builds(lambda db: [b"SELECT", db], st.sampled_from([b"0", b"1", b"3"])),
+        ),
+        max_size=8,
+    )
+)
+def test_copy_and_move_arguments_as_redis_server_takes_them(
+    ports: tuple[int, int], requests: list[list[bytes]]
+) -> None:
+    ours, theirs = ports
+    assert _replies(ours, requests) == _replies(theirs, requests)
