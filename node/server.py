@@ -37,6 +37,7 @@ from node.nats.protocol import writer as w
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.writer import error
+from transport.arrival import Arrivals
 from transport.sessions import Flusher, Session
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 
@@ -110,6 +111,8 @@ class Server:
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
         self.flusher = Flusher()
+        self.arrivals = Arrivals()
+        """Redis clients' input is taken in the order it arrived, as redis-server takes it."""
         self._tls = server_context(config.tls) if config.tls is not None else None
         self._verifications = trio.CapacityLimiter(VERIFICATIONS)
 
@@ -258,6 +261,7 @@ class Server:
             conn,
             partial(self._redis_timers, conn),
             after_input=partial(self._after_input, session, conn),
+            arrivals=self.arrivals,
         )
 
     async def _refused(self, stream: trio.abc.Stream, refusal: bytes) -> bool:
@@ -277,6 +281,7 @@ class Server:
         start: Callable[[], Awaitable[bool]] | None = None,
         *,
         after_input: Callable[[], Awaitable[None]] | None = None,
+        arrivals: Arrivals | None = None,
     ) -> None:
         """Run a client connection of either protocol: counted, served, then retired."""
         session.conn = conn
@@ -291,6 +296,7 @@ class Server:
                 write_deadline=self.config.write_deadline,
                 timers=timers,
                 after_input=after_input or self._stall_if_congested,
+                arrivals=arrivals,
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside

@@ -39,7 +39,7 @@ from node.resp.parser import RequestParser
 from node.resp.writer import (
     RESP2,
     Writer,
-    array,
+    array_header,
     as_text,
     error,
     protocol_error,
@@ -265,11 +265,10 @@ class RespConnection(Connection):
                     return
                 command = sub
             if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
-                self._queue_failed = self.queued is not None
-                self.error(f"wrong number of arguments for '{command.name}' command")
+                self._reject(command, f"wrong number of arguments for '{command.name}' command")
                 return
             if self.user is None and not top.no_auth:
-                self.reply(error(NOAUTH))
+                self._reject(command, NOAUTH)
                 return
             if command.denyoom or self.queued is not None:
                 oom = self.broker.keyspaces.oom
@@ -282,9 +281,10 @@ class RespConnection(Connection):
                     self.reply(error(refusal))
                     return
             if self.writer is RESP2 and self.subscribed and not top.subscribed:
-                self.error(
+                self._reject(
+                    command,
                     f"Can't execute '{command.name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
-                    "QUIT / RESET are allowed in this context"
+                    "QUIT / RESET are allowed in this context",
                 )
                 return
             if self.queued is not None and top.queueable:
@@ -301,6 +301,17 @@ class RespConnection(Connection):
             if self._held:
                 held, self._held = self._held, bytearray()
                 self._send(bytes(held))
+
+    def _reject(self, command: Command[RespConnection], text: str) -> None:
+        """Refuse a request before it runs, as ``rejectCommand`` does: a transaction it was to be
+        queued in fails, and a refused EXEC ends its transaction (``text``: as ``error`` takes it)."""
+        if command.key == b"exec":
+            self.queued = None
+            self.unwatch()
+            self.error(f"-EXECABORT Transaction discarded because of: {text.removeprefix('-')}")
+            return
+        self._queue_failed = self.queued is not None
+        self.error(text)
 
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
@@ -339,8 +350,12 @@ class RespConnection(Connection):
 
     def send(self, data: bytes) -> None:
         """Bytes that are no command's reply (subscription acknowledgements): CLIENT REPLY does not
-        silence them, nor does EXEC collect them."""
-        self._send(data)
+        silence them, but inside EXEC they are among its replies, as redis-server writes them
+        (each adds to the array EXEC announced, one item per command)."""
+        if self._captured is not None:
+            self._captured.append(data)
+        else:
+            self._send(data)
 
     def set_reply_mode(self, mode: bytes) -> bool:
         """CLIENT REPLY's ``on``, ``off`` or ``skip`` (the next command's reply; not while off);
@@ -452,7 +467,7 @@ class RespConnection(Connection):
                 command.handler(self, args)
         finally:
             self._captured = None
-        self.reply(array(replies))
+        self.reply(array_header(len(queued)) + b"".join(replies))
 
     def watch(self, keys: list[bytes]) -> None:
         db = self.database

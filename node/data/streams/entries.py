@@ -130,6 +130,18 @@ class _Block:
         self.flags = bytearray(self.flags)
         self.data = bytes(self.data)
 
+    def copy(self) -> _Block:
+        """An independent block with the same entries, deleted ones and counts included."""
+        twin = _Block(self.first, self.fields)
+        twin.ms = array(self.ms.typecode, self.ms)
+        twin.seq = array(self.seq.typecode, self.seq)
+        twin.offsets = array(self.offsets.typecode, self.offsets)
+        twin.flags = bytearray(self.flags)
+        twin.data = self.data if isinstance(self.data, bytes) else bytearray(self.data)
+        twin.live, twin.size, twin.fixed = self.live, self.size, self.fixed
+        twin.held, twin.names = self.held, self.names
+        return twin
+
     def footprint(self) -> int:
         """Bytes the block and its parts hold once sealed, as ``sys.getsizeof`` counts them (field
         names apart): the tail's growth slack is not counted."""
@@ -233,6 +245,17 @@ class Entries:
         self._firsts: list[int] = []
         self._held = 0
         """Bytes of the sealed blocks (``_Block.held``) and of every block's ``names``."""
+
+    def copy_entries(self, twin: Entries) -> None:
+        """Give ``twin`` (a new, empty stream) these entries and counters, block for block, as
+        COPY duplicates a stream."""
+        twin.node_max_entries, twin.node_max_bytes = self.node_max_entries, self.node_max_bytes
+        twin.length, twin.last_id = self.length, self.last_id
+        twin.max_deleted_id, twin.entries_added = self.max_deleted_id, self.entries_added
+        twin._first_id = self._first_id
+        twin._blocks = [block.copy() for block in self._blocks]
+        twin._firsts = list(self._firsts)
+        twin._held = self._held
 
     # ----------------------------------------------------------------- introspection
 

@@ -87,6 +87,19 @@ class ConsumerGroup:
         self.pel: SortedDict[int, Nack] = SortedDict()
         self.consumers: dict[bytes, Consumer] = {}
 
+    def copy(self) -> ConsumerGroup:
+        """An independent group in the same state: its consumers, their times and the pending
+        entries, each shared by the group and its consumer as here."""
+        twin = ConsumerGroup(self.name, self.last_id, self.entries_read)
+        for name, consumer in self.consumers.items():
+            copied = twin.consumers[name] = Consumer(name, consumer.seen_time)
+            copied.active_time = consumer.active_time
+        for entry_id, nack in self.pel.items():
+            owner = twin.consumers[nack.consumer.name]
+            copied_nack = Nack(owner, nack.delivery_time, nack.delivery_count)
+            twin.pel[entry_id] = owner.pending[entry_id] = copied_nack
+        return twin
+
     # ----------------------------------------------------------------- consumers
 
     def create_consumer(self, name: bytes, now: int) -> bool:

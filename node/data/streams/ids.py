@@ -77,9 +77,10 @@ def _parse(arg: bytes, missing_seq: int, *, strict: bool) -> int:
     return (ms << 64) | seq
 
 
-def parse_id(arg: bytes, *, missing_seq: int = 0) -> int:
-    """A strict ID (``ms`` or ``ms-seq``; ``-`` and ``+`` are refused), as XADD/XDEL/XACK/XCLAIM take."""
-    return _parse(arg, missing_seq, strict=True)
+def parse_id(arg: bytes, *, missing_seq: int = 0, strict: bool = True) -> int:
+    """An ID (``ms`` or ``ms-seq``). Strict, as XADD/XDEL/XACK/XCLAIM take it, ``-`` and ``+`` are
+    refused; otherwise (XGROUP SETID) they are the smallest and the largest ID."""
+    return _parse(arg, missing_seq, strict=strict)
 
 
 def parse_bound(arg: bytes, *, end: bool) -> int:

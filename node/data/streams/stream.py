@@ -36,6 +36,14 @@ class Stream(Entries):
         super().__init__(node_max_entries, node_max_bytes)
         self.groups: dict[bytes, ConsumerGroup] = {}
 
+    def copy(self) -> Stream:
+        """An independent stream in the same state: entries, counters and groups (COPY)."""
+        twin = Stream(self.node_max_entries, self.node_max_bytes)
+        self.copy_entries(twin)
+        for name, group in self.groups.items():
+            twin.groups[name] = group.copy()
+        return twin
+
     def memory_usage(self) -> int:
         """Bytes held by this stream: its entries (``entries_memory``) and consumer groups."""
         total = self.entries_memory()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
+from node.data.streams import Stream
 from node.integers import scan_cursor, string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.connection import Handler, RespConnection
@@ -155,15 +156,20 @@ def _expire(unit: int, absolute: bool) -> Handler:
     return handler
 
 
-def _ttl(unit: int) -> Handler:
+def _ttl(unit: int, *, absolute: bool = False) -> Handler:
+    """TTL and PTTL, or (``absolute``) EXPIRETIME and PEXPIRETIME: -2 for a missing key, -1 for
+    one without expiry, else the time left (the time it expires), rounded to ``unit`` ms."""
+
     def handler(conn: RespConnection, args: list[bytes]) -> None:
         db, now = conn.database, now_ms()
         if db.get(args[1], now) is None:
             conn.reply(integer(-2))
             return
         when = db.expires_at(args[1])
-        left = -1 if when is None else (max(0, when - now) + unit // 2) // unit
-        conn.reply(integer(left))
+        if when is None:
+            conn.reply(integer(-1))
+            return
+        conn.reply(integer((max(0, when if absolute else when - now) + unit // 2) // unit))
 
     return handler
 
@@ -178,13 +184,28 @@ def _persist(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(integer(1))
 
 
-def _rename(conn: RespConnection, args: list[bytes]) -> None:
-    db, now = conn.database, now_ms()
-    key, new = args[1], args[2]
-    value = db.get(key, now)
-    if value is None:
-        conn.error("no such key")
-        return
+def _rename(nx: bool) -> Handler:
+    """RENAME, or RENAMENX (``nx``: only to a key that does not exist, answering 1 or 0)."""
+
+    def handler(conn: RespConnection, args: list[bytes]) -> None:
+        db, now = conn.database, now_ms()
+        key, new = args[1], args[2]
+        value = db.get(key, now)
+        if value is None:
+            conn.error("no such key")
+            return
+        if nx and (key == new or db.get(new, now) is not None):
+            conn.reply(integer(0))
+            return
+        _move(conn, key, new, value)
+        conn.reply(integer(1) if nx else OK)
+
+    return handler
+
+
+def _move(conn: RespConnection, key: bytes, new: bytes, value: Stream) -> None:
+    """Give ``key``'s value and expiry to ``new`` (whatever it held goes)."""
+    db = conn.database
     if key != new:
         when = db.expires_at(key)
         db.delete(key)
@@ -193,7 +214,87 @@ def _rename(conn: RespConnection, args: list[bytes]) -> None:
         if when is not None:
             db.set_expiry(new, when)
         conn.log_write([b"RENAME", key, new])
-    conn.reply(OK)
+
+
+def _db_index(conn: RespConnection, arg: bytes) -> int | None:
+    """A database index argument, checked as MOVE and COPY check it (None: refused)."""
+    index = string2ll(arg)
+    if index is None:
+        conn.error(NOT_INTEGER)
+    elif not -(2**31) <= index < 2**31:
+        conn.error("value is out of range, value must between -2147483648 and 2147483647")
+    elif not 0 <= index < 16:
+        conn.error("DB index is out of range")
+    else:
+        return index
+    return None
+
+
+def _move_to_db(conn: RespConnection, args: list[bytes]) -> None:
+    """MOVE: a key (with its expiry) to another database, unless one is there already (1 or 0)."""
+    index = _db_index(conn, args[2])
+    if index is None:
+        return
+    if index == conn.db:
+        conn.error("source and destination objects are the same")
+        return
+    db, key, now = conn.database, args[1], now_ms()
+    value = db.get(key, now)
+    if value is None:
+        conn.reply(integer(0))
+        return
+    target = conn.broker.keyspaces.database(conn.account.name, index)
+    if target.get(key, now) is not None:
+        conn.reply(integer(0))
+        return
+    when = db.expires_at(key)
+    target.put(key, value)
+    if when is not None:
+        target.set_expiry(key, when)
+    db.delete(key)
+    conn.log_write([b"MOVE", key, b"%d" % index])
+    conn.reply(integer(1))
+
+
+def _copy(conn: RespConnection, args: list[bytes]) -> None:
+    """COPY: an independent duplicate of a key's value, with its expiry, at another key of this
+    database or of another (``DB``); an existing one only with ``REPLACE`` (1, else 0)."""
+    index, replace = conn.db, False
+    i = 3
+    while i < len(args):
+        option = args[i].lower()
+        if option == b"replace":
+            replace = True
+        elif option == b"db" and i + 1 < len(args):
+            chosen = _db_index(conn, args[i + 1])
+            if chosen is None:
+                return
+            index = chosen
+            i += 1
+        else:
+            conn.error(SYNTAX)
+            return
+        i += 1
+    db, key, new, now = conn.database, args[1], args[2], now_ms()
+    if index == conn.db and key == new:
+        conn.error("source and destination objects are the same")
+        return
+    value = db.get(key, now)
+    if value is None:
+        conn.reply(integer(0))
+        return
+    target = db if index == conn.db else conn.broker.keyspaces.database(conn.account.name, index)
+    if target.get(new, now) is not None:
+        if not replace:
+            conn.reply(integer(0))
+            return
+        target.delete(new)
+    when = db.expires_at(key)
+    target.put(new, value.copy())
+    if when is not None:
+        target.set_expiry(new, when)
+    conn.log_write([b"COPY", key, new, b"DB", b"%d" % index, b"REPLACE"])
+    conn.reply(integer(1))
 
 
 def _flush_option(conn: RespConnection, args: list[bytes]) -> bool:
@@ -237,8 +338,13 @@ COMMANDS: Final = (
     Command("pexpireat", -3, _expire(1, True), "write"),
     Command("ttl", 2, _ttl(1000), "readonly"),
     Command("pttl", 2, _ttl(1), "readonly"),
+    Command("expiretime", 2, _ttl(1000, absolute=True), "readonly"),
+    Command("pexpiretime", 2, _ttl(1, absolute=True), "readonly"),
     Command("persist", 2, _persist, "write"),
-    Command("rename", 3, _rename, "write"),
+    Command("rename", 3, _rename(nx=False), "write"),
+    Command("renamenx", 3, _rename(nx=True), "write"),
+    Command("move", 3, _move_to_db, "write"),
+    Command("copy", -3, _copy, "write denyoom"),
     Command("flushdb", -1, _flushdb, "write"),
     Command("flushall", -1, _flushall, "write"),
     Command("dbsize", 1, _dbsize, "readonly"),

@@ -82,6 +82,7 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
             f"connected_clients:{len(resp)}\r\npubsub_clients:{subscribers}\r\n"
             f"unauthenticated_clients:{unauthenticated}\r\n"
             f"maxclients:{broker.config.max_connections}\r\n"
+            f"blocked_clients:{sum(1 for c in resp if c.blocked is not None)}\r\n"
         )
     if everything or b"memory" in wanted:
         sections.append(memory_info(conn))

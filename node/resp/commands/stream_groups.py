@@ -96,7 +96,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
         assert stream is not None
         assert group is not None
         try:
-            last_id = {b"$": stream.last_id, b"-": 0, b"+": MAX_ID}.get(args[4]) or parse_id(args[4])
+            last_id = stream.last_id if args[4] == b"$" else parse_id(args[4], strict=False)
         except StreamError as exc:
             fail(conn, exc)
             return

@@ -107,6 +107,43 @@ async def test_a_node_keeps_its_keys_across_a_stop_and_a_rewrite(tmp_path: Path)
             node.shutdown()
 
 
+async def test_renamenx_move_copy_and_expiry_times_survive_a_restart(tmp_path: Path) -> None:
+    when = 4102444800123  # (ms: the year 2100)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            node = await start_node(nursery, _config(tmp_path))
+            await _call(node, "XADD", "a", "1-1", "f", "v")
+            await _call(node, "XADD", "b", "1-1", "f", "v")
+            await _call(node, "PEXPIREAT", "a", when)
+            assert await _call(node, "RENAMENX", "a", "b") == 0
+            assert await _call(node, "RENAMENX", "a", "c") == 1
+            await _call(node, "XADD", "m", "1-1", "f", "v")
+            await _call(node, "PEXPIREAT", "m", when)
+            assert await _call(node, "MOVE", "m", 3) == 1
+            await _call(node, "XGROUP", "CREATE", "c", "g", "0")
+            assert await _call(node, "COPY", "c", "cc") == 1
+            await _call(node, "XADD", "c", "2-1", "f", "v")  # (the copy stays as it was)
+            node.shutdown()
+        async with trio.open_nursery() as nursery:
+            node = await start_node(nursery, _config(tmp_path))
+            assert await _call(node, "EXISTS", "a", "b", "c") == 2
+            assert await _call(node, "PEXPIRETIME", "c") == when
+            assert await _call(node, "EXPIRETIME", "c") == (when + 500) // 1000
+            assert await _call(node, "EXPIRETIME", "b") == -1
+            assert await _call(node, "PEXPIRETIME", "cc") == when
+            assert (await _call(node, "XLEN", "c"), await _call(node, "XLEN", "cc")) == (2, 1)
+            [group] = await _call(node, "XINFO", "GROUPS", "cc")
+            assert (group[b"name"], group[b"lag"]) == (b"g", 1)
+            assert await _call(node, "MOVE", "m", 3) == 0  # (not here: in database 3, with its time)
+
+            def in_db3() -> Any:
+                with redis.Redis(port=node.redis_port or 0, db=3) as client:
+                    return client.execute_command("PEXPIRETIME", "m")
+
+            assert await trio.to_thread.run_sync(in_db3) == when
+            node.shutdown()
+
+
 async def test_the_file_is_rewritten_when_it_has_doubled(tmp_path: Path) -> None:
     config = _config(tmp_path, rewrite_min_size=2000, rewrite_percentage=100)
     with trio.fail_after(30):

@@ -6,6 +6,8 @@ Each reader is one connection named after itself, so ``CLIENT LIST`` tells who i
 
 from __future__ import annotations
 
+import shutil
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +17,7 @@ import redis
 import trio
 
 from node.run.launch import NodeHandle
+from pipeline.local import redis_server
 from tests.node.resp.test_resp_clients import W, sync_client
 from tests.support import start_redis_node
 
@@ -194,3 +197,41 @@ async def test_readers_behind_a_timed_out_unblocked_or_gone_one_keep_their_order
             assert readers.entry(name) == f"2-{n}".encode()
 
     await trio.to_thread.run_sync(scenario)
+
+
+def _blocked_clients(port: int) -> list[int]:
+    """INFO's ``blocked_clients`` at each step: none, one reader waiting, two, one served by a write,
+    the other unblocked by CLIENT UNBLOCK."""
+    admin = redis.Redis(host="127.0.0.1", port=port, socket_timeout=W)
+    admin.delete("s", "t")
+    seen = [int(admin.info("clients")["blocked_clients"])]
+    conns = [socket.create_connection(("127.0.0.1", port), timeout=W) for _ in range(2)]
+    ids = []
+    try:
+        for conn, key in zip(conns, (b"s", b"t"), strict=True):
+            # (CLIENT ID is answered once the read after it has blocked)
+            conn.sendall(b"CLIENT ID\r\nXREAD BLOCK 0 STREAMS %s $\r\n" % key)
+            ids.append(int(conn.recv(64).strip(b":\r\n")))
+            seen.append(int(admin.info("clients")["blocked_clients"]))
+        admin.xadd("s", {"f": "v"}, id="1-1")
+        assert conns[0].recv(1 << 16).startswith(b"*1\r\n")
+        seen.append(int(admin.info("clients")["blocked_clients"]))
+        assert admin.client_unblock(ids[1])
+        seen.append(int(admin.info("clients")["blocked_clients"]))
+    finally:
+        for conn in conns:
+            conn.close()
+        admin.close()
+    return seen
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+async def test_info_counts_blocked_clients_as_redis_server_does(node: NodeHandle) -> None:
+    def both() -> tuple[list[int], list[int]]:
+        with redis_server() as port:
+            theirs = _blocked_clients(port)
+        return theirs, _blocked_clients(node.redis_port or 0)
+
+    theirs, ours = await trio.to_thread.run_sync(both)
+    assert theirs == [0, 1, 2, 1, 0]
+    assert ours == theirs
