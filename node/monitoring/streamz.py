@@ -30,7 +30,8 @@ def _live_stream(db: Database, key: bytes, now_ms: int) -> Stream | None:
     when = db.expires_at(key)
     if when is not None and when <= now_ms:
         return None
-    return db.keys.get(key)
+    value = db.keys.get(key)
+    return value if isinstance(value, Stream) else None
 
 
 async def _stream_keys(

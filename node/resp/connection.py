@@ -32,7 +32,7 @@ from node.accounts.permissions import PermissionSet
 from node.broker import Broker
 from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
-from node.data.keyspace import CommitFailed, Condition, Database
+from node.data.keyspace import WRONGTYPE, CommitFailed, Condition, Database, WrongType
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.parser import RequestParser
@@ -294,7 +294,10 @@ class RespConnection(Connection):
                 return
             self.last_command = command.name
             assert command.handler is not None
-            command.handler(self, args)
+            try:
+                command.handler(self, args)
+            except WrongType:
+                self.error(WRONGTYPE)
         finally:
             self._running = False
             self._skip, self._skip_next = self._skip_next, False

@@ -13,6 +13,7 @@ from node.resp.commands import (
     stream_groups,
     stream_reads,
     streams,
+    strings,
     transactions,
 )
 from node.resp.connection import RespConnection
@@ -27,6 +28,7 @@ COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
         *pubsub.COMMANDS,
         *transactions.COMMANDS,
         *keys.COMMANDS,
+        *strings.COMMANDS,
         *streams.COMMANDS,
         *stream_reads.COMMANDS,
         *stream_groups.COMMANDS,
