@@ -55,6 +55,8 @@ HOT_PATH = [
     "node/resp/commands/keys.py",
     "node/resp/commands/strings.py",
     "node/resp/commands/string_numbers.py",
+    "node/resp/commands/objects.py",
+    "node/resp/commands/lcs.py",
     "node/resp/commands/streams.py",
     "node/resp/commands/stream_reads.py",
     "node/resp/commands/stream_groups.py",

@@ -21,7 +21,7 @@ what it waits for as a ``Condition``; readers waiting for equal conditions on a 
 so a write costs a check per queue and a wake-up per reader served, however many wait in vain.
 
 **Memory.** ``Keyspaces.used_memory`` is what the keys hold, as MEMORY USAGE counts them (the key's
-name and ``value_memory``: ``Stream.memory_usage``, or a string's bytes and header), plus the
+name and ``Stream.memory_usage``, or a string's bytes and header: ``key_memory``), plus the
 clients' output buffers. The keys' part is a running total: a key written (``Database.touch``) or
 whose consumer groups changed (``Database.resized``) is only noted, and counted again when the total
 is read (``Keyspaces.settle``). A write thus costs a set insertion; reading the total costs one
@@ -66,7 +66,7 @@ __all__ = [
     "Waiter",
     "Watcher",
     "WrongType",
-    "value_memory",
+    "key_memory",
 ]
 
 DATABASES = 16
@@ -84,11 +84,11 @@ class WrongType(Exception):
     """The key holds a value of another kind than the command works on (answered ``WRONGTYPE``)."""
 
 
-def value_memory(value: Value) -> int:
-    """The bytes a value holds, as MEMORY USAGE counts them (without the key's name)."""
+def key_memory(key: bytes, value: Value) -> int:
+    """The bytes a key and its value hold, as MEMORY USAGE counts them."""
     if isinstance(value, Stream):
-        return value.memory_usage()
-    return _KEY + len(value)
+        return _KEY + len(key) + value.memory_usage()
+    return 2 * _KEY + len(key) + len(value)
 
 
 OOM = "-OOM command not allowed when used memory > 'maxmemory'."
@@ -403,7 +403,7 @@ class Database:
             if value is None:
                 change -= sizes.pop(key, 0)
             else:
-                size = _KEY + len(key) + value_memory(value)
+                size = key_memory(key, value)
                 change += size - sizes.get(key, 0)
                 sizes[key] = size
         self._resized.clear()

@@ -1,4 +1,4 @@
-"""The string commands (SET, GET, INCR, APPEND, SETRANGE, LCS ...), as redis-server 7.2 parses and
+"""The string commands (SET, GET, INCR, APPEND, SETRANGE, SETBIT ...), as redis-server 7.2 parses and
 answers them, over the string values of ``node.data.keyspace``.
 
 Arguments are checked in redis-server's order, so the same bad request earns the same error; a key
@@ -390,6 +390,50 @@ def _setrange(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(integer(len(value)))
 
 
+def _bit_offset(conn: RespConnection, arg: bytes) -> int | None:
+    """SETBIT's and GETBIT's offset; None once the error is sent."""
+    offset = string2ll(arg)
+    if offset is None or offset < 0 or offset >> 3 >= MAX_STRING:
+        conn.error("bit offset is not an integer or out of range")
+        return None
+    return offset
+
+
+def _setbit(conn: RespConnection, args: list[bytes]) -> None:
+    offset = _bit_offset(conn, args[2])
+    if offset is None:
+        return
+    if args[3] not in (b"0", b"1"):
+        conn.error("bit is not an integer or out of range")
+        return
+    on = args[3] == b"1"
+    db, key = conn.database, args[1]
+    value = db.string(key, now_ms())
+    place, mask = offset >> 3, 0x80 >> (offset & 7)
+    changed = value is None or len(value) <= place
+    if not isinstance(value, bytearray):  # (changed in place from now on, even if not now)
+        value = bytearray(value or b"")
+        db.put(key, value, keep_ttl=True)
+    if len(value) <= place:
+        value += bytes(place + 1 - len(value))
+    was = bool(value[place] & mask)
+    if changed or was != on:
+        value[place] = value[place] | mask if on else value[place] & ~mask
+        db.touch(key)
+        conn.log_write([b"SETBIT", key, args[2], args[3]])
+    conn.reply(integer(int(was)))
+
+
+def _getbit(conn: RespConnection, args: list[bytes]) -> None:
+    offset = _bit_offset(conn, args[2])
+    if offset is None:
+        return
+    value = conn.database.string(args[1], now_ms())
+    place = offset >> 3
+    on = value is not None and place < len(value) and value[place] & (0x80 >> (offset & 7))
+    conn.reply(integer(1 if on else 0))
+
+
 COMMANDS: Final = (
     Command("get", 2, _get, "readonly"),
     Command("set", -3, _set, "write denyoom"),
@@ -412,5 +456,7 @@ COMMANDS: Final = (
     Command("decrby", 3, _decrby, "write denyoom"),
     Command("incrbyfloat", 3, _incrbyfloat, "write denyoom"),
     Command("getset", 3, _getset, "write denyoom"),
+    Command("setbit", 4, _setbit, "write denyoom"),
+    Command("getbit", 3, _getbit, "readonly"),
 )
-"""The string commands, in COMMAND's order (LCS is ``lcs``'s)."""
+"""The string commands, in COMMAND's order (LCS is ``node.resp.commands.lcs``'s)."""

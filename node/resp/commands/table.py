@@ -8,6 +8,8 @@ from typing import Final
 from node.resp.commands import (
     connection,
     keys,
+    lcs,
+    objects,
     pubsub,
     server,
     stream_groups,
@@ -29,6 +31,8 @@ COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
         *transactions.COMMANDS,
         *keys.COMMANDS,
         *strings.COMMANDS,
+        *lcs.COMMANDS,
+        *objects.COMMANDS,
         *streams.COMMANDS,
         *stream_reads.COMMANDS,
         *stream_groups.COMMANDS,
