@@ -293,17 +293,21 @@ class RespConnection(Connection):
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
-            assert command.handler is not None
-            try:
-                command.handler(self, args)
-            except WrongType:
-                self.error(WRONGTYPE)
+            self._call(command, args)
         finally:
             self._running = False
             self._skip, self._skip_next = self._skip_next, False
             if self._held:
                 held, self._held = self._held, bytearray()
                 self._send(bytes(held))
+
+    def _call(self, command: Command[RespConnection], args: list[bytes]) -> None:
+        """Run a command's handler; a key of the wrong kind is answered ``WRONGTYPE``."""
+        assert command.handler is not None
+        try:
+            command.handler(self, args)
+        except WrongType:
+            self.error(WRONGTYPE)
 
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
@@ -451,8 +455,7 @@ class RespConnection(Connection):
                 command = self.table.by_name[args[0].lower()]
                 if command.subcommands is not None:
                     command = command.subcommands[args[1].lower()]
-                assert command.handler is not None
-                command.handler(self, args)
+                self._call(command, args)
         finally:
             self._captured = None
         self.reply(array(replies))

@@ -42,11 +42,31 @@ _HEX: Final = re.compile(
     rb"([+-]?)0[xX](?:([0-9a-fA-F]+)\.?([0-9a-fA-F]*)|\.([0-9a-fA-F]+))(?:[pP]([+-]?\d+))?"
 )
 _INFINITY: Final = re.compile(rb"([+-]?)(?:inf|infinity)", re.IGNORECASE)
+_CHUNK: Final = 4000
+"""Digits converted at once (see ``_to_int``)."""
 _BEYOND: Final = 5000
-"""A decimal (or, scaled, binary) exponent past which a nonzero number is surely out of range."""
+"""A decimal exponent (roughly reckoned) past which a nonzero number is surely out of range."""
 
 Extended = Fraction | float
 """A long double: a finite value as an exact fraction, or an infinity as a float."""
+
+
+def _to_int(digits: bytes, base: int) -> int:
+    """``int(digits, base)`` for any length (Python refuses to read more than 4300 decimal digits at
+    once)."""
+    value = 0
+    for start in range(0, len(digits), _CHUNK):
+        chunk = digits[start : start + _CHUNK]
+        value = value * base ** len(chunk) + int(chunk, base)
+    return value
+
+
+def _to_digits(value: int) -> str:
+    """``str(value)`` of a natural number of any size (see ``_to_int``)."""
+    if value < 10**_CHUNK:
+        return str(value)
+    high, low = divmod(value, 10**_CHUNK)
+    return _to_digits(high) + str(low).rjust(_CHUNK, "0")
 
 
 def int_encodable(value: bytes | bytearray) -> bool:
@@ -77,7 +97,8 @@ def _scaled(sign: bytes, digits: int, base: int, exponent: int) -> Extended | No
     overflow or an underflow to zero."""
     if digits == 0:
         return Fraction(0)
-    magnitude = len(str(digits)) + exponent if base == 10 else (digits.bit_length() + exponent) // 3
+    bits = digits.bit_length()
+    magnitude = bits * 3 // 10 + exponent if base == 10 else (bits + exponent) * 3 // 10
     if not -_BEYOND <= magnitude <= _BEYOND:
         return None
     value = round_extended(Fraction(digits) * Fraction(base) ** exponent)
@@ -96,13 +117,13 @@ def parse_long_double(text: bytes | bytearray) -> Extended | None:
     if match is not None:
         sign, whole, point, alone, power = match.groups()
         fraction = alone if alone is not None else point
-        digits = int((whole or b"") + fraction or b"0")
+        digits = _to_int((whole or b"") + fraction or b"0", 10)
         return _scaled(sign, digits, 10, int(power or b"0") - len(fraction))
     match = _HEX.fullmatch(text)
     if match is not None:
         sign, whole, point, alone, power = match.groups()
         fraction = alone if alone is not None else point
-        digits = int((whole or b"") + fraction or b"0", 16)
+        digits = _to_int((whole or b"") + fraction or b"0", 16)
         return _scaled(sign, digits, 2, int(power or b"0") - 4 * len(fraction))
     match = _INFINITY.fullmatch(text)
     if match is not None:
@@ -121,7 +142,7 @@ def add_long_doubles(value: Extended, increment: Extended) -> Fraction | None:
 def format_long_double(value: Fraction) -> bytes:
     """``%.17Lf``, then trailing zeros after the point (and the point) removed; ``-0`` is ``0``."""
     scaled = round(abs(value) * 10**17)
-    digits = str(scaled).rjust(18, "0")
+    digits = _to_digits(scaled).rjust(18, "0")
     text = (digits[:-17] + "." + digits[-17:]).rstrip("0").rstrip(".")
     if value < 0 and text != "0":
         text = "-" + text

@@ -92,7 +92,12 @@ def _parse_options(
     return parsed
 
 
-def _expiry(conn: RespConnection, amount: bytes, flags: int, now: int) -> int | None:
+def _name(args: list[bytes]) -> str:
+    """The command's name as its errors quote it."""
+    return args[0].lower().decode("utf-8", "surrogateescape")
+
+
+def _expiry(conn: RespConnection, args: list[bytes], amount: bytes, flags: int, now: int) -> int | None:
     """When the key expires, in milliseconds since the epoch (``getExpireMillisecondsOrReply``);
     None once the error is sent."""
     when = string2ll(amount)
@@ -101,14 +106,14 @@ def _expiry(conn: RespConnection, amount: bytes, flags: int, now: int) -> int | 
         return None
     seconds = not flags & (_PX | _PXAT)
     if when <= 0 or (seconds and when > _MAX_MS // 1000):
-        conn.error(f"invalid expire time in '{conn.last_command}' command")
+        conn.error(f"invalid expire time in '{_name(args)}' command")
         return None
     if seconds:
         when *= 1000
     if flags & (_EX | _PX):
         when += now
         if when > _MAX_MS:
-            conn.error(f"invalid expire time in '{conn.last_command}' command")
+            conn.error(f"invalid expire time in '{_name(args)}' command")
             return None
     return when
 
@@ -132,7 +137,7 @@ def _set(conn: RespConnection, args: list[bytes]) -> None:
     flags = parsed.flags
     when = None
     if parsed.expire is not None:
-        when = _expiry(conn, parsed.expire, flags, now)
+        when = _expiry(conn, args, parsed.expire, flags, now)
         if when is None:
             return
     db, key = conn.database, args[1]
@@ -163,7 +168,7 @@ def _setex(flags: int) -> Handler:
     """SETEX (seconds) and PSETEX (milliseconds): key, time, value."""
 
     def handler(conn: RespConnection, args: list[bytes]) -> None:
-        when = _expiry(conn, args[2], flags, now_ms())
+        when = _expiry(conn, args, args[2], flags, now_ms())
         if when is not None:
             _store(conn, args[1], args[3], when, False)
             conn.reply(OK)
@@ -202,7 +207,7 @@ def _getex(conn: RespConnection, args: list[bytes]) -> None:
         return
     when = None
     if parsed.expire is not None:
-        when = _expiry(conn, parsed.expire, parsed.flags, now)
+        when = _expiry(conn, args, parsed.expire, parsed.flags, now)
         if when is None:
             return
     conn.reply(_bulk(value))
@@ -237,7 +242,7 @@ def _mset(only_new: bool) -> Handler:
 
     def handler(conn: RespConnection, args: list[bytes]) -> None:
         if len(args) % 2 == 0:
-            conn.error(f"wrong number of arguments for '{conn.last_command}' command")
+            conn.error(f"wrong number of arguments for '{_name(args)}' command")
             return
         db, now = conn.database, now_ms()
         if only_new and any(db.get(key, now) is not None for key in args[1::2]):
