@@ -392,3 +392,17 @@ def test_a_redis_py_lock_set_nx_px(ports: tuple[int, int]) -> None:
         assert client.get("lock") == b"token-4"
     finally:
         client.close()
+
+
+def test_past_maxmemory_string_writes_that_add_data_are_refused(ports: tuple[int, int]) -> None:
+    ours = Side(ports[1])
+    try:
+        ours.send("SET", "k", "v")
+        assert ours.send("CONFIG", "SET", "maxmemory", "1") == b"+OK\r\n"
+        for args in (("SET", "k", "w"), ("APPEND", "k", "x"), ("INCR", "n"), ("MSET", "a", "1")):
+            assert ours.send(*args).startswith(b"-OOM ")
+        assert ours.send("GET", "k") == b"$1\r\nv\r\n"
+        assert ours.send("GETDEL", "k") == b"$1\r\nv\r\n"  # (not denyoom: deleting goes on)
+    finally:
+        ours.send("CONFIG", "SET", "maxmemory", "0")
+        ours.close()
