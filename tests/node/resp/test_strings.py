@@ -277,8 +277,9 @@ def test_blocked_readers_and_a_key_that_becomes_a_string(ports: tuple[int, int])
 
 OPTION = st.one_of(
     st.sampled_from(["NX", "XX", "GET", "KEEPTTL", "PERSIST", "EX", "PX", "EXAT", "PXAT", "nx", "Get"]),
-    st.sampled_from(["100", "100000", "0", "-1", "x", "1", "9999999999", "9223372036854775807"]),
+    st.sampled_from(["100000", "0", "-1", "x", "2000000000", "9999999999", "9223372036854775807"]),
 )
+"""(No expiry short enough to pass between the two servers' replies.)"""
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
