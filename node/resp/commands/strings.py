@@ -130,6 +130,11 @@ def _store(conn: RespConnection, key: bytes, value: bytes, when: int | None, kee
 
 
 def _set(conn: RespConnection, args: list[bytes]) -> None:
+    if len(args) == 3:  # (the common case, kept short)
+        conn.database.put(args[1], args[2])
+        conn.log_write([b"SET", args[1], args[2]])
+        conn.reply(OK)
+        return
     parsed = _parse_options(conn, args, 3, True)
     if parsed is None:
         return
