@@ -27,20 +27,25 @@ _MAX_TABLE: Final = 512 * 1024 * 1024
 """``proto-max-bulk-len``, which the table's 4-byte cells may not exceed."""
 
 
-def lcs_rows(a: bytes, b: bytes) -> list[int]:
-    """The table's rows, as the module's notes say: ``rows[i]`` for the first ``i`` bytes of ``a``
-    (``len(b)`` bits each)."""
+def _positions(b: bytes, byte: int) -> int:
+    """The bits ``j`` where ``b[j] == byte``."""
+    table = bytearray(b"0" * 256)
+    table[byte] = ord("1")
+    return int(b.translate(table)[::-1] or b"0", 2)
+
+
+def lcs_rows(a: bytes, b: bytes) -> tuple[list[int], dict[int, int]]:
+    """The table's rows, as the module's notes say (``rows[i]`` for the first ``i`` bytes of
+    ``a``, ``len(b)`` bits each), and where each byte of ``a`` is in ``b`` (byte -> bits)."""
     full = (1 << len(b)) - 1
-    matches: dict[int, int] = {}
-    for j, byte in enumerate(b):
-        matches[byte] = matches.get(byte, 0) | 1 << j
+    matches = {byte: _positions(b, byte) for byte in set(a)}
     row = full
     rows = [row]
     for byte in a:
-        match = row & matches.get(byte, 0)
+        match = row & matches[byte]
         row = ((row + match) | (row - match)) & full
         rows.append(row)
-    return rows
+    return rows, matches
 
 
 def _length(rows: list[int], i: int, j: int) -> int:
@@ -99,12 +104,12 @@ def _lcs(conn: RespConnection, args: list[bytes]) -> None:
     if (len(first) + 1) * (len(second) + 1) * 4 > _MAX_TABLE:
         conn.error("Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len")
         return
-    rows = lcs_rows(first, second)
+    rows, matches = lcs_rows(first, second)
     total = _length(rows, len(first), len(second))
     if options.len:
         conn.reply(integer(total))
         return
-    common, ranges = _walk(rows, first, second, options)
+    common, ranges = _walk(rows, matches, first, second, options)
     if not options.idx:
         conn.reply(b"$%d\r\n%b\r\n" % (len(common), common))
         return
@@ -114,9 +119,18 @@ def _lcs(conn: RespConnection, args: list[bytes]) -> None:
     )
 
 
-def _walk(rows: list[int], a: bytes, b: bytes, options: _Options) -> tuple[bytes, list[bytes]]:
+def _walk(
+    rows: list[int], matches: dict[int, int], a: bytes, b: bytes, options: _Options
+) -> tuple[bytes, list[bytes]]:
     """redis-server's walk back through the table: the common subsequence, and the IDX ranges
-    (encoded replies) from the last match to the first."""
+    (encoded replies) from the last match to the first.
+
+    Where the bytes differ, ``LCS(i, j)`` is the larger of ``LCS(i - 1, j)`` and ``LCS(i, j - 1)``,
+    so redis-server's step (up a row if ``LCS(i - 1, j)`` is larger, else left) goes left exactly
+    when row ``i`` does not grow at ``j``: its bit ``j - 1`` is set. Steps left go on until a
+    matching byte or a place where the row grows, which one search of the row's bits finds, so
+    the walk costs a few big-integer operations per row rather than a step per byte.
+    """
     common = bytearray()
     ranges: list[bytes] = []
     i, j = len(a), len(b)
@@ -139,10 +153,11 @@ def _walk(rows: list[int], a: bytes, b: bytes, options: _Options) -> tuple[bytes
             i -= 1
             j -= 1
         else:
-            if _length(rows, i - 1, j) > _length(rows, i, j - 1):
+            row = rows[i]
+            if not row >> (j - 1) & 1:
                 i -= 1
-            else:
-                j -= 1
+            else:  # (left, as far as the bytes differ and the row does not grow)
+                j = ((~row | matches[a[i - 1]]) & ((1 << (j - 1)) - 1)).bit_length()
             if a_start != unset:
                 emit = True
         if emit:

@@ -407,3 +407,20 @@ def test_past_maxmemory_string_writes_that_add_data_are_refused(ports: tuple[int
     finally:
         ours.send("CONFIG", "SET", "maxmemory", "0")
         ours.close()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    a=st.binary(max_size=30).map(lambda b: bytes(97 + x % 4 for x in b)),
+    b=st.binary(max_size=30).map(lambda b: bytes(97 + x % 4 for x in b)),
+    options=st.sampled_from(
+        [[], ["LEN"], ["IDX"], ["IDX", "WITHMATCHLEN"], ["IDX", "MINMATCHLEN", "2", "WITHMATCHLEN"]]
+    ),
+)
+def test_lcs_as_redis_server(ports: tuple[int, int], a: bytes, b: bytes, options: list[str]) -> None:
+    both = Pair(*ports)
+    try:
+        both.same("MSET", "a", a, "b", b)
+        both.same("LCS", "a", "b", *options)
+    finally:
+        both.close()
