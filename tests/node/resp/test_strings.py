@@ -26,7 +26,7 @@ from node.resp.commands.string_numbers import (
     parse_long_double,
 )
 from pipeline.local import redis_server
-from pubmesh_testing import running_node
+from tests.live import live_node
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -91,9 +91,11 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def ports() -> Iterator[tuple[int, int]]:
-    with redis_server() as theirs, running_node(monitoring=False) as node:
-        assert node.redis_url is not None
-        yield theirs, int(node.redis_url.rsplit(":", 1)[1])
+    """redis-server's port and a node's, the node in a process of its own (in this one, its random
+    expiry probes would disturb hypothesis's generation)."""
+    with redis_server() as theirs, live_node(redis=True) as node:
+        assert node.redis_port is not None
+        yield theirs, node.redis_port
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
@@ -282,6 +284,7 @@ OPTION = st.one_of(
 """(No expiry short enough to pass between the two servers' replies.)"""
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     before=st.sampled_from(["none", "string", "expiring", "stream"]),
@@ -325,6 +328,7 @@ NUMBER_TEXT = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(value=NUMBER_TEXT, increment=NUMBER_TEXT)
 def test_incrbyfloat_as_redis_server(ports: tuple[int, int], value: str, increment: str) -> None:
@@ -344,6 +348,7 @@ INTEGER_TEXT = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     value=INTEGER_TEXT,
@@ -409,6 +414,7 @@ def test_past_maxmemory_string_writes_that_add_data_are_refused(ports: tuple[int
         ours.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     a=st.binary(max_size=30).map(lambda b: bytes(97 + x % 4 for x in b)),
