@@ -430,3 +430,42 @@ def test_lcs_as_redis_server(ports: tuple[int, int], a: bytes, b: bytes, options
         both.same("LCS", "a", "b", *options)
     finally:
         both.close()
+
+
+WORDS = st.sampled_from(
+    [
+        *["k", "s", "v", "", "0", "1", "-1", "5", "100", "x", "1.5", "1e3", "inf", "nan", " 2", "+3"],
+        *["007", "9223372036854775807", "-9223372036854775808", "536870912", "4294967296"],
+        *["99999999999", "NX", "XX", "GET", "KEEPTTL", "PERSIST", "EXAT", "PXAT", "IDX", "LEN"],
+        *["WITHMATCHLEN", "MINMATCHLEN", "ENCODING", "REFCOUNT", "FREQ", "HELP", "Get", "nx"],
+    ]
+)
+"""(No EX or PX, and no PSETEX: an expiry of a few milliseconds could pass between the two
+servers' replies; EXAT and PXAT with these numbers are past or far.)"""
+STRING_COMMANDS = [
+    "SET", "GET", "GETDEL", "GETEX", "GETSET", "MGET", "MSET", "MSETNX", "SETNX", "SETEX",
+    "INCR", "DECR", "INCRBY", "DECRBY", "INCRBYFLOAT", "APPEND", "STRLEN", "GETRANGE", "SUBSTR",
+    "SETRANGE", "SETBIT", "GETBIT", "LCS", "OBJECT", "TYPE",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    requests=st.lists(
+        st.tuples(st.sampled_from(STRING_COMMANDS), st.lists(WORDS, max_size=6)), min_size=1, max_size=8
+    )
+)
+def test_any_arguments_get_redis_servers_reply(
+    ports: tuple[int, int], requests: list[tuple[str, list[str]]]
+) -> None:
+    """Arguments made of the commands' own words, numbers and edge values, in any order: the same
+    reply, error or not, as redis-server's (no expiry passes meanwhile: relative ones are long)."""
+    both = Pair(*ports)
+    try:
+        both.same("FLUSHALL")
+        both.same("XADD", "s", "1-1", "f", "v")
+        for name, args in requests:
+            both.same(name, *args)
+    finally:
+        both.close()
