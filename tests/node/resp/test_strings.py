@@ -254,6 +254,20 @@ def test_memory_usage_counts_the_key_and_the_value(pair: Pair) -> None:
     assert int(ours.send("MEMORY", "USAGE", "k", "SAMPLES", "0")[1:-2]) == small + 1000
     ours.send("XADD", "s", "1-1", "f", "v")
     assert ours.send("MEMORY", "USAGE", "s")[:1] == b":"
+    # What maxmemory limits counts the same: every key's MEMORY USAGE.
+    usage = sum(int(ours.send("MEMORY", "USAGE", key)[1:-2]) for key in ("k", "s"))
+    assert _dataset(ours) == usage
+    ours.send("SETRANGE", "k", "3000", "z")
+    ours.send("DEL", "s")
+    assert _dataset(ours) == int(ours.send("MEMORY", "USAGE", "k")[1:-2])
+    ours.send("DEL", "k")
+    assert _dataset(ours) == 0
+
+
+def _dataset(side: Side) -> int:
+    """INFO's ``used_memory_dataset``."""
+    info = side.send("INFO", "memory").split(b"\r\n", 1)[1]
+    return int(info.split(b"used_memory_dataset:")[1].split(b"\r\n")[0])
 
 
 def test_blocked_readers_and_a_key_that_becomes_a_string(ports: tuple[int, int]) -> None:
