@@ -149,9 +149,9 @@ def _set(conn: RespConnection, args: list[bytes]) -> None:
     if flags & _GET:
         old = db.string(key, now)
         conn.reply(conn.writer.null if old is None else _bulk(old))
-        found = old is not None or db.get(key, now) is not None
-    else:
-        found = db.get(key, now) is not None if flags & (_NX | _XX) else False
+        found = old is not None
+    else:  # (a key found expired goes first, and with it the time KEEPTTL would keep)
+        found = db.get(key, now) is not None
     if (flags & _NX and found) or (flags & _XX and not found):
         if not flags & _GET:
             conn.reply(conn.writer.null)

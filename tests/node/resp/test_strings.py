@@ -20,6 +20,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.broker import Broker
+from node.config.options import Config
 from node.resp.commands.string_numbers import (
     add_long_doubles,
     format_long_double,
@@ -27,6 +29,7 @@ from node.resp.commands.string_numbers import (
 )
 from pipeline.local import redis_server
 from tests.live import live_node
+from tests.node.resp.test_resp_connection import Peer
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -243,6 +246,20 @@ SCENARIOS: dict[str, list[tuple[bytes | str | int, ...]]] = {
 def test_same_replies_as_redis_server(pair: Pair, name: str) -> None:
     for args in SCENARIOS[name]:
         pair.same(*args)
+
+
+def test_keepttl_over_a_key_that_expired_unseen() -> None:
+    """The expired key goes first (as redis-server's lookup before a write): KEEPTTL keeps no
+    time, and the new value stays. (In a broker without a running node, no sweep removes the
+    key meanwhile.)"""
+    peer = Peer(Broker(Config()))
+    peer.send("SET", "k", "v", "PX", "20")
+    peer.send("SET", "n", "5", "PX", "20")
+    time.sleep(0.05)
+    assert peer.send("SET", "k", "w", "KEEPTTL") == b"+OK\r\n"
+    assert peer.send("INCR", "n") == b":1\r\n"
+    assert peer.send("MGET", "k", "n") == b"*2\r\n$1\r\nw\r\n$1\r\n1\r\n"
+    assert peer.send("TTL", "k") == peer.send("TTL", "n") == b":-1\r\n"
 
 
 def test_memory_usage_counts_the_key_and_the_value(pair: Pair) -> None:
