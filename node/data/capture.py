@@ -38,7 +38,7 @@ import trio
 
 from node.accounts.account import Account
 from node.config.options import StreamConfig
-from node.data.keyspace import CommitFailed, Journal, Keyspaces
+from node.data.keyspace import WRONGTYPE, CommitFailed, Journal, Keyspaces
 from node.data.stream_writes import add_entry
 from node.data.streams import MAX_ID, Stream, Trim, format_id, make_id, parse_add_id
 from routing import Message, Subscription, subject_channel
@@ -100,11 +100,12 @@ class StreamCapture:
     def deliver(self, sub: Subscription, msg: Message) -> bool:
         now = time.time_ns() // 1_000_000
         db, key = self._keyspaces.database(self.config.account, CAPTURE_DB), self.key
-        stream = db.get(key, now)
-        created = stream is None
-        if stream is None:
-            stream = Stream()
+        value = db.get(key, now)
+        stream = value if isinstance(value, Stream) else Stream()
+        created = value is None
         refusal = self._keyspaces.oom or self._keyspaces.refusal  # (in redis-server's order)
+        if refusal is None and not (created or isinstance(value, Stream)):
+            refusal = WRONGTYPE  # (a client made the key a string)
         if refusal is None and stream.last_id == MAX_ID:
             refusal = _EXHAUSTED
         if refusal is not None:

@@ -1,11 +1,14 @@
 """Keys, as redis-server keeps them: per account, sixteen numbered databases of named values.
 
-The only values are streams (``node.data.streams``). A key may carry an expiry time; an expired key is
-gone the moment anyone looks, and a sweep reclaims those nobody looks at as redis-server's active
-expiry does (``Keyspaces.sweep``). Two kinds of client wait on keys: WATCH (a write to a watched key
-spoils the watcher's transaction) and blocking reads (a write to the key wakes those it lets be
-served, in the order they blocked). Both are registered here so that every write, whoever makes it,
-reaches them through one call: ``Database.touch``.
+A value is a stream (``node.data.streams``) or a string: ``bytes``, or a ``bytearray`` once APPEND
+or SETRANGE changed it in place (redis-server's ``raw`` encoding, which such a change leaves). A
+command that finds a value of another kind than it works on raises ``WrongType``
+(``Database.stream``, ``Database.string``), which the connection answers with ``WRONGTYPE``. A key
+may carry an expiry time; an expired key is gone the moment anyone looks, and a sweep reclaims those
+nobody looks at as redis-server's active expiry does (``Keyspaces.sweep``). Two kinds of client wait
+on keys: WATCH (a write to a watched key spoils the watcher's transaction) and blocking reads (a
+write to the key wakes those it lets be served, in the order they blocked). Both are registered here
+so that every write, whoever makes it, reaches them through one call: ``Database.touch``.
 
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
 so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
@@ -18,18 +21,18 @@ what it waits for as a ``Condition``; readers waiting for equal conditions on a 
 so a write costs a check per queue and a wake-up per reader served, however many wait in vain.
 
 **Memory.** ``Keyspaces.used_memory`` is what the keys hold, as MEMORY USAGE counts them (the key's
-name and ``Stream.memory_usage``), plus the clients' output buffers. The keys' part is a running
-total: a key written (``Database.touch``) or whose consumer groups changed (``Database.resized``)
-is only noted, and counted again when the total is read (``Keyspaces.settle``). A write thus costs
-a set insertion; reading the total costs one ``memory_usage`` per key changed since (a few
-additions, however big the stream), and the total is exact whenever it is read: by each command
-that may add data while a limit is set, by INFO, and by the node ten times a second. The output
-buffers are summed over every client at those ten times a second while a limit is set
-(``output_bytes``), and at once for INFO. Past ``maxmemory`` the node behaves as redis-server with
-``maxmemory-policy noeviction``: commands that would add data are refused (``Keyspaces.oom``),
-reads and deletions go on, and deleting brings the total down at once. Python does not give freed
-memory back to the system promptly, so the process's resident size is reported beside it, not used
-for the limit.
+name and ``Stream.memory_usage``, or a string's bytes and header: ``key_memory``), plus the
+clients' output buffers. The keys' part is a running total: a key written (``Database.touch``) or
+whose consumer groups changed (``Database.resized``) is only noted, and counted again when the total
+is read (``Keyspaces.settle``). A write thus costs a set insertion; reading the total costs one
+``memory_usage`` per key changed since (a few additions, however big the stream), and the total is
+exact whenever it is read: by each command that may add data while a limit is set, by INFO, and by
+the node ten times a second. The output buffers are summed over every client at those ten times a
+second while a limit is set (``output_bytes``), and at once for INFO. Past ``maxmemory`` the node
+behaves as redis-server with ``maxmemory-policy noeviction``: commands that would add data are
+refused (``Keyspaces.oom``), reads and deletions go on, and deleting brings the total down at once.
+Python does not give freed memory back to the system promptly, so the process's resident size is
+reported beside it, not used for the limit.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ __all__ = [
     "SWEEP_SAMPLE",
     "SWEEP_SECONDS",
     "SWEEP_STALE",
+    "WRONGTYPE",
     "CommitFailed",
     "Condition",
     "Database",
@@ -58,14 +62,35 @@ __all__ = [
     "Keyspace",
     "Keyspaces",
     "Persistence",
+    "Value",
     "Waiter",
     "Watcher",
+    "WrongType",
+    "key_memory",
 ]
 
 DATABASES = 16
 """Numbered databases per account (redis-server's default ``databases``)."""
 _KEY = sys.getsizeof(b"")
-"""What a key's name holds besides its bytes."""
+"""What a key's name holds besides its bytes (a string value's header is the same)."""
+WRONGTYPE = "-WRONGTYPE Operation against a key holding the wrong kind of value"
+"""redis-server's reply to a command on a key whose value is of another kind."""
+
+Value = Stream | bytes | bytearray
+"""What a key holds: a stream, or a string (see the module's notes)."""
+
+
+class WrongType(Exception):
+    """The key holds a value of another kind than the command works on (answered ``WRONGTYPE``)."""
+
+
+def key_memory(key: bytes, value: Value) -> int:
+    """The bytes a key and its value hold, as MEMORY USAGE counts them."""
+    if isinstance(value, Stream):
+        return _KEY + len(key) + value.memory_usage()
+    return 2 * _KEY + len(key) + len(value)
+
+
 OOM = "-OOM command not allowed when used memory > 'maxmemory'."
 """redis-server's refusal of a command that would add data past ``maxmemory``."""
 SWEEP_SAMPLE = 20
@@ -229,7 +254,7 @@ class Database:
         self.keyspaces = keyspaces
         self.account = account
         self.index = index
-        self.keys: dict[bytes, Stream] = {}
+        self.keys: dict[bytes, Value] = {}
         self._expires: dict[bytes, int] = {}
         """Key -> its place in ``_expiring`` and ``_times``."""
         self._expiring: list[bytes] = []
@@ -248,7 +273,7 @@ class Database:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def get(self, key: bytes, now: int) -> Stream | None:
+    def get(self, key: bytes, now: int) -> Value | None:
         """The value at ``key``, unless it has expired (it is removed then)."""
         value = self.keys.get(key)
         if value is not None and self._expires:
@@ -256,6 +281,28 @@ class Database:
             if place is not None and self._times[place] <= now and not self.keyspaces.loading:
                 self._expire(key)
                 return None
+        return value
+
+    def stream(self, key: bytes, now: int) -> Stream | None:
+        """The stream at ``key`` (as ``get``).
+
+        Raises:
+            WrongType: the key holds a string.
+        """
+        value = self.get(key, now)
+        if value is None or isinstance(value, Stream):
+            return value
+        raise WrongType
+
+    def string(self, key: bytes, now: int) -> bytes | bytearray | None:
+        """The string at ``key`` (as ``get``).
+
+        Raises:
+            WrongType: the key holds a stream.
+        """
+        value = self.get(key, now)
+        if isinstance(value, Stream):
+            raise WrongType
         return value
 
     def _expire(self, key: bytes) -> None:
@@ -283,9 +330,11 @@ class Database:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def put(self, key: bytes, value: Stream) -> None:
-        """Store a new value (its expiry, if the key had one, is gone with the old value)."""
-        self._forget_expiry(key)
+    def put(self, key: bytes, value: Value, *, keep_ttl: bool = False) -> None:
+        """Store a new value (its expiry, if the key had one, is gone with the old value unless
+        ``keep_ttl``)."""
+        if not keep_ttl and self._expires:
+            self._forget_expiry(key)
         self.keys[key] = value
         self.touch(key)
 
@@ -354,7 +403,7 @@ class Database:
             if value is None:
                 change -= sizes.pop(key, 0)
             else:
-                size = _KEY + len(key) + value.memory_usage()
+                size = key_memory(key, value)
                 change += size - sizes.get(key, 0)
                 sizes[key] = size
         self._resized.clear()

@@ -26,11 +26,13 @@ _StreamKey = tuple[str, int, bytes]
 
 
 def _live_stream(db: Database, key: bytes, now_ms: int) -> Stream | None:
-    """The stream at ``key`` unless it has expired (monitoring only reads: it removes nothing)."""
+    """The stream at ``key`` unless it has expired or the key holds a string (monitoring only
+    reads: it removes nothing)."""
     when = db.expires_at(key)
     if when is not None and when <= now_ms:
         return None
-    return db.keys.get(key)
+    value = db.keys.get(key)
+    return value if isinstance(value, Stream) else None
 
 
 async def _stream_keys(

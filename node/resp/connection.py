@@ -32,7 +32,7 @@ from node.accounts.permissions import PermissionSet
 from node.broker import Broker
 from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
-from node.data.keyspace import CommitFailed, Condition, Database
+from node.data.keyspace import WRONGTYPE, CommitFailed, Condition, Database, WrongType
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.parser import RequestParser
@@ -293,8 +293,7 @@ class RespConnection(Connection):
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
-            assert command.handler is not None
-            command.handler(self, args)
+            self._call(command, args)
         finally:
             self._running = False
             self._skip, self._skip_next = self._skip_next, False
@@ -312,6 +311,14 @@ class RespConnection(Connection):
             return
         self._queue_failed = self.queued is not None
         self.error(text)
+
+    def _call(self, command: Command[RespConnection], args: list[bytes]) -> None:
+        """Run a command's handler; a key of the wrong kind is answered ``WRONGTYPE``."""
+        assert command.handler is not None
+        try:
+            command.handler(self, args)
+        except WrongType:
+            self.error(WRONGTYPE)
 
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
@@ -463,8 +470,7 @@ class RespConnection(Connection):
                 command = self.table.by_name[args[0].lower()]
                 if command.subcommands is not None:
                     command = command.subcommands[args[1].lower()]
-                assert command.handler is not None
-                command.handler(self, args)
+                self._call(command, args)
         finally:
             self._captured = None
         self.reply(array_header(len(queued)) + b"".join(replies))

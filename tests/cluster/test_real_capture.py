@@ -87,5 +87,5 @@ async def test_captures_nats_and_redis_publishes_from_every_node(nursery: trio.N
 
 
 def _length(node: NodeHandle) -> int:
-    stream = node.server.broker.keyspaces.database("$G", 0).get(b"events", 0)
+    stream = node.server.broker.keyspaces.database("$G", 0).stream(b"events", 0)
     return 0 if stream is None else stream.length

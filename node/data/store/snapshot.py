@@ -1,6 +1,7 @@
 """The keys as they are now, written as the commands that rebuild them (what a rewrite writes).
 
-Per stream key, in this order (redis-server's ``rewriteStreamObject``, with one addition):
+A string key is one ``SET key value``, followed by its ``PEXPIREAT`` (as step 6 below). Per stream
+key, in this order (redis-server's ``rewriteStreamObject``, with one addition):
 
 1. ``XADD key <id> field value ...`` for each live entry, in ID order. An empty stream is made with
    ``XADD key MAXLEN 0 <id> x y`` (added, then trimmed away).
@@ -55,9 +56,12 @@ def records(keyspaces: Keyspaces) -> Iterator[bytes]:
 
 
 def database_records(account: str, index: int, db: Database) -> Iterator[bytes]:
-    for key, stream in list(db.keys.items()):
-        for args in stream_commands(key, stream):
-            yield encode(account, index, args)
+    for key, value in list(db.keys.items()):
+        if isinstance(value, Stream):
+            for args in stream_commands(key, value):
+                yield encode(account, index, args)
+        else:
+            yield encode(account, index, [b"SET", key, bytes(value)])
         when = db.expires_at(key)
         if when is not None:
             yield encode(account, index, [b"PEXPIREAT", key, b"%d" % when])

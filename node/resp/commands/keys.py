@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
+from node.data.keyspace import Value
 from node.data.streams import Stream
 from node.integers import scan_cursor, string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
@@ -18,7 +19,7 @@ from node.resp.dispatch import Command
 from node.resp.writer import OK, array, bulk, integer, simple
 from routing import glob_match
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "type_name"]
 
 _MAX_MS = 2**63 - 1
 
@@ -38,8 +39,15 @@ def _exists(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(integer(sum(1 for key in args[1:] if db.get(key, now) is not None)))
 
 
+def type_name(value: Value | None) -> bytes:
+    """What TYPE answers for a key holding ``value`` (None: no key)."""
+    if value is None:
+        return b"none"
+    return b"stream" if isinstance(value, Stream) else b"string"
+
+
 def _type(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(simple(b"none" if conn.database.get(args[1], now_ms()) is None else b"stream"))
+    conn.reply(simple(type_name(conn.database.get(args[1], now_ms()))))
 
 
 def _keys(conn: RespConnection, args: list[bytes]) -> None:
@@ -87,9 +95,10 @@ def _scan(conn: RespConnection, args: list[bytes]) -> None:
             return
         i += 2
     db = conn.database
+    now = now_ms()
     ahead = sorted(
         (position, key)
-        for key in db.live_keys(now_ms())
+        for key in db.live_keys(now)
         if (position := _position(key)) >= cursor or cursor == 0
     )
     taken = ahead[:count]
@@ -99,7 +108,8 @@ def _scan(conn: RespConnection, args: list[bytes]) -> None:
     keys = [
         key
         for _, key in taken
-        if (pattern is None or glob_match(pattern, key)) and kind in (None, b"stream")
+        if (pattern is None or glob_match(pattern, key))
+        and (kind is None or kind == type_name(db.get(key, now)))
     ]
     conn.reply(array([bulk(b"%d" % following), array(bulk(key) for key in keys)]))
 
@@ -203,7 +213,7 @@ def _rename(nx: bool) -> Handler:
     return handler
 
 
-def _move(conn: RespConnection, key: bytes, new: bytes, value: Stream) -> None:
+def _move(conn: RespConnection, key: bytes, new: bytes, value: Value) -> None:
     """Give ``key``'s value and expiry to ``new`` (whatever it held goes)."""
     db = conn.database
     if key != new:
@@ -256,6 +266,13 @@ def _move_to_db(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(integer(1))
 
 
+def _duplicate(value: Value) -> Value:
+    """An independent copy of a value (an unchangeable string may be shared)."""
+    if isinstance(value, Stream):
+        return value.copy()
+    return bytearray(value) if isinstance(value, bytearray) else value
+
+
 def _copy(conn: RespConnection, args: list[bytes]) -> None:
     """COPY: an independent duplicate of a key's value, with its expiry, at another key of this
     database or of another (``DB``); an existing one only with ``REPLACE`` (1, else 0)."""
@@ -290,7 +307,7 @@ def _copy(conn: RespConnection, args: list[bytes]) -> None:
             return
         target.delete(new)
     when = db.expires_at(key)
-    target.put(new, value.copy())
+    target.put(new, _duplicate(value))
     if when is not None:
         target.set_expiry(new, when)
     conn.log_write([b"COPY", key, new, b"DB", b"%d" % index, b"REPLACE"])

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from node.data.keyspace import Condition, Database
-from node.data.streams import MAX_ID, ConsumerGroup, StreamError, format_id, parse_id
+from node.data.streams import MAX_ID, ConsumerGroup, Stream, StreamError, format_id, parse_id
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.commands.streams import (
@@ -117,7 +117,7 @@ def _read(group_read: bool) -> Handler:
         ids_at = parsed.streams_at + len(parsed.keys)
         groups: list[ConsumerGroup | None] = []
         for key, arg in zip(parsed.keys, args[ids_at:], strict=True):
-            stream = db.get(key, now)
+            stream = db.stream(key, now)
             group = None
             if parsed.group is not None:
                 group = stream.groups.get(parsed.group) if stream is not None else None
@@ -188,7 +188,7 @@ class _Undelivered:
 
     def met(self, db: Database, key: bytes) -> bool:
         stream = db.get(key, now_ms())
-        if stream is None:
+        if not isinstance(stream, Stream):  # (gone, or now a string: the retry answers)
             return True
         group = stream.groups.get(self.group)
         return group is None or stream.has_after(group.last_id)
@@ -210,8 +210,8 @@ class _After:
         return hash(self.position)
 
     def met(self, db: Database, key: bytes) -> bool:
-        stream = db.get(key, now_ms())
-        return stream is not None and stream.has_after(self.position)
+        stream = db.get(key, now_ms())  # (a string there keeps the reader waiting)
+        return isinstance(stream, Stream) and stream.has_after(self.position)
 
 
 def _waits(parsed: _ReadArgs) -> list[tuple[bytes, Condition]]:
@@ -229,7 +229,7 @@ def _serve(
     db = conn.database
     served: list[tuple[bytes, Sequence[tuple[int, Fields | None]]]] = []
     for key, position, group in zip(parsed.keys, parsed.positions, groups, strict=True):
-        stream = db.get(key, now)
+        stream = db.stream(key, now)
         if stream is None:
             continue
         if group is None:

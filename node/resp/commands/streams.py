@@ -241,7 +241,7 @@ def _xadd(conn: RespConnection, args: list[bytes]) -> None:
         conn.error("The ID specified in XADD must be greater than 0-0")
         return
     db, key, now = conn.database, args[1], now_ms()
-    stream = db.get(key, now)
+    stream = db.stream(key, now)
     created = stream is None
     if stream is None:
         if parsed.nomkstream:
@@ -267,7 +267,7 @@ def _xtrim(conn: RespConnection, args: list[bytes]) -> None:
         return
     assert parsed.trim is not None
     db, key = conn.database, args[1]
-    stream = db.get(key, now_ms())
+    stream = db.stream(key, now_ms())
     removed = stream.trim(parsed.trim) if stream is not None else 0
     if stream is not None and removed:
         conn.log_write(trim_record(key, stream))
@@ -300,7 +300,7 @@ def _range(reverse: bool) -> Handler:
             else:
                 conn.error(SYNTAX)
                 return
-        stream = conn.database.get(args[1], now_ms())
+        stream = conn.database.stream(args[1], now_ms())
         if stream is None:
             conn.reply(b"*0\r\n")
         elif count == 0:
@@ -315,13 +315,13 @@ def _range(reverse: bool) -> Handler:
 
 
 def _xlen(conn: RespConnection, args: list[bytes]) -> None:
-    stream = conn.database.get(args[1], now_ms())
+    stream = conn.database.stream(args[1], now_ms())
     conn.reply(integer(stream.length if stream is not None else 0))
 
 
 def _xdel(conn: RespConnection, args: list[bytes]) -> None:
     db, key = conn.database, args[1]
-    stream = db.get(key, now_ms())
+    stream = db.stream(key, now_ms())
     if stream is None:
         conn.reply(integer(0))
         return
@@ -373,7 +373,7 @@ def _xsetid(conn: RespConnection, args: list[bytes]) -> None:
             return
         i += 2
     db, key = conn.database, args[1]
-    stream = db.get(key, now_ms())
+    stream = db.stream(key, now_ms())
     if stream is None:
         conn.error("no such key")
         return

@@ -8,11 +8,14 @@ from typing import Final
 from node.resp.commands import (
     connection,
     keys,
+    lcs,
+    objects,
     pubsub,
     server,
     stream_groups,
     stream_reads,
     streams,
+    strings,
     transactions,
 )
 from node.resp.connection import RespConnection
@@ -27,6 +30,9 @@ COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
         *pubsub.COMMANDS,
         *transactions.COMMANDS,
         *keys.COMMANDS,
+        *strings.COMMANDS,
+        *lcs.COMMANDS,
+        *objects.COMMANDS,
         *streams.COMMANDS,
         *stream_reads.COMMANDS,
         *stream_groups.COMMANDS,

@@ -68,7 +68,7 @@ def publish(broker: Broker, subject: bytes, payload: bytes = b"x", **kw: Any) ->
 
 
 def stream(broker: Broker, name: bytes = b"events", account: str = "$G") -> Stream:
-    found = broker.keyspaces.database(account, 0).get(name, 0)
+    found = broker.keyspaces.database(account, 0).stream(name, 0)
     assert found is not None
     return found
 

@@ -28,7 +28,7 @@ class Level:
     def met(self, db: Database, key: bytes) -> bool:
         Level.checks += 1
         stream = db.keys.get(key)
-        return stream is not None and stream.length >= self.need
+        return isinstance(stream, Stream) and stream.length >= self.need
 
 
 class Reader:
@@ -46,7 +46,7 @@ class Reader:
 
 
 def add(db: Database, key: bytes, n: int = 1) -> None:
-    stream = db.keys.get(key)
+    stream = db.stream(key, 0)
     if stream is None:
         stream = Stream()
         db.put(key, stream)

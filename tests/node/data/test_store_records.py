@@ -133,7 +133,7 @@ def test_the_store_drops_a_torn_last_record_with_a_log_line(
     with caplog.at_level(logging.WARNING, logger="pubmesh"):
         store, broker = _store(tmp_path)
     assert f"dropped a torn tail at offset {len(whole)}" in caplog.text
-    stream = broker.keyspaces.database("$G", 0).get(b"s", 0)
+    stream = broker.keyspaces.database("$G", 0).stream(b"s", 0)
     assert stream is not None
     assert stream.length == 1
     assert (tmp_path / "appendonly.log").stat().st_size == len(whole)  # (cut off the file)
@@ -141,7 +141,7 @@ def test_the_store_drops_a_torn_last_record_with_a_log_line(
     store.commit()
     store.close()
     _, again = _store(tmp_path)
-    assert again.keyspaces.database("$G", 0).get(b"s", 0) is None
+    assert again.keyspaces.database("$G", 0).stream(b"s", 0) is None
 
 
 def test_damage_before_the_end_stops_the_start_naming_file_and_offset(tmp_path: Path) -> None:

@@ -105,6 +105,55 @@ async def test_copy_matches_redis_server(nursery: trio.Nursery) -> None:
     assert ours == theirs
 
 
+def _string_scenario(port: int) -> list[Any]:
+    with redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, protocol=2) as client:
+        client.response_callbacks.clear()
+        requests: list[tuple[Any, ...]] = [
+            ("FLUSHALL",),
+            ("SET", "a", "12"),
+            ("APPEND", "a", "34"),  # (a string changed in place)
+            ("PEXPIREAT", "a", FAR),
+            ("COPY", "a", "b"),
+            ("APPEND", "a", "56"),
+            ("SETRANGE", "b", 0, "x"),
+            ("MGET", "a", "b"),
+            ("PEXPIRETIME", "b"),
+            ("SET", "n", 7),
+            ("COPY", "n", "m", "DB", 2),
+            ("INCR", "n"),
+            ("SELECT", 2),
+            ("GET", "m"),
+            ("OBJECT", "ENCODING", "m"),
+            ("MOVE", "m", 0),
+            ("SELECT", 0),
+            ("COPY", "m", "a"),
+            ("COPY", "m", "a", "REPLACE"),
+            ("MGET", "a", "b", "m", "n"),
+            ("TYPE", "a"),
+        ]
+        replies = []
+        for request in requests:
+            try:
+                replies.append(client.execute_command(*request))
+            except redis.ResponseError as exc:
+                replies.append(f"error: {exc}")
+        return replies
+
+
+async def test_copy_and_move_of_strings_match_redis_server(nursery: trio.Nursery) -> None:
+    """A copied string is independent of its source, even one changed in place."""
+    node: NodeHandle = await start_redis_node(nursery)
+
+    def both() -> tuple[list[Any], list[Any]]:
+        with redis_server() as port:
+            theirs = _string_scenario(port)
+        return theirs, _string_scenario(node.redis_port or 0)
+
+    theirs, ours = await trio.to_thread.run_sync(both)
+    assert theirs[7] == [b"123456", b"x234"]
+    assert ours == theirs
+
+
 @pytest.fixture(scope="module")
 def ports() -> Iterator[tuple[int, int]]:
     """A node's Redis port and a redis-server's."""

@@ -1,0 +1,135 @@
+"""What a key's value is made of, as redis-server 7.2 answers it: OBJECT ENCODING, REFCOUNT and FREQ,
+and MEMORY USAGE.
+
+A string's encoding is the one redis-server would have given it: ``int`` for at most 20 bytes that
+read as a signed 64-bit integer, ``embstr`` up to 44 bytes, ``raw`` beyond, and ``raw`` for a
+string APPEND or SETRANGE changed in place (a ``bytearray``); a stream's is ``stream``. REFCOUNT
+is redis-server's: its small integers (0 to 9999) are shared objects. OBJECT IDLETIME is not
+answered, as keys' access times are not kept here; FREQ is refused as redis-server refuses it
+without an LFU policy (the policy here is ``noeviction``). MEMORY USAGE counts what
+``node.data.keyspace`` counts for ``maxmemory``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from node.data.keyspace import Value, key_memory
+from node.data.streams import Stream
+from node.integers import string2ll
+from node.resp.commands.common import NOT_INTEGER, SYNTAX, help_reply, now_ms
+from node.resp.commands.string_numbers import int_encodable
+from node.resp.connection import RespConnection
+from node.resp.dispatch import Command
+from node.resp.writer import bulk, integer
+
+__all__ = ["COMMANDS", "encoding"]
+
+_SHARED_INTEGERS: Final = 10000
+_SHARED_REFCOUNT: Final = 2**31 - 1
+_NO_LFU: Final = (
+    "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when "
+    "switching between policies at runtime LRU and LFU data will take some time to adjust."
+)
+_OBJECT_HELP: Final = [
+    b"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"ENCODING <key>",
+    b"    Return the kind of internal representation used in order to store the value",
+    b"    associated with a <key>.",
+    b"FREQ <key>",
+    b"    Return the access frequency index of the <key>. The returned integer is",
+    b"    proportional to the logarithm of the recent access frequency of the key.",
+    b"REFCOUNT <key>",
+    b"    Return the number of references of the value associated with the specified",
+    b"    <key>.",
+    b"HELP",
+    b"    Print this help.",
+]
+_MEMORY_HELP: Final = [
+    b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"USAGE <key> [SAMPLES <count>]",
+    b"    Return memory in bytes used by <key> and its value. Nested values are",
+    b"    sampled up to <count> times (default: 5, 0 means sample all).",
+    b"HELP",
+    b"    Print this help.",
+]
+
+
+def encoding(value: Value) -> bytes:
+    """OBJECT ENCODING's answer for a value (see the module's notes)."""
+    if isinstance(value, Stream):
+        return b"stream"
+    if isinstance(value, bytearray):
+        return b"raw"
+    if int_encodable(value):
+        return b"int"
+    return b"embstr" if len(value) <= 44 else b"raw"
+
+
+def _encoding(conn: RespConnection, args: list[bytes]) -> None:
+    value = conn.database.get(args[2], now_ms())
+    conn.reply(conn.writer.null if value is None else bulk(encoding(value)))
+
+
+def _refcount(conn: RespConnection, args: list[bytes]) -> None:
+    value = conn.database.get(args[2], now_ms())
+    if value is None:
+        conn.reply(conn.writer.null)
+        return
+    number = string2ll(value) if isinstance(value, bytes) and int_encodable(value) else None
+    shared = number is not None and 0 <= number < _SHARED_INTEGERS
+    conn.reply(integer(_SHARED_REFCOUNT if shared else 1))
+
+
+def _freq(conn: RespConnection, args: list[bytes]) -> None:
+    if conn.database.get(args[2], now_ms()) is None:
+        conn.reply(conn.writer.null)
+    else:
+        conn.error(_NO_LFU)
+
+
+def _usage(conn: RespConnection, args: list[bytes]) -> None:
+    i = 3
+    while i < len(args):
+        if args[i].lower() != b"samples" or i + 1 >= len(args):
+            conn.error(SYNTAX)
+            return
+        samples = string2ll(args[i + 1])
+        if samples is None:
+            conn.error(NOT_INTEGER)
+            return
+        if samples < 0:
+            conn.error(SYNTAX)
+            return
+        i += 2
+    key = args[2]
+    value = conn.database.get(key, now_ms())
+    if value is None:
+        conn.reply(conn.writer.null)
+        return
+    conn.reply(integer(key_memory(key, value)))
+
+
+COMMANDS: Final = (
+    Command(
+        "object",
+        -2,
+        None,
+        subcommands=[
+            Command("object|encoding", 3, _encoding, "readonly"),
+            Command("object|freq", 3, _freq, "readonly"),
+            Command("object|refcount", 3, _refcount, "readonly"),
+            Command("object|help", 2, help_reply(_OBJECT_HELP)),
+        ],
+    ),
+    Command(
+        "memory",
+        -2,
+        None,
+        subcommands=[
+            Command("memory|usage", -3, _usage, "readonly"),
+            Command("memory|help", 2, help_reply(_MEMORY_HELP)),
+        ],
+    ),
+)
+"""OBJECT and MEMORY, in COMMAND's order."""
