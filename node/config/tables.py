@@ -28,6 +28,7 @@ from node.config.options import (
     SubjectRule,
     UserConfig,
 )
+from node.data.notifications import INVALID, parse_flags
 from routing import is_valid_subject, subject_is_literal, subjects_collide
 from routing.subjectmap import SubjectMap, is_subset
 from transport.tls import TlsConfig
@@ -269,6 +270,7 @@ _REDIS_OPTIONS: dict[str, type | str] = {
     "soft_limit": SIZE,
     "soft_seconds": DURATION,
     "maxmemory": SIZE,
+    "notify_keyspace_events": str,
 }
 
 
@@ -281,6 +283,8 @@ def read_redis(body: dict[str, Any], where: str) -> RedisConfig:
         fields[key] = scalar(value, _REDIS_OPTIONS[key], f"{where}: {key}")
     if fields.get("maxmemory", 0) < 0:
         raise ConfigError(f"{where}: maxmemory must be 0 (no limit) or positive")
+    if parse_flags(fields.get("notify_keyspace_events", "").encode()) is None:
+        raise ConfigError(f"{where}: notify_keyspace_events: {INVALID}")
     return RedisConfig(**fields)
 
 

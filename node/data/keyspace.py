@@ -5,7 +5,10 @@ gone the moment anyone looks, and a sweep reclaims those nobody looks at as redi
 expiry does (``Keyspaces.sweep``). Two kinds of client wait on keys: WATCH (a write to a watched key
 spoils the watcher's transaction) and blocking reads (a write to the key wakes those it lets be
 served, in the order they blocked). Both are registered here so that every write, whoever makes it,
-reaches them through one call: ``Database.touch``.
+reaches them through one call: ``Database.touch``. The same call tells the node's ``KeyTracker``
+(client-side caching's invalidations) when there is one, and ``Database.notify`` announces what a
+write did as a keyspace notification (``node.data.notifications``); with neither in use a write pays
+one test for each.
 
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
 so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
@@ -42,6 +45,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
 
+from node.data.notifications import EXPIRED, NEW, Notifier
 from node.data.streams import Stream
 
 __all__ = [
@@ -51,10 +55,12 @@ __all__ = [
     "SWEEP_SAMPLE",
     "SWEEP_SECONDS",
     "SWEEP_STALE",
+    "TRACKING_MAX_KEYS",
     "CommitFailed",
     "Condition",
     "Database",
     "Journal",
+    "KeyTracker",
     "Keyspace",
     "Keyspaces",
     "Persistence",
@@ -78,6 +84,10 @@ SWEEP_SECONDS = 0.002
 """The CPU time one sweep may take: little, so that clients are not held up (``Keyspaces.sweep``)."""
 
 
+TRACKING_MAX_KEYS = 1_000_000
+"""redis-server's default ``tracking-table-max-keys``."""
+
+
 class Watcher(Protocol):
     """A client that WATCHes keys: a write to one of them spoils its next EXEC."""
 
@@ -91,6 +101,18 @@ class Waiter(Protocol):
     def wake(self) -> None:
         """Called once the writing command has finished, when the waiter's condition on a key it
         blocked on is met; the waiter has been taken off that key and retries its command."""
+        ...
+
+
+class KeyTracker(Protocol):
+    """Who must hear of every change to a key: the clients that cache values (CLIENT TRACKING)."""
+
+    def changed(self, account: str, key: bytes) -> None:
+        """``key`` of ``account`` (in whichever database) was written, deleted or expired."""
+        ...
+
+    def flushed(self, account: str) -> None:
+        """Every key of a database of ``account`` went at once (FLUSHDB, FLUSHALL)."""
         ...
 
 
@@ -260,6 +282,7 @@ class Database:
 
     def _expire(self, key: bytes) -> None:
         self.delete(key)
+        self.notify(EXPIRED, b"expired", key)
         journal = self.keyspaces.journal
         if journal is not None:
             journal.expire(self.account, self.index, key)
@@ -286,6 +309,8 @@ class Database:
     def put(self, key: bytes, value: Stream) -> None:
         """Store a new value (its expiry, if the key had one, is gone with the old value)."""
         self._forget_expiry(key)
+        if key not in self.keys:
+            self.notify(NEW, b"new", key)
         self.keys[key] = value
         self.touch(key)
 
@@ -333,9 +358,17 @@ class Database:
             self._expires[last] = place
 
     def flush(self) -> None:
-        """Remove every key (FLUSHDB), as if each were deleted."""
-        for key in list(self.keys):
-            self.delete(key)
+        """Remove every key (FLUSHDB), as if each were deleted; the ``KeyTracker`` hears of it
+        once for all (redis-server sends no per-key invalidation, nor any notification)."""
+        tracker = self.keyspaces.tracker
+        self.keyspaces.tracker = None
+        try:
+            for key in list(self.keys):
+                self.delete(key)
+        finally:
+            self.keyspaces.tracker = tracker
+        if tracker is not None:
+            tracker.flushed(self.account)
 
     def resized(self, key: bytes) -> None:
         """Count ``key``'s memory again when the total is next read (``touch`` does this for a
@@ -373,6 +406,16 @@ class Database:
                 watcher.dirty = True
         if key in self._blocked:
             self.keyspaces.ready[(self, key)] = None
+        tracker = self.keyspaces.tracker
+        if tracker is not None:
+            tracker.changed(self.account, key)
+
+    def notify(self, kind: int, event: bytes, key: bytes) -> None:
+        """Announce ``event`` (of class ``kind``, ``node.data.notifications``) on ``key``, if
+        ``notify-keyspace-events`` asks for it."""
+        notifier = self.keyspaces.notifier
+        if notifier.flags & kind:
+            notifier.emit(self.account, self.index, event, key)
 
     def sweep(self, now: int, count: int) -> int:
         """Look at the next ``count`` keys with an expiry (a cursor goes round them all, so each
@@ -514,10 +557,13 @@ class Keyspaces:
         "journal",
         "loading",
         "maxmemory",
+        "notifier",
         "output_bytes",
         "peak",
         "ready",
         "store",
+        "tracker",
+        "tracking_max_keys",
         "unsettled",
     )
 
@@ -545,6 +591,12 @@ class Keyspaces:
         """Clients' output buffers, as last measured (``measure_output``)."""
         self.peak = 0
         """The most ``used_memory`` was seen to be."""
+        self.notifier = Notifier()
+        """``notify-keyspace-events``, and where events are published."""
+        self.tracker: KeyTracker | None = None
+        """Told of every change to a key while any client tracks keys (None: nobody does)."""
+        self.tracking_max_keys = TRACKING_MAX_KEYS
+        """Keys the tracker may remember at most (``tracking-table-max-keys``; 0: no limit)."""
 
     def settle(self) -> None:
         """Count the keys changed since the last time again (see the module's notes)."""

@@ -36,6 +36,7 @@ from node.data.keyspace import CommitFailed, Condition, Database
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.parser import RequestParser
+from node.resp.tracking import ClientTracking, Tracker
 from node.resp.writer import (
     RESP2,
     Writer,
@@ -143,6 +144,8 @@ class RespConnection(Connection):
         self.on_deadline: Callable[[], None] = _ignore
         """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
+        self.tracking: ClientTracking | None = None
+        """CLIENT TRACKING's state while it is on (``node.resp.tracking``)."""
 
     @property
     def subscribed(self) -> bool:
@@ -294,13 +297,42 @@ class RespConnection(Connection):
                 return
             self.last_command = command.name
             assert command.handler is not None
-            command.handler(self, args)
+            tracker = self.broker.keyspaces.tracker
+            if tracker is None:
+                command.handler(self, args)
+            else:
+                self._call_tracked(tracker, top, command, args)
         finally:
             self._running = False
             self._skip, self._skip_next = self._skip_next, False
             if self._held:
                 held, self._held = self._held, bytearray()
                 self._send(bytes(held))
+
+    def _call_tracked(
+        self,
+        tracker: object,
+        top: Command[RespConnection],
+        command: Command[RespConnection],
+        args: list[bytes],
+    ) -> None:
+        """Run a command while clients track keys: changes it makes are its own (NOLOOP), the
+        keys it reads are remembered if this connection tracks them, CLIENT CACHING's choice
+        lasts until a command other than CLIENT ends outside MULTI, and BCAST's invalidations go
+        out once it has finished."""
+        assert isinstance(tracker, Tracker)
+        assert command.handler is not None
+        outer, tracker.current = tracker.current, self
+        try:
+            command.handler(self, args)
+            tracker.remember(self, command.key, args)
+        finally:
+            tracker.current = outer
+        state = self.tracking
+        if state is not None and self.queued is None and top.key != b"client":
+            state.caching = False
+        if outer is None:
+            tracker.send_broadcasts()
 
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
@@ -356,6 +388,10 @@ class RespConnection(Connection):
         else:
             return False
         return True
+
+    def push_out(self, data: bytes) -> None:
+        """Out-of-band data that is no delivery (an invalidation of CLIENT TRACKING)."""
+        self._push(data, 0)
 
     def _push(self, data: bytes, size: int) -> bool:
         """Queue a delivery; False when it made the connection a slow consumer (closed)."""
@@ -450,6 +486,10 @@ class RespConnection(Connection):
                     command = command.subcommands[args[1].lower()]
                 assert command.handler is not None
                 command.handler(self, args)
+                tracker = self.broker.keyspaces.tracker
+                if tracker is not None and self.tracking is not None:
+                    assert isinstance(tracker, Tracker)
+                    tracker.remember(self, command.key, args)
         finally:
             self._captured = None
         self.reply(array(replies))
@@ -546,6 +586,7 @@ class RespConnection(Connection):
     def reset(self) -> None:
         """RESET: as if newly connected (without a new id)."""
         self._drop_all()
+        self._stop_tracking()
         self.queued = None
         self._queue_failed = False
         self.unwatch()
@@ -584,8 +625,15 @@ class RespConnection(Connection):
         after a reply."""
         self._held.clear()
         self._drop_all()
+        self._stop_tracking()
         self._unblock()
         self.unwatch()
+
+    def _stop_tracking(self) -> None:
+        tracker = self.broker.keyspaces.tracker
+        if self.tracking is not None and isinstance(tracker, Tracker):
+            tracker.disable(self)
+        self.tracking = None
 
     # -- introspection ---------------------------------------------------------------------------
 

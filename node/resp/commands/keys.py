@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
+from node.data.notifications import GENERIC
 from node.integers import scan_cursor, string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.connection import Handler, RespConnection
@@ -29,6 +30,7 @@ def _del(conn: RespConnection, args: list[bytes]) -> None:
         if db.get(key, now) is not None and db.delete(key):
             gone += 1
             conn.log_write([b"DEL", key])
+            db.notify(GENERIC, b"del", key)
     conn.reply(integer(gone))
 
 
@@ -147,9 +149,11 @@ def _expire(unit: int, absolute: bool) -> Handler:
         if when <= now and not db.keyspaces.loading:
             db.delete(key)
             conn.log_write([b"DEL", key])
+            db.notify(GENERIC, b"del", key)
         else:  # (replaying, a time past is kept: a later record may change it, as it did then)
             db.set_expiry(key, when)
             conn.log_write([b"PEXPIREAT", key, b"%d" % when])
+            db.notify(GENERIC, b"expire", key)
         conn.reply(integer(1))
 
     return handler
@@ -175,6 +179,7 @@ def _persist(conn: RespConnection, args: list[bytes]) -> None:
         return
     db.set_expiry(key, None)
     conn.log_write([b"PERSIST", key])
+    db.notify(GENERIC, b"persist", key)
     conn.reply(integer(1))
 
 
@@ -193,6 +198,8 @@ def _rename(conn: RespConnection, args: list[bytes]) -> None:
         if when is not None:
             db.set_expiry(new, when)
         conn.log_write([b"RENAME", key, new])
+        db.notify(GENERIC, b"rename_from", key)
+        db.notify(GENERIC, b"rename_to", new)
     conn.reply(OK)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from node.data.notifications import INVALID, parse_flags
 from node.process_memory import resident_bytes
 from node.resp.connection import RespConnection
 from node.resp.writer import OK
@@ -26,7 +27,7 @@ _POLICIES: Final = (
     "allkeys-random, noeviction"
 )
 """The policies redis-server knows, as its error lists them."""
-_SETTABLE: Final = frozenset([b"maxmemory", b"maxmemory-policy"])
+_SETTABLE: Final = frozenset([b"maxmemory", b"maxmemory-policy", b"notify-keyspace-events"])
 _UNITS: Final = {
     b"": 1,
     b"b": 1,
@@ -91,8 +92,9 @@ def _failed(name: str, why: str) -> str:
 
 def config_set(conn: RespConnection, args: list[bytes]) -> None:
     """CONFIG SET name value [name value ...], checked in redis-server's order (every name, then
-    every value) and applied only if all are good. Names other than ``maxmemory`` and
-    ``maxmemory-policy`` are refused as redis-server refuses a parameter it does not know."""
+    every value) and applied only if all are good. Names other than ``maxmemory``,
+    ``maxmemory-policy`` and ``notify-keyspace-events`` are refused as redis-server refuses a
+    parameter it does not know."""
     if len(args) % 2:
         conn.error("syntax error")
         return
@@ -108,8 +110,14 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
             return
         seen.add(key)
     limit: int | None = None
+    events: int | None = None
     for name, value in zip(args[2::2], args[3::2], strict=True):
-        if name.lower() == b"maxmemory":
+        if name.lower() == b"notify-keyspace-events":
+            events = parse_flags(value)
+            if events is None:
+                conn.error(_failed(name.decode("utf-8", "surrogateescape"), INVALID))
+                return
+        elif name.lower() == b"maxmemory":
             limit = parse_memory(value)
             if limit is None:
                 conn.error(_failed("maxmemory", "argument must be a memory value"))
@@ -123,6 +131,8 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
             )
             conn.error(_failed("maxmemory-policy", why))
             return
+    if events is not None:
+        conn.broker.keyspaces.notifier.configure(events)
     if limit is not None:
         keyspaces = conn.broker.keyspaces
         keyspaces.maxmemory = limit

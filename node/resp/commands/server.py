@@ -11,6 +11,7 @@ import time
 from typing import Final
 
 from node.broker import VERSION
+from node.data.notifications import format_flags
 from node.resp.commands.common import REDIS_VERSION, help_reply, resp_clients
 from node.resp.commands.memory import POLICY, config_set, memory_info
 from node.resp.connection import RespConnection
@@ -116,7 +117,6 @@ _CONFIG = {
     b"databases": b"16",
     b"save": b"",
     b"maxmemory-policy": POLICY,
-    b"notify-keyspace-events": b"",
     b"cluster-enabled": b"no",
 }
 
@@ -126,6 +126,7 @@ def _config_get(conn: RespConnection, args: list[bytes]) -> None:
     store = conn.broker.keyspaces.store
     table = _CONFIG | {
         b"maxmemory": b"%d" % conn.broker.keyspaces.maxmemory,
+        b"notify-keyspace-events": format_flags(conn.broker.keyspaces.notifier.configured),
         b"appendonly": b"no" if store is None else b"yes",
         b"appendfsync": b"everysec" if store is None else store.appendfsync.encode(),
     }
