@@ -9,9 +9,11 @@ account that holds the key, through the node's ordinary publish path, so they re
 subscribers and cross routes and gateways wherever someone is interested, like any channel.
 
 **Subjects.** A channel is a subject (``routing.channels``): ``__keyevent@0__:xadd`` is a valid
-single-token subject and is used as it is, and so is ``__keyspace@0__:<key>`` whenever the key is
-one (no dots, blanks, ``*`` or ``>``); other keys make the channel a ``$R.``-hex subject, which NATS
-clients cannot name but Redis clients subscribe to as usual.
+literal subject (``@`` and ``:`` are ordinary characters in a token) and is used as it is, and so
+is ``__keyspace@0__:<key>`` whenever it is one: a key with dots makes it several tokens
+(``__keyspace@0__:orders.eu`` is two), so NATS clients may subscribe to ``__keyspace@0__:orders.>``.
+A key with blanks, empty tokens or ``*``/``>`` tokens makes the channel a ``$R.``-hex subject,
+which NATS clients cannot name but Redis clients subscribe to as usual.
 
 **Cost.** With notifications off (the default) a write pays one test of ``Notifier.flags``. Events
 caused by publishing an event (a stream capturing the notification subjects adds an entry, which

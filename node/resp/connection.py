@@ -198,6 +198,10 @@ class RespConnection(Connection):
                 self._send(protocol_error(exc.message))
             self.close(Reason.PROTOCOL_VIOLATION)
         self._commit()
+        tracker = self.broker.keyspaces.tracker
+        if tracker is not None:  # (BCAST's invalidations of the batch's changes, gathered)
+            assert isinstance(tracker, Tracker)
+            tracker.send_broadcasts()
 
     def _run(self, args: list[bytes]) -> None:
         """One request, with the journal's bookkeeping: the replies from the first one that changed
@@ -317,9 +321,8 @@ class RespConnection(Connection):
         args: list[bytes],
     ) -> None:
         """Run a command while clients track keys: changes it makes are its own (NOLOOP), the
-        keys it reads are remembered if this connection tracks them, CLIENT CACHING's choice
-        lasts until a command other than CLIENT ends outside MULTI, and BCAST's invalidations go
-        out once it has finished."""
+        keys it reads are remembered if this connection tracks them, and CLIENT CACHING's choice
+        lasts until a command other than CLIENT ends outside MULTI."""
         assert isinstance(tracker, Tracker)
         assert command.handler is not None
         outer, tracker.current = tracker.current, self
@@ -331,8 +334,6 @@ class RespConnection(Connection):
         state = self.tracking
         if state is not None and self.queued is None and top.key != b"client":
             state.caching = False
-        if outer is None:
-            tracker.send_broadcasts()
 
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that

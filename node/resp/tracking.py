@@ -6,7 +6,8 @@ commands of ``KEY_POSITIONS``) are remembered with its id; the next change to su
 invalidation to each client remembered for it, and forgets them. OPTIN remembers only the reads of
 a command after ``CLIENT CACHING yes`` (OPTOUT: all but those after ``CLIENT CACHING no``). In BCAST
 mode nothing is remembered: every change to a key that starts with one of the client's prefixes
-(the empty prefix by default) is sent, the keys changed by one command gathered into one message.
+(the empty prefix by default) is sent, the keys changed by one batch of a client's requests
+gathered into one message per prefix.
 NOLOOP leaves out the changes the client made itself. FLUSHDB and FLUSHALL send every tracking
 client of the account a null invalidation ("everything").
 
@@ -250,15 +251,19 @@ class Tracker:
                 ids[cid] = None
                 self.items += 1
         limit = self.keyspaces.tracking_max_keys
-        if limit and len(table) > limit:
-            self._evict(table, limit)
+        if limit and (len(table) > limit or (len(self.keys) > 1 and self.total_keys > limit)):
+            self.limit()
 
-    def _evict(self, table: dict[bytes, dict[int, None]], limit: int) -> None:
-        """Invalidate the oldest keys of ``table`` until at most ``limit`` are left."""
+    def limit(self) -> None:
+        """Invalidate the oldest keys remembered until no more than ``tracking_max_keys`` are."""
+        limit = self.keyspaces.tracking_max_keys
+        if not limit:
+            return
         current, self.current = self.current, None
         try:
-            while len(table) > limit:
-                self._invalidate(table, next(iter(table)))
+            for table in self.keys.values():
+                while table and self.total_keys > limit:
+                    self._invalidate(table, next(iter(table)))
         finally:
             self.current = current
 
@@ -301,7 +306,8 @@ class Tracker:
 
     def send_broadcasts(self) -> None:
         """Send BCAST clients the keys with their prefixes changed since the last time (called
-        once a command has finished, and at once for a change no command made)."""
+        once a client's batch of requests has run, as redis-server sends them before it next
+        waits for input, and at once for a change no command made)."""
         for table in self.prefixes.values():
             for entry in table.values():
                 if not entry.keys:

@@ -12,8 +12,10 @@ import logging
 from typing import Final
 
 from node.data.notifications import INVALID, parse_flags
+from node.integers import string2ll
 from node.process_memory import resident_bytes
 from node.resp.connection import RespConnection
+from node.resp.tracking import Tracker
 from node.resp.writer import OK
 
 __all__ = ["POLICY", "config_set", "human", "memory_info", "parse_memory"]
@@ -27,7 +29,9 @@ _POLICIES: Final = (
     "allkeys-random, noeviction"
 )
 """The policies redis-server knows, as its error lists them."""
-_SETTABLE: Final = frozenset([b"maxmemory", b"maxmemory-policy", b"notify-keyspace-events"])
+_SETTABLE: Final = frozenset(
+    [b"maxmemory", b"maxmemory-policy", b"notify-keyspace-events", b"tracking-table-max-keys"]
+)
 _UNITS: Final = {
     b"": 1,
     b"b": 1,
@@ -93,8 +97,8 @@ def _failed(name: str, why: str) -> str:
 def config_set(conn: RespConnection, args: list[bytes]) -> None:
     """CONFIG SET name value [name value ...], checked in redis-server's order (every name, then
     every value) and applied only if all are good. Names other than ``maxmemory``,
-    ``maxmemory-policy`` and ``notify-keyspace-events`` are refused as redis-server refuses a
-    parameter it does not know."""
+    ``maxmemory-policy``, ``notify-keyspace-events`` and ``tracking-table-max-keys`` are refused
+    as redis-server refuses a parameter it does not know."""
     if len(args) % 2:
         conn.error("syntax error")
         return
@@ -111,8 +115,17 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
         seen.add(key)
     limit: int | None = None
     events: int | None = None
+    tracked: int | None = None
     for name, value in zip(args[2::2], args[3::2], strict=True):
-        if name.lower() == b"notify-keyspace-events":
+        if name.lower() == b"tracking-table-max-keys":
+            tracked = string2ll(value)
+            if tracked is None or tracked < 0:
+                why = "argument couldn't be parsed into an integer"
+                if tracked is not None:
+                    why = f"argument must be between 0 and {2**63 - 1} inclusive"
+                conn.error(_failed(name.decode("utf-8", "surrogateescape"), why))
+                return
+        elif name.lower() == b"notify-keyspace-events":
             events = parse_flags(value)
             if events is None:
                 conn.error(_failed(name.decode("utf-8", "surrogateescape"), INVALID))
@@ -133,6 +146,11 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
             return
     if events is not None:
         conn.broker.keyspaces.notifier.configure(events)
+    if tracked is not None:
+        conn.broker.keyspaces.tracking_max_keys = tracked
+        tracker = conn.broker.keyspaces.tracker
+        if isinstance(tracker, Tracker):
+            tracker.limit()
     if limit is not None:
         keyspaces = conn.broker.keyspaces
         keyspaces.maxmemory = limit

@@ -127,6 +127,7 @@ def _config_get(conn: RespConnection, args: list[bytes]) -> None:
     table = _CONFIG | {
         b"maxmemory": b"%d" % conn.broker.keyspaces.maxmemory,
         b"notify-keyspace-events": format_flags(conn.broker.keyspaces.notifier.configured),
+        b"tracking-table-max-keys": b"%d" % conn.broker.keyspaces.tracking_max_keys,
         b"appendonly": b"no" if store is None else b"yes",
         b"appendfsync": b"everysec" if store is None else store.appendfsync.encode(),
     }
