@@ -39,6 +39,7 @@ __all__ = [
     "ClientTracking",
     "Tracker",
     "TrackingClient",
+    "info",
     "keys_of",
 ]
 
@@ -79,6 +80,21 @@ def keys_of(name: bytes, args: list[bytes]) -> list[bytes]:
     if last < 0:
         last += len(args)
     return args[first : last + 1 : step]
+
+
+def info(keyspaces: Keyspaces) -> dict[str, int]:
+    """INFO's tracking fields: ``tracking_clients`` (its Clients section) and the
+    ``tracking_total_keys``, ``tracking_total_items`` and ``tracking_total_prefixes`` of its Stats
+    section."""
+    tracker = keyspaces.tracker
+    if not isinstance(tracker, Tracker):
+        tracker = None
+    return {
+        "tracking_clients": len(tracker.clients) if tracker else 0,
+        "tracking_total_keys": tracker.total_keys if tracker else 0,
+        "tracking_total_items": tracker.items if tracker else 0,
+        "tracking_total_prefixes": tracker.total_prefixes if tracker else 0,
+    }
 
 
 def _keys(keys: list[bytes]) -> bytes:
