@@ -335,6 +335,16 @@ class RespConnection(Connection):
         if state is not None and self.queued is None and top.key != b"client":
             state.caching = False
 
+    def _remember(self, command: Command[RespConnection], args: list[bytes]) -> None:
+        """A command run inside another (EXEC's, a script's) has read its keys: they are
+        remembered for the client whose command runs (``Tracker.current``), if it tracks them."""
+        tracker = self.broker.keyspaces.tracker
+        if tracker is not None:
+            assert isinstance(tracker, Tracker)
+            caller = tracker.current
+            if caller is not None and caller.tracking is not None:
+                tracker.remember(caller, command.key, args)
+
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
         may add data; inside MULTI any but EXEC, DISCARD, QUIT and RESET, the transaction then
@@ -487,10 +497,7 @@ class RespConnection(Connection):
                     command = command.subcommands[args[1].lower()]
                 assert command.handler is not None
                 command.handler(self, args)
-                tracker = self.broker.keyspaces.tracker
-                if tracker is not None and self.tracking is not None:
-                    assert isinstance(tracker, Tracker)
-                    tracker.remember(self, command.key, args)
+                self._remember(command, args)
         finally:
             self._captured = None
         self.reply(array(replies))
