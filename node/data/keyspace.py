@@ -360,6 +360,13 @@ class Database:
     def flush(self) -> None:
         """Remove every key (FLUSHDB), as if each were deleted; the ``KeyTracker`` hears of it
         once for all (redis-server sends no per-key invalidation, nor any notification)."""
+        self.clear()
+        tracker = self.keyspaces.tracker
+        if tracker is not None:
+            tracker.flushed(self.account)
+
+    def clear(self) -> None:
+        """Remove every key, as if each were deleted, but for the ``KeyTracker`` (``flush``)."""
         tracker = self.keyspaces.tracker
         self.keyspaces.tracker = None
         try:
@@ -367,8 +374,6 @@ class Database:
                 self.delete(key)
         finally:
             self.keyspaces.tracker = tracker
-        if tracker is not None:
-            tracker.flushed(self.account)
 
     def resized(self, key: bytes) -> None:
         """Count ``key``'s memory again when the total is next read (``touch`` does this for a
@@ -412,9 +417,10 @@ class Database:
 
     def notify(self, kind: int, event: bytes, key: bytes) -> None:
         """Announce ``event`` (of class ``kind``, ``node.data.notifications``) on ``key``, if
-        ``notify-keyspace-events`` asks for it."""
+        ``notify-keyspace-events`` asks for it (not while the journal is replayed: those changes
+        were announced when they were made)."""
         notifier = self.keyspaces.notifier
-        if notifier.flags & kind:
+        if notifier.flags & kind and not self.keyspaces.loading:
             notifier.emit(self.account, self.index, event, key)
 
     def sweep(self, now: int, count: int) -> int:
@@ -543,6 +549,14 @@ class Keyspace:
     def databases(self) -> dict[int, Database]:
         """The databases in use, by number."""
         return dict(self._databases)
+
+    def flush(self) -> None:
+        """Remove every key of every database (FLUSHALL); the ``KeyTracker`` hears of it once."""
+        for db in self._databases.values():
+            db.clear()
+        tracker = self.keyspaces.tracker
+        if tracker is not None:
+            tracker.flushed(self.name)
 
 
 class Keyspaces:

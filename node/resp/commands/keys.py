@@ -219,9 +219,7 @@ def _flushdb(conn: RespConnection, args: list[bytes]) -> None:
 
 def _flushall(conn: RespConnection, args: list[bytes]) -> None:
     if _flush_option(conn, args):
-        keyspace = conn.broker.keyspaces.keyspace(conn.account.name)
-        for db in keyspace.databases().values():
-            db.flush()
+        conn.broker.keyspaces.keyspace(conn.account.name).flush()
         conn.log_write([b"FLUSHALL"])
         conn.reply(OK)
 

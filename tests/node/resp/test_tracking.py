@@ -62,7 +62,7 @@ MODES: list[Step] = [
     (0, b"xread STREAMS s q 0 0\r\nxinfo groups s\r\n"),
     (1, b"xadd q 1-1 a 1\r\nxadd s 4-1 a 1\r\n"),
     (0, b"xlen s\r\nflushdb\r\nping\r\n"),
-    (1, b"flushall\r\n"),
+    (1, b"select 3\r\nxadd q 1-1 f v\r\nflushall\r\nflushall\r\nselect 0\r\n"),
     # OPTIN and OPTOUT.
     (0, b"client tracking off\r\nclient tracking on optin\r\nclient trackinginfo\r\n"),
     (0, b"client caching no\r\nxlen a\r\nclient caching yes\r\nclient trackinginfo\r\n"),
@@ -78,6 +78,7 @@ MODES: list[Step] = [
     (0, b"client trackinginfo\r\nclient tracking on bcast prefix ab\r\n"),
     (0, b"client tracking on bcast prefix c\r\nclient trackinginfo\r\n"),
     (1, b"xadd a1 1-1 f v\r\nxadd b1 1-1 f v\r\nxadd d 1-1 f v\r\n"),
+    (1, b"select 5\r\nxadd a5 1-1 f v\r\nselect 9\r\nflushall\r\nselect 0\r\n"),
     (1, b"multi\r\nxadd a2 1-1 f v\r\nxadd c2 1-1 f v\r\nexec\r\n"),
     (0, b"xadd a3 1-1 f v\r\nclient tracking on\r\nclient tracking off\r\nclient trackinginfo\r\n"),
     (0, b"client tracking on bcast noloop\r\nxadd z 1-1 f v\r\n"),
