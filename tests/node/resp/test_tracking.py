@@ -20,7 +20,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.config.options import Config, RedisConfig, StreamConfig
+from node.config.options import AccountConfig, Config, RedisConfig, StreamConfig, UserConfig
 from node.resp.tracking import keys_of
 from node.run.launch import NodeHandle
 from pipeline.local import redis_server
@@ -178,9 +178,10 @@ def test_keys_of_the_read_commands() -> None:
 class Pushes:
     """A RESP3 connection that tracks keys: requests in, replies and pushes read apart."""
 
-    def __init__(self, port: int, *tracking: bytes) -> None:
+    def __init__(self, port: int, *tracking: bytes, user: bytes = b"") -> None:
         self.conn = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.conn.sendall(b"hello 3\r\n" + command(b"client", b"tracking", b"on", *tracking))
+        hello = command(b"hello", b"3", b"auth", user, b"pw") if user else b"hello 3\r\n"
+        self.conn.sendall(hello + command(b"client", b"tracking", b"on", *tracking))
         assert receive(self.conn, 2.0).endswith(b"+OK\r\n")
 
     def ask(self, request: bytes) -> bytes:
@@ -259,6 +260,34 @@ async def test_the_table_limit_evicts_with_an_invalidation(nursery: trio.Nursery
         assert (info["tracking_total_items"], info["tracking_total_prefixes"]) == (1, 0)
         client.config_set("tracking-table-max-keys", 0)
         client.close()
+        tracking.close()
+
+    await trio.to_thread.run_sync(scenario)
+
+
+async def test_redirection_stays_in_the_account(nursery: trio.Nursery) -> None:
+    users = (
+        UserConfig(user="a", password="pw", account="A"),
+        UserConfig(user="a2", password="pw", account="A"),
+        UserConfig(user="b", password="pw", account="B"),
+    )
+    node = await redis_node(nursery, users=users, accounts=(AccountConfig("A"), AccountConfig("B")))
+
+    def scenario() -> None:
+        port = node.redis_port or 0
+        a, a2, b = (redis.Redis(port=port, username=u, password="pw") for u in ("a", "a2", "b"))
+        with pytest.raises(redis.ResponseError, match="redirect to does not exist"):
+            a.execute_command("CLIENT", "TRACKING", "ON", "REDIRECT", b.client_id())
+        assert a.execute_command("CLIENT", "TRACKING", "ON", "REDIRECT", a2.client_id()) == b"OK"
+        # A key of the same name in another account is another key.
+        tracking = Pushes(port, user=b"a2")
+        assert tracking.ask(b"xlen s\r\n") == b":0\r\n"
+        b.xadd("s", {"f": "v"})
+        assert tracking.ask(b"ping\r\n") == b"+PONG\r\n"
+        a.xadd("s", {"f": "v"})
+        tracking.wait(invalidate(b"s"))
+        for client in (a, a2, b):
+            client.close()
         tracking.close()
 
     await trio.to_thread.run_sync(scenario)
