@@ -21,9 +21,9 @@ from typing import Any, Protocol
 from cluster.host import Forwarder, ReplyMapping, Subscriber
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
+from node.config.keyspace_events import parse_flags
 from node.config.options import Config
 from node.data.keyspace import Keyspaces
-from node.data.notifications import parse_flags
 from routing import (
     EMPTY_MATCH,
     InterestChange,

@@ -16,6 +16,7 @@ from typing import Any
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.config import natsconf
+from node.config.keyspace_events import INVALID, parse_flags
 from node.config.options import (
     RANDOM_PORT,
     AccountConfig,
@@ -28,7 +29,6 @@ from node.config.options import (
     SubjectRule,
     UserConfig,
 )
-from node.data.notifications import INVALID, parse_flags
 from routing import is_valid_subject, subject_is_literal, subjects_collide
 from routing.subjectmap import SubjectMap, is_subset
 from transport.tls import TlsConfig

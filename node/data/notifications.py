@@ -1,5 +1,6 @@
-"""Keyspace notifications, as redis-server 7.2 sends them: the classes of events, their
-``notify-keyspace-events`` spelling, and the publishing of one event.
+"""Keyspace notifications, as redis-server 7.2 sends them: the publishing of one event (the classes
+of events, and their ``notify-keyspace-events`` spelling, are ``node.config.keyspace_events``'s,
+and are re-exported here for the commands that announce them).
 
 A write to a key announces what it did (``Database.notify``: a class and an event name such as
 ``xadd``) when ``notify-keyspace-events`` enables the class and at least one of ``K`` (keyspace) and
@@ -23,7 +24,24 @@ would announce itself again) are not announced: an event never begets another on
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+
+from node.config.keyspace_events import (
+    ALL,
+    EVICTED,
+    EXPIRED,
+    GENERIC,
+    HASH,
+    KEY_MISS,
+    KEYEVENT,
+    KEYSPACE,
+    LIST,
+    MODULE,
+    NEW,
+    SET,
+    STREAM,
+    STRING,
+    ZSET,
+)
 
 __all__ = [
     "ALL",
@@ -43,93 +61,7 @@ __all__ = [
     "ZSET",
     "Notifier",
     "Publish",
-    "format_flags",
-    "parse_flags",
 ]
-
-KEYSPACE: Final = 1 << 0
-"""``K``: events go to ``__keyspace@<db>__:<key>``."""
-KEYEVENT: Final = 1 << 1
-"""``E``: events go to ``__keyevent@<db>__:<event>``."""
-GENERIC: Final = 1 << 2
-"""``g``: DEL, EXPIRE, RENAME ... (commands on keys of any type)."""
-STRING: Final = 1 << 3
-"""``$``: string commands."""
-LIST: Final = 1 << 4
-SET: Final = 1 << 5
-HASH: Final = 1 << 6
-ZSET: Final = 1 << 7
-EXPIRED: Final = 1 << 8
-"""``x``: a key removed because its time had come."""
-EVICTED: Final = 1 << 9
-"""``e``: a key evicted past ``maxmemory`` (never here: the policy is noeviction)."""
-STREAM: Final = 1 << 10
-"""``t``: stream commands."""
-KEY_MISS: Final = 1 << 11
-"""``m``: a read of a key that does not exist."""
-MODULE: Final = 1 << 13
-"""``d``: module events (never here)."""
-NEW: Final = 1 << 14
-"""``n``: a key created."""
-ALL: Final = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE
-"""``A``: every class but ``m`` and ``n``."""
-
-_LETTERS: Final = {
-    ord("A"): ALL,
-    ord("g"): GENERIC,
-    ord("$"): STRING,
-    ord("l"): LIST,
-    ord("s"): SET,
-    ord("h"): HASH,
-    ord("z"): ZSET,
-    ord("x"): EXPIRED,
-    ord("e"): EVICTED,
-    ord("K"): KEYSPACE,
-    ord("E"): KEYEVENT,
-    ord("t"): STREAM,
-    ord("m"): KEY_MISS,
-    ord("d"): MODULE,
-    ord("n"): NEW,
-}
-_CLASSES: Final = (
-    (GENERIC, b"g"),
-    (STRING, b"$"),
-    (LIST, b"l"),
-    (SET, b"s"),
-    (HASH, b"h"),
-    (ZSET, b"z"),
-    (EXPIRED, b"x"),
-    (EVICTED, b"e"),
-    (STREAM, b"t"),
-    (MODULE, b"d"),
-    (NEW, b"n"),
-)
-_TARGETS: Final = ((KEYSPACE, b"K"), (KEYEVENT, b"E"), (KEY_MISS, b"m"))
-
-INVALID: Final = "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
-"""redis-server's refusal of a ``notify-keyspace-events`` value with a letter it does not know."""
-
-
-def parse_flags(value: bytes) -> int | None:
-    """The classes a ``notify-keyspace-events`` value enables (letters in any order, repeats
-    allowed), or None if it has a letter redis-server does not know (a NUL ends the value, as the
-    C string redis-server reads it as does)."""
-    flags = 0
-    for letter in value.partition(b"\0")[0]:
-        bits = _LETTERS.get(letter)
-        if bits is None:
-            return None
-        flags |= bits
-    return flags
-
-
-def format_flags(flags: int) -> bytes:
-    """``flags`` as CONFIG GET shows them: ``A`` for all of ``ALL`` (else each class letter in a
-    fixed order), then ``K``, ``E`` and ``m``."""
-    # (``n`` is not shown beside ``A``: redis-server does not show it)
-    text = b"A" if flags & ALL == ALL else b"".join(letter for bit, letter in _CLASSES if flags & bit)
-    return text + b"".join(letter for bit, letter in _TARGETS if flags & bit)
-
 
 Publish = Callable[[str, bytes, bytes], None]
 """Publishes a message (account name, channel, payload) as PUBLISH would."""

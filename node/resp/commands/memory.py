@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from node.data.notifications import INVALID, parse_flags
+from node.config.keyspace_events import INVALID, parse_flags
 from node.integers import string2ll
 from node.process_memory import resident_bytes
 from node.resp.connection import RespConnection

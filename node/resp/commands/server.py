@@ -11,7 +11,7 @@ import time
 from typing import Final
 
 from node.broker import VERSION
-from node.data.notifications import format_flags
+from node.config.keyspace_events import format_flags
 from node.resp.commands.common import REDIS_VERSION, help_reply, resp_clients
 from node.resp.commands.memory import POLICY, config_set, memory_info
 from node.resp.connection import RespConnection

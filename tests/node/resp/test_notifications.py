@@ -17,6 +17,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.config.keyspace_events import ALL, KEYEVENT, NEW, STREAM, format_flags, parse_flags
 from node.config.options import (
     AccountConfig,
     Config,
@@ -26,7 +27,6 @@ from node.config.options import (
     UserConfig,
 )
 from node.config.tables import read_redis
-from node.data.notifications import ALL, KEYEVENT, NEW, STREAM, format_flags, parse_flags
 from node.run.launch import NodeHandle
 from pipeline.local import redis_server
 from tests.live import live_node
