@@ -40,7 +40,9 @@ HOT_PATH = [
     "node/resp/parser.py",
     "node/resp/writer.py",
     "node/resp/dispatch.py",
+    "node/resp/tracking.py",
     "node/resp/connection.py",
+    "node/data/notifications.py",
     "node/data/keyspace.py",
     "node/data/streams/ids.py",
     "node/data/streams/entries.py",
@@ -60,6 +62,7 @@ HOT_PATH = [
     "node/resp/commands/streams.py",
     "node/resp/commands/stream_reads.py",
     "node/resp/commands/stream_groups.py",
+    "node/resp/commands/tracking.py",
 ]
 
 ext_modules = []

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from cluster.host import Consumer, Forwarder, ReplyMapping
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
+from node.config.keyspace_events import parse_flags
 from node.config.options import Config
 from node.data.keyspace import Keyspaces
 from routing import (
@@ -36,6 +37,7 @@ from routing import (
     SubListResult,
     Subscriber,
     Subscription,
+    channel_subject,
     pattern_subject,
     plan_delivery,
     subject_channel,
@@ -148,6 +150,9 @@ class Broker:
         self.keyspaces = Keyspaces()
         """Every account's keys (Redis streams)."""
         self.keyspaces.maxmemory = config.redis.maxmemory if config.redis is not None else 0
+        events = parse_flags(config.redis.notify_keyspace_events.encode()) if config.redis else 0
+        self.keyspaces.notifier.configure(events or 0)
+        self.keyspaces.notifier.publish = self._publish_event
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}
@@ -262,6 +267,10 @@ class Broker:
             account = Account(name, self.route_interest, self.gateway_interest)
             self.accounts[name] = account
         return account
+
+    def _publish_event(self, account: str, channel: bytes, payload: bytes) -> None:
+        """Publish a keyspace notification as PUBLISH would (``node.data.notifications``)."""
+        self.publish(self.account(account), Message(channel_subject(channel), None, None, payload))
 
     def set_gateway_order(self, order: Sequence[Forwarder]) -> None:
         self.gateway_order = order

@@ -132,6 +132,9 @@ class RedisConfig:
     maxmemory: int = 0
     """Bytes the keys and clients' output buffers may hold before commands that add data are
     refused, as redis-server's ``maxmemory`` with ``maxmemory-policy noeviction`` (0: no limit)."""
+    notify_keyspace_events: str = ""
+    """redis-server's ``notify-keyspace-events`` at start (letters of ``Ag$lshzxeKEtmdn``; empty:
+    no keyspace notifications)."""
 
     def evolve(self, **changes: Any) -> RedisConfig:
         return attrs.evolve(self, **changes)

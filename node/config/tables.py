@@ -16,6 +16,7 @@ from typing import Any
 
 from cluster.config import ClusterConfig, GatewayConfig, parse_url
 from node.config import natsconf
+from node.config.keyspace_events import INVALID, parse_flags
 from node.config.options import (
     RANDOM_PORT,
     AccountConfig,
@@ -269,6 +270,7 @@ _REDIS_OPTIONS: dict[str, type | str] = {
     "soft_limit": SIZE,
     "soft_seconds": DURATION,
     "maxmemory": SIZE,
+    "notify_keyspace_events": str,
 }
 
 
@@ -281,6 +283,8 @@ def read_redis(body: dict[str, Any], where: str) -> RedisConfig:
         fields[key] = scalar(value, _REDIS_OPTIONS[key], f"{where}: {key}")
     if fields.get("maxmemory", 0) < 0:
         raise ConfigError(f"{where}: maxmemory must be 0 (no limit) or positive")
+    if parse_flags(fields.get("notify_keyspace_events", "").encode()) is None:
+        raise ConfigError(f"{where}: notify_keyspace_events: {INVALID}")
     return RedisConfig(**fields)
 
 

@@ -8,7 +8,10 @@ may carry an expiry time; an expired key is gone the moment anyone looks, and a 
 nobody looks at as redis-server's active expiry does (``Keyspaces.sweep``). Two kinds of client wait
 on keys: WATCH (a write to a watched key spoils the watcher's transaction) and blocking reads (a
 write to the key wakes those it lets be served, in the order they blocked). Both are registered here
-so that every write, whoever makes it, reaches them through one call: ``Database.touch``.
+so that every write, whoever makes it, reaches them through one call: ``Database.touch``. The same
+call tells the node's ``KeyTracker`` (client-side caching's invalidations) when there is one, and
+``Database.notify`` announces what a write did as a keyspace notification
+(``node.data.notifications``); with neither in use a write pays one test for each.
 
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
 so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
@@ -45,6 +48,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
 
+from node.data.notifications import EXPIRED, NEW, Notifier
 from node.data.streams import Stream
 
 __all__ = [
@@ -54,11 +58,13 @@ __all__ = [
     "SWEEP_SAMPLE",
     "SWEEP_SECONDS",
     "SWEEP_STALE",
+    "TRACKING_MAX_KEYS",
     "WRONGTYPE",
     "CommitFailed",
     "Condition",
     "Database",
     "Journal",
+    "KeyTracker",
     "Keyspace",
     "Keyspaces",
     "Persistence",
@@ -103,6 +109,10 @@ SWEEP_SECONDS = 0.002
 """The CPU time one sweep may take: little, so that clients are not held up (``Keyspaces.sweep``)."""
 
 
+TRACKING_MAX_KEYS = 1_000_000
+"""redis-server's default ``tracking-table-max-keys``."""
+
+
 class Watcher(Protocol):
     """A client that WATCHes keys: a write to one of them spoils its next EXEC."""
 
@@ -116,6 +126,18 @@ class Waiter(Protocol):
     def wake(self) -> None:
         """Called once the writing command has finished, when the waiter's condition on a key it
         blocked on is met; the waiter has been taken off that key and retries its command."""
+        ...
+
+
+class KeyTracker(Protocol):
+    """Who must hear of every change to a key: the clients that cache values (CLIENT TRACKING)."""
+
+    def changed(self, account: str, key: bytes) -> None:
+        """``key`` of ``account`` (in whichever database) was written, deleted or expired."""
+        ...
+
+    def flushed(self, account: str) -> None:
+        """Every key of a database of ``account`` went at once (FLUSHDB, FLUSHALL)."""
         ...
 
 
@@ -307,6 +329,7 @@ class Database:
 
     def _expire(self, key: bytes) -> None:
         self.delete(key)
+        self.notify(EXPIRED, b"expired", key)
         journal = self.keyspaces.journal
         if journal is not None:
             journal.expire(self.account, self.index, key)
@@ -335,6 +358,8 @@ class Database:
         ``keep_ttl``)."""
         if not keep_ttl and self._expires:
             self._forget_expiry(key)
+        if self.keyspaces.notifier.flags & NEW and key not in self.keys:
+            self.notify(NEW, b"new", key)
         self.keys[key] = value
         self.touch(key)
 
@@ -382,9 +407,22 @@ class Database:
             self._expires[last] = place
 
     def flush(self) -> None:
-        """Remove every key (FLUSHDB), as if each were deleted."""
-        for key in list(self.keys):
-            self.delete(key)
+        """Remove every key (FLUSHDB), as if each were deleted; the ``KeyTracker`` hears of it
+        once for all (redis-server sends no per-key invalidation, nor any notification)."""
+        self.clear()
+        tracker = self.keyspaces.tracker
+        if tracker is not None:
+            tracker.flushed(self.account)
+
+    def clear(self) -> None:
+        """Remove every key, as if each were deleted, but for the ``KeyTracker`` (``flush``)."""
+        tracker = self.keyspaces.tracker
+        self.keyspaces.tracker = None
+        try:
+            for key in list(self.keys):
+                self.delete(key)
+        finally:
+            self.keyspaces.tracker = tracker
 
     def resized(self, key: bytes) -> None:
         """Count ``key``'s memory again when the total is next read (``touch`` does this for a
@@ -422,6 +460,17 @@ class Database:
                 watcher.dirty = True
         if key in self._blocked:
             self.keyspaces.ready[(self, key)] = None
+        tracker = self.keyspaces.tracker
+        if tracker is not None:
+            tracker.changed(self.account, key)
+
+    def notify(self, kind: int, event: bytes, key: bytes) -> None:
+        """Announce ``event`` (of class ``kind``, ``node.data.notifications``) on ``key``, if
+        ``notify-keyspace-events`` asks for it (not while the journal is replayed: those changes
+        were announced when they were made)."""
+        notifier = self.keyspaces.notifier
+        if notifier.flags & kind and not self.keyspaces.loading:
+            notifier.emit(self.account, self.index, event, key)
 
     def sweep(self, now: int, count: int) -> int:
         """Look at the next ``count`` keys with an expiry (a cursor goes round them all, so each
@@ -550,6 +599,14 @@ class Keyspace:
         """The databases in use, by number."""
         return dict(self._databases)
 
+    def flush(self) -> None:
+        """Remove every key of every database (FLUSHALL); the ``KeyTracker`` hears of it once."""
+        for db in self._databases.values():
+            db.clear()
+        tracker = self.keyspaces.tracker
+        if tracker is not None:
+            tracker.flushed(self.name)
+
 
 class Keyspaces:
     """Every account's keys on this node, and the queue of blocked readers a write woke."""
@@ -563,10 +620,13 @@ class Keyspaces:
         "journal",
         "loading",
         "maxmemory",
+        "notifier",
         "output_bytes",
         "peak",
         "ready",
         "store",
+        "tracker",
+        "tracking_max_keys",
         "unsettled",
     )
 
@@ -594,6 +654,12 @@ class Keyspaces:
         """Clients' output buffers, as last measured (``measure_output``)."""
         self.peak = 0
         """The most ``used_memory`` was seen to be."""
+        self.notifier = Notifier()
+        """``notify-keyspace-events``, and where events are published."""
+        self.tracker: KeyTracker | None = None
+        """Told of every change to a key while any client tracks keys (None: nobody does)."""
+        self.tracking_max_keys = TRACKING_MAX_KEYS
+        """Keys the tracker may remember at most (``tracking-table-max-keys``; 0: no limit)."""
 
     def settle(self) -> None:
         """Count the keys changed since the last time again (see the module's notes)."""

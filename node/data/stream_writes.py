@@ -3,7 +3,8 @@
 Whoever adds, the same things must follow: a new stream is stored (an existing one touched, which
 spoils WATCHes and wakes blocked readers), the change is journaled as the XADD that repeats it with
 the ID it got, and a trim as the exact length it left (which replays the same whatever the trim was:
-any trim removes the oldest live entries).
+any trim removes the oldest live entries); the keyspace notifications ``xadd`` and ``xtrim`` (and
+``new`` for a new stream) are announced.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from node.data.keyspace import Database
+from node.data.notifications import STREAM
 from node.data.streams import Stream, Trim, format_id
 
 __all__ = ["Log", "add_entry", "trim_record"]
@@ -43,10 +45,13 @@ def add_entry(
     journaled = db.keyspaces.journal is not None  # (else the records are not even made)
     if journaled:
         log([b"XADD", key, format_id(entry_id), *fields])
+    db.notify(STREAM, b"xadd", key)
     trimmed = 0
     for trim in trims:
         trimmed += stream.trim(trim)
-    if trimmed and journaled:
-        log(trim_record(key, stream))
+    if trimmed:
+        if journaled:
+            log(trim_record(key, stream))
+        db.notify(STREAM, b"xtrim", key)
     if not created:
         db.touch(key)

@@ -36,6 +36,7 @@ from node.data.keyspace import WRONGTYPE, CommitFailed, Condition, Database, Wro
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.parser import RequestParser
+from node.resp.tracking import ClientTracking, Tracker
 from node.resp.writer import (
     RESP2,
     Writer,
@@ -143,6 +144,8 @@ class RespConnection(Connection):
         self.on_deadline: Callable[[], None] = _ignore
         """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
+        self.tracking: ClientTracking | None = None
+        """CLIENT TRACKING's state while it is on (``node.resp.tracking``)."""
 
     @property
     def subscribed(self) -> bool:
@@ -195,6 +198,10 @@ class RespConnection(Connection):
                 self._send(protocol_error(exc.message))
             self.close(Reason.PROTOCOL_VIOLATION)
         self._commit()
+        tracker = self.broker.keyspaces.tracker
+        if tracker is not None:  # (BCAST's invalidations of the batch's changes, gathered)
+            assert isinstance(tracker, Tracker)
+            tracker.send_broadcasts()
 
     def _run(self, args: list[bytes]) -> None:
         """One request, with the journal's bookkeeping: the replies from the first one that changed
@@ -293,7 +300,11 @@ class RespConnection(Connection):
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
-            self._call(command, args)
+            tracker = self.broker.keyspaces.tracker
+            if tracker is None:
+                self._call(command, args)
+            else:
+                self._call_tracked(tracker, top, command, args)
         finally:
             self._running = False
             self._skip, self._skip_next = self._skip_next, False
@@ -319,6 +330,37 @@ class RespConnection(Connection):
             command.handler(self, args)
         except WrongType:
             self.error(WRONGTYPE)
+
+    def _call_tracked(
+        self,
+        tracker: object,
+        top: Command[RespConnection],
+        command: Command[RespConnection],
+        args: list[bytes],
+    ) -> None:
+        """Run a command while clients track keys: changes it makes are its own (NOLOOP), the
+        keys it reads are remembered if this connection tracks them, and CLIENT CACHING's choice
+        lasts until a command other than CLIENT ends outside MULTI."""
+        assert isinstance(tracker, Tracker)
+        outer, tracker.current = tracker.current, self
+        try:
+            self._call(command, args)
+            tracker.remember(self, command.key, args)
+        finally:
+            tracker.current = outer
+        state = self.tracking
+        if state is not None and self.queued is None and top.key != b"client":
+            state.caching = False
+
+    def _remember(self, command: Command[RespConnection], args: list[bytes]) -> None:
+        """A command run inside another (EXEC's, a script's) has read its keys: they are
+        remembered for the client whose command runs (``Tracker.current``), if it tracks them."""
+        tracker = self.broker.keyspaces.tracker
+        if tracker is not None:
+            assert isinstance(tracker, Tracker)
+            caller = tracker.current
+            if caller is not None and caller.tracking is not None:
+                tracker.remember(caller, command.key, args)
 
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
@@ -378,6 +420,10 @@ class RespConnection(Connection):
         else:
             return False
         return True
+
+    def push_out(self, data: bytes) -> None:
+        """Out-of-band data that is no delivery (an invalidation of CLIENT TRACKING)."""
+        self._push(data, 0)
 
     def _push(self, data: bytes, size: int) -> bool:
         """Queue a delivery; False when it made the connection a slow consumer (closed)."""
@@ -471,6 +517,7 @@ class RespConnection(Connection):
                 if command.subcommands is not None:
                     command = command.subcommands[args[1].lower()]
                 self._call(command, args)
+                self._remember(command, args)
         finally:
             self._captured = None
         self.reply(array_header(len(queued)) + b"".join(replies))
@@ -567,6 +614,7 @@ class RespConnection(Connection):
     def reset(self) -> None:
         """RESET: as if newly connected (without a new id)."""
         self._drop_all()
+        self._stop_tracking()
         self.queued = None
         self._queue_failed = False
         self.unwatch()
@@ -605,8 +653,15 @@ class RespConnection(Connection):
         after a reply."""
         self._held.clear()
         self._drop_all()
+        self._stop_tracking()
         self._unblock()
         self.unwatch()
+
+    def _stop_tracking(self) -> None:
+        tracker = self.broker.keyspaces.tracker
+        if self.tracking is not None and isinstance(tracker, Tracker):
+            tracker.disable(self)
+        self.tracking = None
 
     # -- introspection ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from node.accounts.auth import Verification, Verifying
 from node.connection import Reason
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, REDIS_VERSION, SYNTAX, help_reply, resp_clients
+from node.resp.commands.tracking import COMMANDS as TRACKING
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import OK, PONG, RESP2, array, as_text, bulk, error, integer, simple, writer_for
@@ -296,6 +297,7 @@ COMMANDS: Final = (
             Command("client|reply", 3, _client_reply),
             Command("client|unblock", -3, _client_unblock),
             Command("client|help", 2, help_reply(_CLIENT_HELP)),
+            *TRACKING,
         ],
     ),
 )

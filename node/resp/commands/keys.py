@@ -11,6 +11,7 @@ import hashlib
 from typing import Final
 
 from node.data.keyspace import Value
+from node.data.notifications import GENERIC
 from node.data.streams import Stream
 from node.integers import scan_cursor, string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
@@ -31,6 +32,7 @@ def _del(conn: RespConnection, args: list[bytes]) -> None:
         if db.get(key, now) is not None and db.delete(key):
             gone += 1
             conn.log_write([b"DEL", key])
+            db.notify(GENERIC, b"del", key)
     conn.reply(integer(gone))
 
 
@@ -158,9 +160,11 @@ def _expire(unit: int, absolute: bool) -> Handler:
         if when <= now and not db.keyspaces.loading:
             db.delete(key)
             conn.log_write([b"DEL", key])
+            db.notify(GENERIC, b"del", key)
         else:  # (replaying, a time past is kept: a later record may change it, as it did then)
             db.set_expiry(key, when)
             conn.log_write([b"PEXPIREAT", key, b"%d" % when])
+            db.notify(GENERIC, b"expire", key)
         conn.reply(integer(1))
 
     return handler
@@ -191,6 +195,7 @@ def _persist(conn: RespConnection, args: list[bytes]) -> None:
         return
     db.set_expiry(key, None)
     conn.log_write([b"PERSIST", key])
+    db.notify(GENERIC, b"persist", key)
     conn.reply(integer(1))
 
 
@@ -224,6 +229,8 @@ def _move(conn: RespConnection, key: bytes, new: bytes, value: Value) -> None:
         if when is not None:
             db.set_expiry(new, when)
         conn.log_write([b"RENAME", key, new])
+        db.notify(GENERIC, b"rename_from", key)
+        db.notify(GENERIC, b"rename_to", new)
 
 
 def _db_index(conn: RespConnection, arg: bytes) -> int | None:
@@ -263,6 +270,8 @@ def _move_to_db(conn: RespConnection, args: list[bytes]) -> None:
         target.set_expiry(key, when)
     db.delete(key)
     conn.log_write([b"MOVE", key, b"%d" % index])
+    db.notify(GENERIC, b"move_from", key)
+    target.notify(GENERIC, b"move_to", key)
     conn.reply(integer(1))
 
 
@@ -311,6 +320,7 @@ def _copy(conn: RespConnection, args: list[bytes]) -> None:
     if when is not None:
         target.set_expiry(new, when)
     conn.log_write([b"COPY", key, new, b"DB", b"%d" % index, b"REPLACE"])
+    target.notify(GENERIC, b"copy_to", new)
     conn.reply(integer(1))
 
 
@@ -330,9 +340,7 @@ def _flushdb(conn: RespConnection, args: list[bytes]) -> None:
 
 def _flushall(conn: RespConnection, args: list[bytes]) -> None:
     if _flush_option(conn, args):
-        keyspace = conn.broker.keyspaces.keyspace(conn.account.name)
-        for db in keyspace.databases().values():
-            db.flush()
+        conn.broker.keyspaces.keyspace(conn.account.name).flush()
         conn.log_write([b"FLUSHALL"])
         conn.reply(OK)
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from node.config.keyspace_events import INVALID, parse_flags
+from node.integers import string2ll
 from node.process_memory import resident_bytes
 from node.resp.connection import RespConnection
+from node.resp.tracking import Tracker
 from node.resp.writer import OK
 
 __all__ = ["POLICY", "config_set", "human", "memory_info", "parse_memory"]
@@ -26,7 +29,9 @@ _POLICIES: Final = (
     "allkeys-random, noeviction"
 )
 """The policies redis-server knows, as its error lists them."""
-_SETTABLE: Final = frozenset([b"maxmemory", b"maxmemory-policy"])
+_SETTABLE: Final = frozenset(
+    [b"maxmemory", b"maxmemory-policy", b"notify-keyspace-events", b"tracking-table-max-keys"]
+)
 _UNITS: Final = {
     b"": 1,
     b"b": 1,
@@ -91,8 +96,9 @@ def _failed(name: str, why: str) -> str:
 
 def config_set(conn: RespConnection, args: list[bytes]) -> None:
     """CONFIG SET name value [name value ...], checked in redis-server's order (every name, then
-    every value) and applied only if all are good. Names other than ``maxmemory`` and
-    ``maxmemory-policy`` are refused as redis-server refuses a parameter it does not know."""
+    every value) and applied only if all are good. Names other than ``maxmemory``,
+    ``maxmemory-policy``, ``notify-keyspace-events`` and ``tracking-table-max-keys`` are refused
+    as redis-server refuses a parameter it does not know."""
     if len(args) % 2:
         conn.error("syntax error")
         return
@@ -108,8 +114,23 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
             return
         seen.add(key)
     limit: int | None = None
+    events: int | None = None
+    tracked: int | None = None
     for name, value in zip(args[2::2], args[3::2], strict=True):
-        if name.lower() == b"maxmemory":
+        if name.lower() == b"tracking-table-max-keys":
+            tracked = string2ll(value)
+            if tracked is None or tracked < 0:
+                why = "argument couldn't be parsed into an integer"
+                if tracked is not None:
+                    why = f"argument must be between 0 and {2**63 - 1} inclusive"
+                conn.error(_failed(name.decode("utf-8", "surrogateescape"), why))
+                return
+        elif name.lower() == b"notify-keyspace-events":
+            events = parse_flags(value)
+            if events is None:
+                conn.error(_failed(name.decode("utf-8", "surrogateescape"), INVALID))
+                return
+        elif name.lower() == b"maxmemory":
             limit = parse_memory(value)
             if limit is None:
                 conn.error(_failed("maxmemory", "argument must be a memory value"))
@@ -123,6 +144,13 @@ def config_set(conn: RespConnection, args: list[bytes]) -> None:
             )
             conn.error(_failed("maxmemory-policy", why))
             return
+    if events is not None:
+        conn.broker.keyspaces.notifier.configure(events)
+    if tracked is not None:
+        conn.broker.keyspaces.tracking_max_keys = tracked
+        tracker = conn.broker.keyspaces.tracker
+        if isinstance(tracker, Tracker):
+            tracker.limit()
     if limit is not None:
         keyspaces = conn.broker.keyspaces
         keyspaces.maxmemory = limit

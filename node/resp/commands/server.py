@@ -11,10 +11,12 @@ import time
 from typing import Final
 
 from node.broker import VERSION
+from node.config.keyspace_events import format_flags
 from node.resp.commands.common import REDIS_VERSION, help_reply, resp_clients
 from node.resp.commands.memory import POLICY, config_set, memory_info
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
+from node.resp.tracking import info as tracking_info
 from node.resp.writer import array, bulk, integer, simple
 from routing import glob_match
 
@@ -64,6 +66,7 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
     wanted = {arg.lower() for arg in args[1:]} or {b"default"}
     everything = bool(wanted & {b"all", b"everything", b"default"})
     sections: list[str] = []
+    tracking = tracking_info(broker.keyspaces)
     if everything or b"server" in wanted:
         uptime = (time.time_ns() - broker.start_ns) // 10**9
         sections.append(
@@ -83,6 +86,7 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
             f"unauthenticated_clients:{unauthenticated}\r\n"
             f"maxclients:{broker.config.max_connections}\r\n"
             f"blocked_clients:{sum(1 for c in resp if c.blocked is not None)}\r\n"
+            f"tracking_clients:{tracking['tracking_clients']}\r\n"
         )
     if everything or b"memory" in wanted:
         sections.append(memory_info(conn))
@@ -101,6 +105,9 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
             f"pubsub_channels:{len(channels)}\r\npubsub_patterns:{patterns}\r\n"
             f"total_messages_in:{in_msgs}\r\ntotal_messages_out:{out_msgs}\r\n"
             f"client_output_buffer_limit_disconnections:{broker.slow_consumers}\r\n"
+            f"tracking_total_keys:{tracking['tracking_total_keys']}\r\n"
+            f"tracking_total_items:{tracking['tracking_total_items']}\r\n"
+            f"tracking_total_prefixes:{tracking['tracking_total_prefixes']}\r\n"
         )
     if everything or b"keyspace" in wanted:
         databases = conn.broker.keyspaces.keyspace(conn.account.name).databases()
@@ -117,7 +124,6 @@ _CONFIG = {
     b"databases": b"16",
     b"save": b"",
     b"maxmemory-policy": POLICY,
-    b"notify-keyspace-events": b"",
     b"cluster-enabled": b"no",
 }
 
@@ -127,6 +133,8 @@ def _config_get(conn: RespConnection, args: list[bytes]) -> None:
     store = conn.broker.keyspaces.store
     table = _CONFIG | {
         b"maxmemory": b"%d" % conn.broker.keyspaces.maxmemory,
+        b"notify-keyspace-events": format_flags(conn.broker.keyspaces.notifier.configured),
+        b"tracking-table-max-keys": b"%d" % conn.broker.keyspaces.tracking_max_keys,
         b"appendonly": b"no" if store is None else b"yes",
         b"appendfsync": b"everysec" if store is None else store.appendfsync.encode(),
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from node.data.notifications import STREAM
 from node.data.streams import (
     MAX_ID,
     ConsumerGroup,
@@ -42,6 +43,7 @@ def _log_new_consumer(conn: RespConnection, args: list[bytes], group: ConsumerGr
     group, consumer from the second)."""
     if args[3] not in group.consumers:
         conn.log_write([b"XGROUP", b"CREATECONSUMER", args[1], args[2], args[3]])
+        conn.database.notify(STREAM, b"xgroup-createconsumer", args[1])
 
 
 def _subcommand_error(conn: RespConnection, args: list[bytes], command: str) -> None:
@@ -102,6 +104,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
             return
         group.set_id(last_id, entries_read)
         log_position(conn, key, name, group)
+        db.notify(STREAM, b"xgroup-setid", key)
         conn.reply(OK)
     elif sub == b"destroy" and len(args) == 4:
         assert stream is not None
@@ -109,6 +112,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
         if destroyed:
             conn.log_write([b"XGROUP", b"DESTROY", key, name])
             db.touch(key)  # (readers blocked on the group get their NOGROUP)
+            db.notify(STREAM, b"xgroup-destroy", key)
         conn.reply(integer(1 if destroyed else 0))
     elif sub == b"createconsumer" and len(args) == 5:
         assert group is not None
@@ -116,6 +120,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
         if created:
             conn.log_write(list(args))
             db.resized(key)
+            db.notify(STREAM, b"xgroup-createconsumer", key)
         conn.reply(integer(1 if created else 0))
     elif sub == b"delconsumer" and len(args) == 5:
         assert group is not None
@@ -124,6 +129,7 @@ def _xgroup(conn: RespConnection, args: list[bytes]) -> None:
             pending = group.delete_consumer(args[4])
             conn.log_write(list(args))
             db.resized(key)
+            db.notify(STREAM, b"xgroup-delconsumer", key)
         conn.reply(integer(pending))
     else:
         _subcommand_error(conn, args, "XGROUP")
@@ -152,6 +158,7 @@ def _create(
     conn.log_write(
         [b"XGROUP", b"CREATE", key, name, format_id(last_id), b"MKSTREAM", b"ENTRIESREAD", read]
     )
+    db.notify(STREAM, b"xgroup-create", key)
     conn.reply(OK)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from node.data.keyspace import Condition, Database
+from node.data.notifications import STREAM
 from node.data.streams import MAX_ID, ConsumerGroup, Stream, StreamError, format_id, parse_id
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
@@ -242,6 +243,7 @@ def _serve(
         consumer.seen_time = now
         if created:  # (whether or not it is given anything)
             conn.log_write([b"XGROUP", b"CREATECONSUMER", key, parsed.group, parsed.consumer])
+            db.notify(STREAM, b"xgroup-createconsumer", key)
         if position != _NEW:
             history = group.read_history(stream, consumer, position, parsed.count, now)
             served.append((key, history))

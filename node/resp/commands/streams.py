@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from node.data.notifications import STREAM
 from node.data.stream_writes import add_entry, trim_record
 from node.data.streams import (
     MAX_ID,
@@ -272,6 +273,7 @@ def _xtrim(conn: RespConnection, args: list[bytes]) -> None:
     if stream is not None and removed:
         conn.log_write(trim_record(key, stream))
         db.touch(key)
+        db.notify(STREAM, b"xtrim", key)
     conn.reply(integer(removed))
 
 
@@ -334,6 +336,7 @@ def _xdel(conn: RespConnection, args: list[bytes]) -> None:
     if deleted:
         conn.log_write([b"XDEL", key, *args[2:]])
         db.touch(key)
+        db.notify(STREAM, b"xdel", key)
     conn.reply(integer(deleted))
 
 
@@ -384,6 +387,7 @@ def _xsetid(conn: RespConnection, args: list[bytes]) -> None:
         return
     conn.log_write(list(args))
     db.touch(key)
+    db.notify(STREAM, b"xsetid", key)
     conn.reply(OK)
 
 
