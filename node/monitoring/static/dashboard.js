@@ -150,7 +150,7 @@
         ? "down since " + clock(node.since) + ", last answered " + clock(node.last_seen)
         : "up since " + clock(node.since) + (node.uptime ? " · uptime " + node.uptime : "");
       for (const [key, , format] of NODE_METRICS) item.values[key].textContent = format(node[key]);
-      item.plot.replaceChildren(chart(histories.nodes.get(node.name) || [], 219, 44));
+      item.plot.replaceChildren(chart(histories.nodes.get(node.name) || [], 270, 44));
     }
   }
 

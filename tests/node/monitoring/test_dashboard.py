@@ -9,8 +9,9 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
-from urllib.error import HTTPError
+from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
 import pytest
@@ -24,6 +25,8 @@ from node.config.options import Config
 from node.monitoring.dashboard import QUEUED, VIEWERS_MAX, Dashboard
 from node.monitoring.picture import MISSED_DOWN, Picture, go_seconds
 from pubmesh_testing import RunningNode, RunningSuperCluster
+from tests.certs import make_certs
+from tests.support import start_node
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -352,6 +355,27 @@ def test_the_page_and_its_files(pubmesh_supercluster: RunningSuperCluster) -> No
     with urlopen(url + "/varz", timeout=10) as response:
         stats = json.loads(response.read())["http_req_stats"]
     assert (stats["/dashboard"], stats["/dashboard/events"]) == (8, 4)
+
+
+async def test_the_page_and_its_stream_over_https(nursery: trio.Nursery, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path, "node")
+    node = await start_node(nursery, Config(tls=certs.tls("node"), https_port=0))
+    url = f"https://127.0.0.1:{node.http_port}/dashboard"
+
+    def fetch() -> tuple[bytes, list[str]]:
+        context = certs.client_context()
+        with urlopen(url, timeout=10, context=context) as page:
+            html = page.read()
+        with urlopen(url + "/events", timeout=10, context=context) as stream:
+            names = [stream.readline().decode().strip() for _ in range(6)]
+        return html, names
+
+    html, lines = await trio.to_thread.run_sync(fetch)
+    assert b'src="dashboard/app.js"' in html
+    assert (lines[0], lines[2], lines[5]) == ("retry: 1000", "event: history", "event: snapshot")
+    assert lines[3].startswith("data: {")
+    with pytest.raises(URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        await trio.to_thread.run_sync(lambda: urlopen(url, timeout=10))
 
 
 def test_viewers_past_the_limit_are_refused_and_leaving_frees_a_place(
