@@ -11,13 +11,15 @@ asks every node through the system account (``Survey``) every ``INTERVAL``, upda
 ``Picture`` and encodes the snapshot once for all. With nobody watching it asks nothing. At most
 ``VIEWERS_MAX`` viewers are served at a time (the next is answered 503), and each has at most
 ``QUEUED`` events waiting: a viewer that does not keep up is dropped (its stream ends and the
-browser's EventSource reconnects), so a slow one never makes the node hold more.
+browser's EventSource reconnects), so a slow one never makes the node hold more. A round that fails
+is logged and the next one tried: the page shows the last snapshot until then, with its time.
 """
 
 from __future__ import annotations
 
 import importlib.resources
 import json
+import logging
 import time
 from typing import Any
 
@@ -37,6 +39,8 @@ VIEWERS_MAX = 16
 """Event streams served at a time."""
 QUEUED = 4
 """Events waiting for one viewer at most; a viewer that falls further behind is dropped."""
+
+log = logging.getLogger("pubmesh")
 
 _STATIC = importlib.resources.files("node.monitoring") / "static"
 ASSETS: dict[str, tuple[bytes, str]] = {
@@ -142,8 +146,11 @@ class Dashboard:
             try:
                 while self.viewers:
                     started = trio.current_time()
-                    await self.round()
-                    self._broadcast(sse("snapshot", self.picture.snapshot()))
+                    try:
+                        await self.round()
+                        self._broadcast(sse("snapshot", self.picture.snapshot()))
+                    except Exception:  # (logged; the next round is tried as usual)
+                        log.exception("dashboard: a gather round failed")
                     await trio.sleep_until(started + INTERVAL)
             finally:
                 survey.close()

@@ -267,15 +267,27 @@
     status.setAttribute("data-connection", state);
     status.textContent = text;
   }
-  const source = new EventSource("dashboard/events");
-  source.addEventListener("open", () => connection("open", "live"));
-  source.addEventListener("error", () => connection("lost", "connection lost, retrying…"));
-  source.addEventListener("history", (event) => {
-    const history = JSON.parse(event.data);
-    for (const kind of ["nodes", "links"]) {
-      histories[kind].clear();
-      for (const [key, points] of Object.entries(history[kind])) histories[kind].set(key, points);
-    }
-  });
-  source.addEventListener("snapshot", (event) => render(JSON.parse(event.data)));
+  // EventSource reconnects by itself after a dropped stream; after a refusal (503: too many
+  // viewers) it gives up, so then a new one is opened a few seconds later.
+  function listen() {
+    const source = new EventSource("dashboard/events");
+    source.addEventListener("open", () => connection("open", "live"));
+    source.addEventListener("error", () => {
+      if (source.readyState === EventSource.CLOSED) {
+        connection("lost", "refused, retrying in 5 s…");
+        setTimeout(listen, 5000);
+      } else {
+        connection("lost", "connection lost, retrying…");
+      }
+    });
+    source.addEventListener("history", (event) => {
+      const history = JSON.parse(event.data);
+      for (const kind of ["nodes", "links"]) {
+        histories[kind].clear();
+        for (const [key, points] of Object.entries(history[kind])) histories[kind].set(key, points);
+      }
+    });
+    source.addEventListener("snapshot", (event) => render(JSON.parse(event.data)));
+  }
+  listen();
 })();
