@@ -38,13 +38,13 @@ def measure(deployment: LocalDeployment, seconds: float) -> dict[str, float]:
     return {name: 100 * (cpu_seconds(pid) - before[name]) / wall for name, pid in pids.items()}
 
 
-def _viewer(port: int, stop: threading.Event, received: list[int]) -> None:
+def _viewer(port: int, stop: threading.Event, received: list[int], index: int) -> None:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
         conn.sendall(b"GET /dashboard/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         conn.settimeout(0.5)
         while not stop.is_set():
             try:
-                received[0] += len(conn.recv(1 << 16))
+                received[index] += len(conn.recv(1 << 16))
             except TimeoutError:
                 continue
 
@@ -59,10 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = next(iter(deployment.nodes.values()))
         time.sleep(3)  # (start-up settles)
         idle = measure(deployment, args.seconds)
-        stop, received = threading.Event(), [0]
+        stop, received = threading.Event(), [0] * args.viewers
         viewers = [
-            threading.Thread(target=_viewer, args=(first.http_port, stop, received), daemon=True)
-            for _ in range(args.viewers)
+            threading.Thread(target=_viewer, args=(first.http_port, stop, received, i), daemon=True)
+            for i in range(args.viewers)
         ]
         for viewer in viewers:
             viewer.start()
@@ -74,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"CPU, % of one core, over {args.seconds:g} s ({args.viewers} viewers on {first.name}):")
     for name in idle:
         print(f"  {name:8} no viewer {idle[name]:5.1f}   {args.viewers} viewers {watched[name]:5.1f}")
-    print(f"  ({received[0] / args.seconds / args.viewers / 1024:.1f} KiB/s sent to each viewer)")
+    rates = ", ".join(f"{n / (args.seconds + 2) / 1024:.1f}" for n in received)
+    print(f"  (KiB/s received by each viewer: {rates})")
     return 0
 
 

@@ -7,7 +7,8 @@ anywhere else, which the ``Content-Security-Policy`` header also tells the brows
 minutes per node and per link), then a ``snapshot`` event each round (``Picture.snapshot``).
 
 One gather loop per node feeds every viewer: while at least one is connected, ``Dashboard.run``
-asks every node through the system account (``Survey``) every ``INTERVAL``, updates the
+asks every node through the system account (``Survey``) every ``INTERVAL`` (for its streams every
+``STREAMS_EVERY`` rounds), updates the
 ``Picture`` and encodes the snapshot once for all. With nobody watching it asks nothing. At most
 ``VIEWERS_MAX`` viewers are served at a time (the next is answered 503), and each has at most
 ``QUEUED`` events waiting: a viewer that does not keep up is dropped (its stream ends and the
@@ -29,9 +30,9 @@ import trio
 from node.accounts.account import Account
 from node.broker import Broker
 from node.monitoring.picture import Picture
-from node.monitoring.survey import Survey
+from node.monitoring.survey import REQUESTS, Survey
 
-__all__ = ["ASSETS", "INTERVAL", "QUEUED", "VIEWERS_MAX", "Dashboard", "Viewer", "sse"]
+__all__ = ["ASSETS", "INTERVAL", "QUEUED", "STREAMS_EVERY", "VIEWERS_MAX", "Dashboard", "Viewer", "sse"]
 
 INTERVAL = 1.0
 """Seconds between two rounds (start to start) while someone watches."""
@@ -39,6 +40,8 @@ VIEWERS_MAX = 16
 """Event streams served at a time."""
 QUEUED = 4
 """Events waiting for one viewer at most; a viewer that falls further behind is dropped."""
+STREAMS_EVERY = 5
+"""Rounds between two in which the streams are asked for: listing them walks a node's keyspace."""
 
 log = logging.getLogger("pubmesh")
 
@@ -98,9 +101,10 @@ class Dashboard:
         return viewer
 
     def leave(self, viewer: Viewer) -> None:
+        """No more events for this viewer: its stream ends once it has sent those queued (the
+        response closes the receiving side)."""
         self.viewers.discard(viewer)
         viewer.send.close()
-        viewer.receive.close()
 
     def drop_all(self) -> None:
         """End every stream (the server is stopping)."""
@@ -123,7 +127,10 @@ class Dashboard:
         """Ask every node once and update the picture (the survey must be open)."""
         assert self.survey is not None
         expected = sum(1 for t in self.picture.nodes.values() if t.state == "up")
-        answers = await self.survey.ask(expected)
+        endpoints = [endpoint for endpoint, _ in REQUESTS]
+        if self.rounds % STREAMS_EVERY:
+            endpoints.remove("STREAMZ")
+        answers = await self.survey.ask(endpoints, expected)
         self.picture.update(answers, time.time())
         for when, payload in self.survey.take_advisories():
             self.picture.note_advisory(payload, when)

@@ -149,6 +149,8 @@ class Picture:
         """Server id -> server name, of every node seen (gateway connections name their peer's id)."""
         self.accounts: list[dict[str, Any]] = []
         self.streams: list[dict[str, Any]] = []
+        self.streams_time = 0.0
+        """When the streams were last asked for (less often than the rest)."""
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=EVENTS)
         self.time = 0.0
 
@@ -168,10 +170,10 @@ class Picture:
         by_name: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
         for endpoint, docs in answers.items():
             for doc in docs:
-                name = _text(doc, "server_name") or self.ids.get(_text(doc, "server_id"), "")
+                name = _text(doc, "server_name")
                 if name:
                     by_name[name][endpoint] = doc
-        answered = {name for name, docs in by_name.items() if "VARZ" in docs}
+        answered = {name for name, docs in by_name.items() if "STATSZ" in docs}
         for name in answered:
             self._node_answered(name, by_name[name], now)
         for name, tracked in self.nodes.items():
@@ -183,41 +185,49 @@ class Picture:
                     tracked.counters = _Counters()
                     tracked.history.append((now, None, None))
         self._links(by_name, now)
-        self._accounts_and_streams(by_name)
+        if "ACCSTATZ" in answers:
+            self.accounts = self._accounts(by_name)
+        if "STREAMZ" in answers:
+            self.streams, self.streams_time = self._streams(by_name), now
 
     def _node_answered(self, name: str, docs: dict[str, dict[str, Any]], now: float) -> None:
-        varz = docs["VARZ"]
+        statsz = docs["STATSZ"]
+        server = _dict(statsz, "server")
         tracked = self.nodes.get(name)
         if tracked is None:
             tracked = self.nodes[name] = _Tracked(since=now)
             self._event(now, "node_up", f"node {name} up", name)
         else:
             self._set_state(name, tracked, "up", now, "node")
-        server_id = _text(varz, "server_id")
+        server_id = _text(server, "id")
         if server_id:
             self.ids[server_id] = name
         tracked.missed, tracked.last_seen = 0, now
-        rates = tracked.counters.rates(go_seconds(_text(varz, "now")), _traffic(varz))
+        received, sent = _dict(statsz, "received"), _dict(statsz, "sent")
+        counters = (
+            _int(received, "msgs"),
+            _int(sent, "msgs"),
+            _int(received, "bytes"),
+            _int(sent, "bytes"),
+        )
+        rates = tracked.counters.rates(go_seconds(_text(server, "time")), counters)
         tracked.history.append((now, rates[0], rates[1]))
-        slow = _int(varz, "slow_consumers")
+        slow = _int(statsz, "slow_consumers")
         before = tracked.current.get("slow_consumers")
         if slow is not None and isinstance(before, int) and slow > before:
             self._event(now, "slow_consumer", f"{slow - before} slow consumer(s) on {name}", name)
-        gateway, cluster = _dict(varz, "gateway"), _dict(varz, "cluster")
-        redis = _dict(varz, "redis")
-        tracked.cluster = _text(gateway, "name") or _text(cluster, "name")
+        tracked.cluster = _text(server, "cluster")
         tracked.current = {
             "id": server_id,
-            "version": _text(varz, "version"),
-            "uptime": _text(varz, "uptime"),
-            "connections": _int(varz, "connections"),
-            "redis_connections": _int(redis, "connections"),
-            "subscriptions": _int(varz, "subscriptions"),
+            "version": _text(server, "ver"),
+            "start": go_seconds(_text(statsz, "start")),
+            "connections": _int(statsz, "connections"),
+            "subscriptions": _int(statsz, "subscriptions"),
             "slow_consumers": slow,
-            "mem": _int(varz, "mem"),
-            "cpu": _number(varz, "cpu"),
-            "routes": _int(varz, "routes"),
-            "remotes": _int(varz, "remotes"),
+            "mem": _int(statsz, "mem"),
+            "cpu": _number(statsz, "cpu"),
+            "routes": len(_list(statsz, "routes")),
+            "gateways": len(_list(statsz, "gateways")),
             **dict(zip(_RATES, rates, strict=True)),
         }
 
@@ -258,19 +268,21 @@ class Picture:
                 **dict(zip(_RATES, rates, strict=True)),
             }
         for key, tracked in self.links.items():
-            if key not in seen:
-                kind = tracked.current.get("kind", "link")
+            kind = tracked.current.get("kind", "link")
+            source = str(tracked.current.get("from", ""))
+            reported = by_name.get(source, {}).get("ROUTEZ" if kind == "route" else "GATEWAYZ")
+            source_down = self.nodes.get(source, _Tracked()).state == "down"
+            if key not in seen and (reported is not None or source_down):
                 self._set_state(key, tracked, "down", now, str(kind))
                 tracked.current = {k: tracked.current.get(k) for k in ("kind", "from", "to")}
                 tracked.counters = _Counters()
                 tracked.history.append((now, None, None))
 
-    def _accounts_and_streams(self, by_name: Mapping[str, Mapping[str, dict[str, Any]]]) -> None:
+    @staticmethod
+    def _accounts(by_name: Mapping[str, Mapping[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         accounts: dict[str, dict[str, Any]] = {}
-        streams: list[dict[str, Any]] = []
         for name in sorted(by_name):
-            docs = by_name[name]
-            for acc in _list(docs.get("ACCSTATZ", {}), "account_statz"):
+            for acc in _list(by_name[name].get("ACCSTATZ", {}), "account_statz"):
                 if not isinstance(acc, dict) or not _text(acc, "acc"):
                     continue
                 row = accounts.setdefault(
@@ -278,26 +290,32 @@ class Picture:
                 )
                 row["connections"] += _int(acc, "conns") or 0
                 row["nodes"][name] = _int(acc, "num_subscriptions")
-            for stream in _list(docs.get("STREAMZ", {}), "streams"):
-                if isinstance(stream, dict):
-                    groups = [g for g in _list(stream, "groups") if isinstance(g, dict)]
-                    lags = [_int(g, "lag") for g in groups]
-                    streams.append(
-                        {
-                            "server": name,
-                            "account": _text(stream, "account"),
-                            "db": _int(stream, "db"),
-                            "name": _text(stream, "name"),
-                            "length": _int(stream, "length"),
-                            "bytes": _int(stream, "bytes"),
-                            "last_id": _text(stream, "last_id"),
-                            "groups": len(groups),
-                            "pending": sum(_int(g, "pending") or 0 for g in groups),
-                            "lag": None if None in lags else sum(x for x in lags if x is not None),
-                        }
-                    )
-        self.accounts = [accounts[a] for a in sorted(accounts)]
-        self.streams = streams
+        return [accounts[a] for a in sorted(accounts)]
+
+    @staticmethod
+    def _streams(by_name: Mapping[str, Mapping[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        streams: list[dict[str, Any]] = []
+        for name in sorted(by_name):
+            for stream in _list(by_name[name].get("STREAMZ", {}), "streams"):
+                if not isinstance(stream, dict):
+                    continue
+                groups = [g for g in _list(stream, "groups") if isinstance(g, dict)]
+                lags = [_int(g, "lag") for g in groups]
+                streams.append(
+                    {
+                        "server": name,
+                        "account": _text(stream, "account"),
+                        "db": _int(stream, "db"),
+                        "name": _text(stream, "name"),
+                        "length": _int(stream, "length"),
+                        "bytes": _int(stream, "bytes"),
+                        "last_id": _text(stream, "last_id"),
+                        "groups": len(groups),
+                        "pending": sum(_int(g, "pending") or 0 for g in groups),
+                        "lag": None if None in lags else sum(x for x in lags if x is not None),
+                    }
+                )
+        return streams
 
     def note_advisory(self, payload: bytes, when: float) -> None:
         """A connect or disconnect advisory a node published (ignored unless it reads as one)."""
@@ -343,6 +361,7 @@ class Picture:
             "links": links,
             "accounts": self.accounts,
             "streams": self.streams,
+            "streams_time": self.streams_time,
             "events": list(self.events),
         }
 

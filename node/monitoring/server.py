@@ -436,6 +436,7 @@ class _App:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self.dashboard.leave(viewer)
+            viewer.receive.close()
 
     async def _http(
         self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable

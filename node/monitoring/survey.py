@@ -3,15 +3,16 @@ the node: what the dashboard is built from.
 
 A ``Survey`` holds an inbox subscription in the system account (no client connection, no
 credentials: it lives in the node) and, while open, subscriptions to the connect and disconnect
-advisories. ``ask`` publishes one ``$SYS.REQ.SERVER.PING.<ENDPOINT>`` request per endpoint of
-``REQUESTS``, each with a reply subject naming the round and the endpoint, and collects the answers
-until every endpoint has as many as there are nodes expected (then a short grace for nodes not yet
-known), or until ``TIMEOUT``. Answers of an earlier round are ignored.
+advisories. ``ask`` publishes one ``$SYS.REQ.SERVER.PING.<ENDPOINT>`` request per endpoint asked
+(of ``REQUESTS``), each with a reply subject naming the round and the endpoint, and collects the
+answers until every endpoint has as many as there are nodes expected (then a short grace for nodes
+not yet known), or until ``TIMEOUT``. Answers of an earlier round are ignored.
 
 Everything arrives in the publish path (``deliver``), where it is only kept: at most
 ``ANSWERS_MAX`` answers per round and ``ADVISORIES_MAX`` advisories; the JSON is read afterwards,
-in ``ask``'s task. Each answer's ``data`` is returned with the name of the node that sent it (from
-its envelope) as ``server_name``.
+in ``ask``'s task. Each answer's document (its ``data``, or STATSZ's ``statsz``) is returned with
+the name of the node that sent it as ``server_name`` and the envelope's ``server`` (id, cluster,
+version, and the time the answer was made).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import collections
 import json
 import os
 import time
+from collections.abc import Collection
 from typing import Any
 
 import trio
@@ -32,13 +34,15 @@ from routing import Message, Subscription
 __all__ = ["ADVISORIES_MAX", "ANSWERS_MAX", "GRACE", "REQUESTS", "TIMEOUT", "Survey"]
 
 REQUESTS: tuple[tuple[str, bytes], ...] = (
-    ("VARZ", b""),
+    ("STATSZ", b""),
     ("ROUTEZ", b""),
     ("GATEWAYZ", b""),
     ("ACCSTATZ", b'{"include_unused":true}'),
     ("STREAMZ", b'{"limit":100}'),
 )
-"""The endpoints asked each round, and the body of each request."""
+"""The endpoints a round may ask, in the order they are asked, and the body of each request. A
+node's figures come from STATSZ, not VARZ: VARZ walks the node's keyspace (for its streams block),
+STATSZ does not."""
 TIMEOUT = 0.8
 """Seconds a round waits for answers at most."""
 GRACE = 0.05
@@ -109,30 +113,31 @@ class Survey:
         self.advisories.clear()
         return taken
 
-    def _complete(self, expected: int) -> bool:
+    def _complete(self, endpoints: Collection[str], expected: int) -> bool:
         if expected <= 0:
             return False
         counts = collections.Counter(endpoint for endpoint, _ in self._answers)
-        return all(counts[endpoint] >= expected for endpoint, _ in REQUESTS)
+        return all(counts[endpoint] >= expected for endpoint in endpoints)
 
-    async def ask(self, expected: int) -> dict[str, list[dict[str, Any]]]:
-        """One round: every endpoint of ``REQUESTS`` asked of every node, answers collected until
-        each has ``expected`` answers (plus ``GRACE``) or ``TIMEOUT``. Returns per endpoint the
-        ``data`` of each answer that has one, with ``server_name`` set to its sender's name."""
+    async def ask(self, endpoints: Collection[str], expected: int) -> dict[str, list[dict[str, Any]]]:
+        """One round: the ``endpoints`` (of ``REQUESTS``) asked of every node, answers collected
+        until each has ``expected`` answers (plus ``GRACE``) or ``TIMEOUT``. Returns per endpoint
+        the document of each answer that has one."""
         self._round += 1
         self._answers = []
-        for endpoint, body in REQUESTS:
+        asked = [(endpoint, body) for endpoint, body in REQUESTS if endpoint in endpoints]
+        for endpoint, body in asked:
             reply = f"{self.prefix}{self._round}.{endpoint}".encode()
             subject = f"$SYS.REQ.SERVER.PING.{endpoint}".encode()
             self.broker.publish(self.account, Message(subject, reply, None, body))
         with trio.move_on_after(TIMEOUT):
-            while not self._complete(expected):
+            while not self._complete(endpoints, expected):
                 self._arrived = trio.Event()
                 await self._arrived.wait()
             await trio.sleep(GRACE)
         answers, self._answers = self._answers, []
         self._round += 1  # (late answers to this round are not kept)
-        found: dict[str, list[dict[str, Any]]] = {endpoint: [] for endpoint, _ in REQUESTS}
+        found: dict[str, list[dict[str, Any]]] = {endpoint: [] for endpoint, _ in asked}
         for endpoint, payload in answers:
             data = _data(payload)
             if endpoint in found and data is not None:
@@ -141,18 +146,18 @@ class Survey:
 
 
 def _data(payload: bytes) -> dict[str, Any] | None:
-    """An answer's ``data``, with its sender's name as ``server_name``; None for an error answer or
-    anything that does not read as an answer."""
+    """An answer's document, with its sender's name as ``server_name`` and its envelope's
+    ``server``; None for an error answer or anything that does not read as an answer."""
     try:
         envelope = json.loads(payload)
     except (ValueError, RecursionError):
         return None
     if not isinstance(envelope, dict):
         return None
-    data, server = envelope.get("data"), envelope.get("server")
+    data, server = envelope.get("data", envelope.get("statsz")), envelope.get("server")
     if not isinstance(data, dict) or not isinstance(server, dict):
         return None
     name = server.get("name")
     if not isinstance(name, str) or not name:
         return None
-    return data | {"server_name": name}
+    return data | {"server_name": name, "server": server}

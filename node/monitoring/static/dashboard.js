@@ -86,12 +86,11 @@
     ["bytes_out_rate", "bytes out/s", (v) => human(v, "B")],
     ["connections", "conns", (v) => plain(v)],
     ["subscriptions", "subs", (v) => plain(v)],
-    ["redis_connections", "redis", (v) => plain(v)],
     ["slow_consumers", "slow", (v) => plain(v)],
     ["mem", "mem", (v) => human(v, "B")],
     ["cpu", "cpu %", (v) => plain(v, 1)],
-    ["routes", "routes", (v) => plain(v)],
-    ["remotes", "gw remotes", (v) => plain(v)],
+    ["routes", "route conns", (v) => plain(v)],
+    ["gateways", "gateways", (v) => plain(v)],
   ];
 
   function nodeElement(name) {
@@ -148,7 +147,7 @@
       item.badge.textContent = node.state;
       item.since.textContent = node.state === "down"
         ? "down since " + clock(node.since) + ", last answered " + clock(node.last_seen)
-        : "up since " + clock(node.since) + (node.uptime ? " · uptime " + node.uptime : "");
+        : "up since " + clock(node.since) + (node.start ? " · started " + clock(node.start) : "");
       for (const [key, , format] of NODE_METRICS) item.values[key].textContent = format(node[key]);
       item.plot.replaceChildren(chart(histories.nodes.get(node.name) || [], 270, 44));
     }
@@ -256,6 +255,8 @@
     renderNodes(snapshot);
     renderLinks(snapshot);
     renderStreams(snapshot);
+    document.getElementById("streams-time").textContent = snapshot.streams_time
+      ? "as of " + clock(snapshot.streams_time) : "";
     renderAccounts(snapshot);
     renderEvents(snapshot);
   }

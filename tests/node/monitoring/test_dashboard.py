@@ -41,20 +41,19 @@ def stamp(seconds: float) -> str:
     return f"{text}.{frac:09d}Z" if frac else f"{text}Z"
 
 
-def varz(name: str, at: float, in_msgs: int = 0, out_msgs: int = 0, **more: Any) -> dict[str, Any]:
+def statsz(name: str, at: float, in_msgs: int = 0, out_msgs: int = 0) -> dict[str, Any]:
+    """A STATSZ answer as the survey returns it: the document, its sender's name and envelope."""
+    server = {"name": name, "id": "ID" + name, "cluster": name[0], "ver": "2.10.0", "time": stamp(at)}
     return {
         "server_name": name,
-        "server_id": "ID" + name,
-        "now": stamp(at),
-        "cluster": {"name": name[0]},
-        "in_msgs": in_msgs,
-        "out_msgs": out_msgs,
-        "in_bytes": in_msgs * 10,
-        "out_bytes": out_msgs * 10,
+        "server": server,
+        "start": stamp(T0 - 60),
+        "received": {"msgs": in_msgs, "bytes": in_msgs * 10},
+        "sent": {"msgs": out_msgs, "bytes": out_msgs * 10},
         "connections": 2,
         "subscriptions": 7,
         "slow_consumers": 0,
-        **more,
+        "routes": [{"rid": 1}, {"rid": 2}],
     }
 
 
@@ -83,10 +82,10 @@ def test_go_seconds_reads_monitoring_times_and_nothing_else() -> None:
 
 def test_rates_are_counter_differences_over_the_nodes_own_clock() -> None:
     picture = Picture("a1")
-    picture.update({"VARZ": [varz("a1", T0, 100, 50)]}, T0)
+    picture.update({"STATSZ": [statsz("a1", T0, 100, 50)]}, T0)
     [node] = picture.snapshot()["nodes"]
     assert node["msgs_in_rate"] is None  # (nothing to compare with yet)
-    picture.update({"VARZ": [varz("a1", T0 + 2, 300, 50)]}, T0 + 1)  # (its clock says 2 s)
+    picture.update({"STATSZ": [statsz("a1", T0 + 2, 300, 50)]}, T0 + 1)  # (its clock says 2 s)
     [node] = picture.snapshot()["nodes"]
     assert (node["msgs_in_rate"], node["msgs_out_rate"], node["bytes_in_rate"]) == (100.0, 0.0, 1000.0)
     assert (node["state"], node["connections"], node["subscriptions"], node["cluster"]) == (
@@ -95,7 +94,7 @@ def test_rates_are_counter_differences_over_the_nodes_own_clock() -> None:
         7,
         "a",
     )
-    picture.update({"VARZ": [varz("a1", T0 + 3, 10, 60)]}, T0 + 2)  # restarted: counters went back
+    picture.update({"STATSZ": [statsz("a1", T0 + 3, 10, 60)]}, T0 + 2)  # restarted: counters went back
     [node] = picture.snapshot()["nodes"]
     assert (node["msgs_in_rate"], node["msgs_out_rate"]) == (None, 10.0)
 
@@ -103,11 +102,11 @@ def test_rates_are_counter_differences_over_the_nodes_own_clock() -> None:
 def test_a_node_that_stops_answering_is_down_with_since_and_no_figures() -> None:
     picture = Picture("a1")
     both = {
-        "VARZ": [varz("a1", T0), varz("a2", T0)],
+        "STATSZ": [statsz("a1", T0), statsz("a2", T0)],
         "ROUTEZ": [routez("a1", T0, "a2", 1, 2), routez("a2", T0, "a1", 3)],
     }
     picture.update(both, T0)
-    only_a1 = {"VARZ": [varz("a1", T0 + 1)], "ROUTEZ": [routez("a1", T0 + 1, "a2", 1, 2)]}
+    only_a1 = {"STATSZ": [statsz("a1", T0 + 1)], "ROUTEZ": [routez("a1", T0 + 1, "a2", 1, 2)]}
     for i in range(1, MISSED_DOWN + 1):
         picture.update(only_a1, T0 + i)
         nodes = by_name(picture.snapshot()["nodes"], "name")
@@ -130,6 +129,24 @@ def test_a_node_that_stops_answering_is_down_with_since_and_no_figures() -> None
     assert picture.snapshot()["events"][-2:][0]["kind"] == "node_up"
 
 
+def test_what_a_round_did_not_ask_or_get_is_left_as_last_reported() -> None:
+    picture = Picture("a1")
+    stream = {"name": "s", "account": "$G", "db": 0, "length": 4, "groups": []}
+    first = {
+        "STATSZ": [statsz("a1", T0), statsz("a2", T0)],
+        "ROUTEZ": [routez("a1", T0, "a2", 1)],
+        "STREAMZ": [{"server_name": "a2", "streams": [stream]}],
+    }
+    picture.update(first, T0)
+    picture.update({"STATSZ": [statsz("a1", T0 + 1), statsz("a2", T0 + 1)]}, T0 + 1)
+    snapshot = picture.snapshot()
+    assert snapshot["links"][0]["state"] == "up"  # (a1 sent no ROUTEZ this round: not a drop)
+    assert [(s["server"], s["name"], s["length"]) for s in snapshot["streams"]] == [("a2", "s", 4)]
+    assert snapshot["streams_time"] == T0
+    picture.update({"STATSZ": [statsz("a1", T0 + 2)], "ROUTEZ": [routez("a1", T0 + 2, "a3", 1)]}, T0 + 2)
+    assert by_name(picture.snapshot()["links"], "link")["a1->a2"]["state"] == "down"  # (not listed)
+
+
 def test_gateways_are_named_by_the_peer_nodes_name() -> None:
     picture = Picture("a1")
     gatewayz = {
@@ -137,7 +154,7 @@ def test_gateways_are_named_by_the_peer_nodes_name() -> None:
         "now": stamp(T0),
         "outbound_gateways": {"b": {"connection": {"name": "IDb1", "pending_bytes": 5, "out_msgs": 3}}},
     }
-    picture.update({"VARZ": [varz("a1", T0), varz("b1", T0)], "GATEWAYZ": [gatewayz]}, T0)
+    picture.update({"STATSZ": [statsz("a1", T0), statsz("b1", T0)], "GATEWAYZ": [gatewayz]}, T0)
     [link] = picture.snapshot()["links"]
     assert (link["link"], link["kind"], link["pending"], link["state"]) == ("a1->b1", "gateway", 5, "up")
 
@@ -180,7 +197,7 @@ answer = st.fixed_dictionaries(
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.dictionaries(st.sampled_from(["VARZ", "ROUTEZ", "GATEWAYZ", "ACCSTATZ", "STREAMZ"]),
+@given(st.lists(st.dictionaries(st.sampled_from(["STATSZ", "ROUTEZ", "GATEWAYZ", "ACCSTATZ", "STREAMZ"]),
                                 st.lists(answer, max_size=3), max_size=5), max_size=4))  # fmt: skip
 def test_any_answers_make_a_picture_that_encodes(rounds: list[dict[str, list[dict[str, Any]]]]) -> None:
     picture = Picture("a1")
