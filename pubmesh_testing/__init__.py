@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import attrs
 import trio
@@ -118,11 +118,16 @@ class RunningNode:
     def port(self) -> int:
         return self.handle.port
 
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
+    @overload
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T: ...
+
+    @overload
+    def call(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` in the node's loop (awaited if async): the safe way to look at its
         state, e.g. ``node.call(lambda: len(node.handle.server.broker.clients))``."""
-        result: T = self._loop.call(fn, *args)
-        return result
+        return self._loop.call(fn, *args)
 
 
 @attrs.frozen

@@ -13,17 +13,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from node.monitoring.accountz import AccountStatzOptions
 from node.monitoring.connz import ConnState, ConnzOptions
 from node.monitoring.links import GatewayzOptions, RoutezOptions
 from node.monitoring.state import DEFAULT_LIST_SIZE, BadRequest
+from node.monitoring.streamz import StreamzOptions
 from node.monitoring.subsz import SubszOptions
 
 __all__ = [
     "RequestError",
+    "accstatz_options",
     "connz_options",
     "decode_options",
     "gatewayz_options",
     "routez_options",
+    "streamz_options",
     "subsz_options",
 ]
 
@@ -92,6 +96,8 @@ _OPTIONS: dict[str, dict[str, str]] = {
     },
     "ACCOUNTZ": {"account": _STRING},
     "STATSZ": {},
+    "ACCSTATZ": {"accounts": _STRINGS, "include_unused": _BOOL},
+    "STREAMZ": {"account": _STRING, "db": _INT, "name": _STRING, "offset": _INT, "limit": _INT},
 }
 _GO_TYPES = {
     "VARZ": "VarzEventOptions",
@@ -102,6 +108,8 @@ _GO_TYPES = {
     "HEALTHZ": "HealthzEventOptions",
     "ACCOUNTZ": "AccountzEventOptions",
     "STATSZ": "StatszEventOptions",
+    "ACCSTATZ": "AccountStatzEventOptions",
+    "STREAMZ": "StreamzEventOptions",
 }
 _INT64 = 2**63
 
@@ -233,4 +241,28 @@ def gatewayz_options(options: Mapping[str, Any]) -> GatewayzOptions:
         account=options.get("account_name", ""),
         subs=options.get("subscriptions", False),
         subs_detail=options.get("subscriptions_detail", False),
+    )
+
+
+def accstatz_options(options: Mapping[str, Any]) -> AccountStatzOptions:
+    """ACCSTATZ's options: ``accounts`` (only these; all when absent) and ``include_unused``."""
+    return AccountStatzOptions(
+        accounts=tuple(options.get("accounts", ())),
+        include_unused=options.get("include_unused", False),
+    )
+
+
+def streamz_options(options: Mapping[str, Any]) -> StreamzOptions:
+    """STREAMZ's options, those of /streamz's query (pubmesh's own endpoint).
+
+    Raises:
+        BadRequest: a database number out of range.
+    """
+    offset, limit = _page(options)
+    return StreamzOptions(
+        account=options.get("account", ""),
+        db=options.get("db"),
+        name=options.get("name", ""),
+        offset=offset,
+        limit=limit,
     )

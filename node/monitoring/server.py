@@ -4,7 +4,9 @@ Operators point ``curl``, ``nats-top``, dashboards and Prometheus at a NATS serv
 so paths, query parameters, status codes and error texts follow nats-server: ``/varz``, ``/connz``,
 ``/subsz`` (and its alias ``/subscriptionsz``), ``/routez``, ``/gatewayz``, ``/accountz``,
 ``/accstatz``, ``/healthz``, plus
-``/streamz`` (Redis streams) and ``/metrics`` in the Prometheus text format. The server runs in
+``/streamz`` (Redis streams), ``/metrics`` in the Prometheus text format, and ``/dashboard``, a
+live page of the whole super-cluster with its event stream ``/dashboard/events``
+(``node.monitoring.dashboard``), which answer only GET and HEAD (405 otherwise). The server runs in
 the node's own trio run and reads the broker directly; documents are built and encoded a slice at a
 time (``Pacer``), so a large one never holds up the node's connections for long.
 
@@ -25,12 +27,13 @@ from urllib.parse import parse_qs
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
 from node.broker import VERSION
 from node.monitoring import gojson, metrics
 from node.monitoring.accountz import AccountStatzOptions, AccountzOptions, accountz, accstatz
 from node.monitoring.connz import ConnState, ConnzOptions, connz
+from node.monitoring.dashboard import ASSETS, Dashboard, Viewer
 from node.monitoring.links import GatewayzOptions, RoutezOptions, gatewayz, link_problems, routez
 from node.monitoring.pacing import Pacer
 from node.monitoring.state import DEFAULT_LIST_SIZE, BadRequest, MonitoredNode, MonitorState
@@ -308,6 +311,7 @@ _LINKS = (
     ("streamz", "Streams"),
     ("healthz", "Health"),
     ("metrics", "Prometheus metrics"),
+    ("dashboard", "Dashboard"),
 )
 _INDEX = (
     "<!DOCTYPE html>\n<html>\n<head><title>pubmesh monitoring</title></head>\n<body>\n"
@@ -360,11 +364,106 @@ async def respond(state: MonitorState, path: str, query_string: bytes) -> Respon
 # -- the server ------------------------------------------------------------------------------------
 
 
+_PAGE_HEADERS = (
+    (b"cache-control", b"no-cache"),
+    (b"x-content-type-options", b"nosniff"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        b"img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+)
+_EVENT_HEADERS = (
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+_EVENTS_PATH = "/dashboard/events"
+_FINISH = 1.0
+"""Seconds an ending event stream may take to send its last (empty) part."""
+
+
+def _dashboard_response(path: str, method: str, dashboard: Dashboard) -> Response | None:
+    """The answer to a request for one of the dashboard's paths, unless it is a GET of the event
+    stream that can be served (None: stream it); None too for a path that is not the dashboard's."""
+    if path != _EVENTS_PATH and path not in ASSETS:
+        return None
+    if method not in ("GET", "HEAD"):
+        return Response(
+            405,
+            (b"405 method not allowed\n",),
+            ((b"content-type", _TEXT.encode()), (b"allow", b"GET, HEAD")),
+        )
+    if path in ASSETS:
+        body, content_type = ASSETS[path]
+        return Response(200, (body,), ((b"content-type", content_type.encode()), *_PAGE_HEADERS))
+    if dashboard.survey is None:
+        return _text(503, "the dashboard needs the system account\n")
+    if method == "HEAD":
+        return Response(200, (b"",), _EVENT_HEADERS)
+    return None
+
+
 class _App:
     """The ASGI application hypercorn runs: lifespan events acknowledged, HTTP requests answered."""
 
-    def __init__(self, state: MonitorState) -> None:
+    def __init__(self, state: MonitorState, dashboard: Dashboard) -> None:
         self.state = state
+        self.dashboard = dashboard
+
+    async def _stream(
+        self, viewer: Viewer, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        """Send a viewer its events until it leaves, is dropped, or the server stops."""
+
+        async def until_gone(scope: trio.CancelScope) -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            scope.cancel()
+
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _EVENT_HEADERS})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(until_gone, nursery.cancel_scope)
+                with viewer.scope:
+                    await send(
+                        {"type": "http.response.body", "body": b"retry: 1000\n\n", "more_body": True}
+                    )
+                    async for data in viewer.receive:
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                nursery.cancel_scope.cancel()
+            with trio.move_on_after(_FINISH):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.dashboard.leave(viewer)
+            viewer.receive.close()
+
+    async def _http(
+        self, scope: HTTPScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        path = scope["path"]
+        response = _dashboard_response(path, scope["method"], self.dashboard)
+        if response is None and path == _EVENTS_PATH:
+            self.state.requests[path] += 1
+            viewer = self.dashboard.join()
+            if viewer is not None:
+                await self._stream(viewer, receive, send)
+                return
+            response = Response(
+                503,
+                (b"too many dashboards open\n",),
+                ((b"content-type", _TEXT.encode()), (b"retry-after", b"5")),
+            )
+        elif response is not None:
+            self.state.requests[path if path == _EVENTS_PATH else "/dashboard"] += 1
+        else:
+            response = await respond(self.state, path, scope["query_string"])
+        length = sum(len(part) for part in response.body)
+        headers = (*response.headers, (b"content-length", str(length).encode()))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        last = len(response.body) - 1
+        for i, part in enumerate(response.body):
+            await send({"type": "http.response.body", "body": part, "more_body": i < last})
 
     async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
@@ -377,13 +476,7 @@ class _App:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         elif scope["type"] == "http":
-            response = await respond(self.state, scope["path"], scope["query_string"])
-            length = sum(len(part) for part in response.body)
-            headers = (*response.headers, (b"content-length", str(length).encode()))
-            await send({"type": "http.response.start", "status": response.status, "headers": headers})
-            last = len(response.body) - 1
-            for i, part in enumerate(response.body):
-                await send({"type": "http.response.body", "body": part, "more_body": i < last})
+            await self._http(scope, receive, send)
 
 
 def _hypercorn_config(host: str, port: int, tls: TlsConfig | None) -> HypercornConfig:
@@ -415,10 +508,14 @@ async def serve_monitoring(
     # (shared with the system account's answers, which then report the same port and request counts)
     state = node.system.monitor if node.system is not None else MonitorState(node, host)
     state.http_host = host
-    app = _App(state)
+    broker = node.broker
+    dashboard = Dashboard(broker, broker.system_account if node.system is not None else None)
+    app = _App(state, dashboard)
+
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             partial(serve, app, _hypercorn_config(host, port, tls), shutdown_trigger=shutdown.wait)
         )
         state.http_port = int(binds[0].rsplit(":", 1)[1])
+        nursery.start_soon(dashboard.run, shutdown)
         task_status.started(state.http_port)

@@ -7,18 +7,19 @@ to nats-server's monitoring requests:
 - ``$SYS.REQ.SERVER.PING.<ENDPOINT>``: every node answers;
 - ``$SYS.REQ.SERVER.<server id>.<ENDPOINT>``: only that node answers;
 
-for the endpoints VARZ, CONNZ, SUBSZ, ROUTEZ, GATEWAYZ, HEALTHZ, ACCOUNTZ, STATSZ and IDZ. They are
-ordinary subscriptions, so their interest crosses routes and gateways like any other and a PING
-published anywhere in the super-cluster reaches every node; a requester collects the answers on its
-inbox. A request's body, when there is one, is a JSON object of the endpoint's options with
+for the endpoints VARZ, CONNZ, SUBSZ, ROUTEZ, GATEWAYZ, HEALTHZ, ACCOUNTZ, STATSZ, IDZ, ACCSTATZ
+(per account: connections, subscriptions, traffic) and STREAMZ (pubmesh's own: /streamz's document).
+They are ordinary subscriptions, so their interest crosses routes and gateways like any other and a
+PING published anywhere in the super-cluster reaches every node; a requester collects the answers on
+its inbox. A request's body, when there is one, is a JSON object of the endpoint's options with
 nats-server's names (CONNZ ``{"limit": 5, "state": 1}``), and of the filters every endpoint takes
-(``server_name``, ``cluster``, ``host``, ``exact_match``, ``tags``, ``domain``): a node the
-filters do not select stays silent. Answers come in nats-server's envelope,
-``{"server": {...}, "data": {...}}``, with ``{"error": {"code": 400, "description": ...}}`` in
-place of ``data`` for a body that is not such an object, and code 500 for options the endpoint
-refuses; STATSZ answers ``{"server": ..., "statsz": ...}`` and IDZ ``{"name", "host", "id"}``, as
-there (``node.monitoring.request_options`` reads the bodies). Documents are those of the HTTP
-monitoring endpoints.
+(``server_name``, ``cluster``, ``host``, ``exact_match``, ``tags``, ``domain``): a node the filters
+do not select stays silent. Answers come in nats-server's envelope, ``{"server": {...}, "data":
+{...}}``, with ``{"error": {"code": 400, "description": ...}}`` in place of ``data`` for a body that
+is not such an object, and code 500 for options the endpoint refuses; STATSZ answers ``{"server":
+..., "statsz": ...}`` and IDZ ``{"name", "host", "id"}``, as there
+(``node.monitoring.request_options`` reads the bodies). Documents are those of the HTTP monitoring
+endpoints.
 
 When a NATS client signs in, the node publishes ``$SYS.ACCOUNT.<account>.CONNECT`` in the system
 account, and ``$SYS.ACCOUNT.<account>.DISCONNECT`` when it leaves (with its traffic and the close
@@ -48,20 +49,23 @@ from node.accounts.account import Account
 from node.broker import NATS_VERSION, Broker, Client
 from node.connection import Connection
 from node.monitoring import gojson
-from node.monitoring.accountz import AccountzOptions, accountz
+from node.monitoring.accountz import AccountzOptions, accountz, accstatz
 from node.monitoring.connz import connz
 from node.monitoring.gofmt import go_time
 from node.monitoring.links import gatewayz, routez
 from node.monitoring.pacing import Pacer
 from node.monitoring.request_options import (
     RequestError,
+    accstatz_options,
     connz_options,
     decode_options,
     gatewayz_options,
     routez_options,
+    streamz_options,
     subsz_options,
 )
 from node.monitoring.state import BadRequest, MonitoredNode, MonitorState
+from node.monitoring.streamz import streamz
 from node.monitoring.subsz import subsz
 from node.monitoring.varz import statsz, varz
 from node.nats.client import ClientConnection
@@ -89,6 +93,8 @@ ENDPOINTS = (
     "ACCOUNTZ",
     "STATSZ",
     "IDZ",
+    "ACCSTATZ",
+    "STREAMZ",
 )
 CONNECT_EVENT = "$SYS.ACCOUNT.{}.CONNECT"
 DISCONNECT_EVENT = "$SYS.ACCOUNT.{}.DISCONNECT"
@@ -356,6 +362,8 @@ class SystemAccount:
             return await varz(state, pace)
         if endpoint == "ACCOUNTZ":
             return await accountz(broker, AccountzOptions(options.get("account", "")), pace)
+        if endpoint == "ACCSTATZ":
+            return await accstatz(broker, accstatz_options(options), pace)
         async with state.listing:
             if endpoint == "CONNZ":
                 return await connz(broker, connz_options(options), pace)
@@ -363,6 +371,8 @@ class SystemAccount:
                 return await subsz(broker, subsz_options(options), pace)
             if endpoint == "ROUTEZ":
                 return await routez(node, routez_options(options), pace)
+            if endpoint == "STREAMZ":
+                return await streamz(node, streamz_options(options), pace)
             return await gatewayz(node, gatewayz_options(options), pace)
 
     async def _respond(self, request: _Request) -> None:

@@ -76,22 +76,34 @@ async def test_a_system_user_asks_every_endpoint(node: NodeHandle) -> None:
         return answers
 
     answers = await in_asyncio(scenario)
-    for endpoint in ("VARZ", "CONNZ", "SUBSZ", "ROUTEZ", "GATEWAYZ", "HEALTHZ", "ACCOUNTZ"):
+    for endpoint in (
+        "VARZ",
+        "CONNZ",
+        "SUBSZ",
+        "ROUTEZ",
+        "GATEWAYZ",
+        "HEALTHZ",
+        "ACCOUNTZ",
+        "ACCSTATZ",
+        "STREAMZ",
+    ):
         assert list(answers[endpoint]) == ["server", "data"], endpoint
         check_server(answers[endpoint]["server"], node)
     data = {endpoint: answers[endpoint]["data"] for endpoint in answers if "data" in answers[endpoint]}
     assert data["VARZ"]["server_id"] == server_id
     assert (data["VARZ"]["version"], data["VARZ"]["system_account"]) == (NATS_VERSION, "$SYS")
     assert [c["name"] for c in data["CONNZ"]["connections"]] == ["probe"]
-    assert data["SUBSZ"]["num_subscriptions"] == 19 + 1  # (the node's own, and the inbox)
+    assert data["SUBSZ"]["num_subscriptions"] == 23 + 1  # (the node's own, and the inbox)
     assert data["ROUTEZ"]["routes"] == []
     assert data["HEALTHZ"] == {"status": "ok", "status_code": 200}
     assert data["ACCOUNTZ"]["accounts"] == ["$G", "$SYS", "A"]
+    assert [a["acc"] for a in data["ACCSTATZ"]["account_statz"]] == ["$SYS"]  # (with connections)
+    assert (data["STREAMZ"]["server_id"], data["STREAMZ"]["streams"]) == (server_id, [])
     [conn] = data["direct"]["connections"]
     assert (conn["authorized_user"], conn["account"]) == ("sys", "$SYS")
     # nats-server's ServerStatsMsg; the requests the client had published are counted (the STATSZ
-    # request was its eighth, the PING its tenth)
-    for statsz, published in ((answers["STATSZ"], 8), (answers["PING"], 10)):
+    # request was its eighth, the PING its twelfth)
+    for statsz, published in ((answers["STATSZ"], 8), (answers["PING"], 12)):
         assert list(statsz) == ["server", "statsz"]
         check_server(statsz["server"], node)
         assert statsz["statsz"]["connections"] == 1

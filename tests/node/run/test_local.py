@@ -4,7 +4,6 @@ nats-py client can use across the clusters, stopped cleanly by SIGTERM."""
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 import socket
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from node.run.local import REDIS_OFFSET, parse_clusters, plan
+from pubmesh_testing.processes import free_base
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,27 +43,6 @@ def test_the_plan_numbers_ports_from_the_base_across_clusters() -> None:
 def test_bad_cluster_lists_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"expected|twice"):
         parse_clusters(text)
-
-
-def free_base(span: int) -> int:
-    """A base port whose client, route, gateway, monitoring and Redis ranges are all free right now."""
-    rng = random.Random()
-    for _ in range(100):
-        base = rng.randrange(20000, 55000)
-        offsets = (0, 2000, 3000, 4000, REDIS_OFFSET)
-        ports = [base + offset + i for offset in offsets for i in range(span)]
-        if all(_free(port) for port in ports):
-            return base
-    raise RuntimeError("no free port range")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @pytest.mark.slow
