@@ -23,6 +23,7 @@ from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
 from node.config.options import Config
 from node.data.keyspace import Keyspaces
+from node.scripting.registry import Scripts
 from routing import (
     EMPTY_MATCH,
     InterestChange,
@@ -157,6 +158,8 @@ class Broker:
         """Called with each change of local interest, in order (the cluster's links listen)."""
         self.keyspaces = Keyspaces()
         """Every account's keys (Redis streams)."""
+        self.scripts = Scripts()
+        """Every account's Lua scripts and function libraries."""
         self.keyspaces.maxmemory = config.redis.maxmemory if config.redis is not None else 0
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""

@@ -143,6 +143,8 @@ class RespConnection(Connection):
         self.on_deadline: Callable[[], None] = _ignore
         """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
+        self.scripted = False
+        """A script's client: blocking reads refuse BLOCK, as redis-server refuses it to scripts."""
 
     @property
     def subscribed(self) -> bool:
@@ -453,6 +455,19 @@ class RespConnection(Connection):
         finally:
             self._captured = None
         self.reply(array(replies))
+
+    def run_captured(self, command: Command[RespConnection], args: list[bytes]) -> bytes:
+        """Run ``command`` (already checked by the caller, as a script's ``redis.call`` checks it)
+        and answer its reply instead of sending it; a blocking read answers at once, as in EXEC."""
+        replies: list[bytes] = []
+        self._captured = replies
+        self.last_command = command.name
+        try:
+            assert command.handler is not None
+            command.handler(self, args)
+        finally:
+            self._captured = None
+        return b"".join(replies)
 
     def watch(self, keys: list[bytes]) -> None:
         db = self.database

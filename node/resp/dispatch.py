@@ -26,6 +26,7 @@ FLAGS: Final = {
     "subscribed": "runs in RESP2's subscribed mode",
     "unqueued": "runs at once inside MULTI rather than being queued",
     "ends_multi": "ends a transaction: runs at once inside MULTI, even past ``maxmemory``",
+    "noscript": "refused to scripts (redis-server's flag)",
 }
 """The flags a command may carry, and what each means. The last three stand for lists of commands
 in redis-server's ``processCommand``."""
@@ -58,6 +59,7 @@ class Command(Generic[C]):
         "key",
         "name",
         "no_auth",
+        "noscript",
         "on_keys",
         "queueable",
         "subcommands",
@@ -88,6 +90,7 @@ class Command(Generic[C]):
         self.on_keys = self.writes or bool(self.flags & {"readonly", "on_keys"})
         self.denyoom = "denyoom" in self.flags
         self.no_auth = "no_auth" in self.flags
+        self.noscript = "noscript" in self.flags
         self.subscribed = "subscribed" in self.flags
         self.ends_multi = "ends_multi" in self.flags
         self.queueable = not (self.ends_multi or "unqueued" in self.flags)

@@ -9,6 +9,7 @@ from node.resp.commands import (
     connection,
     keys,
     pubsub,
+    scripting,
     server,
     stream_groups,
     stream_reads,
@@ -30,5 +31,6 @@ COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
         *streams.COMMANDS,
         *stream_reads.COMMANDS,
         *stream_groups.COMMANDS,
+        *scripting.COMMANDS,
     ]
 )

@@ -1,0 +1,722 @@
+"""A Lua 5.1 runtime for Redis scripts, without I/O: EVAL's script cache and FUNCTION's libraries,
+run as redis-server 7.2 runs them.
+
+An ``Engine`` owns one sandboxed runtime (``prelude.lua`` builds the sandbox: read-only globals
+and libraries, no ``os``/``io``/``require``/``loadfile``/``dofile``/``print``/``debug``, Python
+unreachable). A script reaches the node only through the ``Host`` it is run with: ``command`` runs
+one command and answers its reply as RESP bytes, which the engine converts to Lua values as
+redis-server does (integers to numbers, bulk strings to strings, nulls to false, arrays to tables,
+status to ``{ok=...}``, errors to ``{err=...}`` raised by ``redis.call``; RESP3's map, set, double,
+big number, verbatim string, boolean and null after ``redis.setresp(3)``). What a script returns is
+converted the other way into the caller's protocol (numbers truncated to integers, tables read up
+to their first nil, ``{ok=}``, ``{err=}``, false as null, true as 1).
+
+Errors come out as redis-server words them: ``Error compiling script (new function): ...``,
+runtime errors with `` script: <sha>, on @user_script:<line>.`` appended. Memory is bounded
+(``MAX_MEMORY``): a script that exhausts it fails with an error reply. ``Host.tick`` is called every
+``HOOK_INSTRUCTIONS`` Lua instructions; answering True kills the script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from importlib import resources
+from typing import Any, Final, Protocol
+
+import lupa.lua51 as lua51
+
+from node.resp.writer import Writer, error, format_double
+from node.scripting.libraries import (
+    LibraryError,
+    bit_library,
+    cjson_library,
+    unsupported_library,
+)
+
+__all__ = [
+    "FLAG_NAMES",
+    "HOOK_INSTRUCTIONS",
+    "MAX_MEMORY",
+    "Engine",
+    "Function",
+    "Host",
+    "Library",
+    "Script",
+    "ScriptError",
+]
+
+MAX_MEMORY: Final = 256 * 1024 * 1024
+"""The most memory one runtime may hold (a script past it fails)."""
+HOOK_INSTRUCTIONS: Final = 100_000
+"""Lua instructions between two ``Host.tick`` calls (redis-server's count hook)."""
+FLAG_NAMES: Final = ("no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys")
+"""The flags a script's shebang or a registered function may carry."""
+_MAX_DEPTH: Final = 250
+"""How deep a returned table is followed before the rest becomes an error (redis-server's Lua
+stack limit)."""
+_LLONG_MIN: Final = -(2**63)
+_NO_ARGUMENTS: Final = b"Please specify at least one argument for this redis lib call"
+_BAD_ARGUMENT: Final = b"Lua redis lib command arguments must be strings or integers"
+_LOG_LEVELS: Final = range(4)
+_NAME_CHARS: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+class ScriptError(Exception):
+    """A script or library could not be loaded; ``str()`` is the reply's text after ``-ERR ``
+    (or a whole ``-CODE ...`` line)."""
+
+
+class Host(Protocol):
+    """What a running script reaches the node through."""
+
+    resp: int
+    """The protocol replies come back in to the script (``redis.setresp``)."""
+
+    def command(self, args: list[bytes]) -> bytes:
+        """Run ``args`` as ``redis.call`` does; its reply (an error reply when refused)."""
+        ...
+
+    def log(self, level: int, text: str) -> None: ...
+
+    def acl_check(self, args: list[bytes]) -> bool | None:
+        """Whether the caller may run ``args`` (None: no such command)."""
+        ...
+
+    def tick(self) -> bool:
+        """Called while the script runs; True kills it."""
+        ...
+
+
+class _ErrorReply(Exception):
+    """The error a ``redis.call`` raises into the script: its error table."""
+
+    def __init__(self, table: Any) -> None:
+        super().__init__("error reply")
+        self.table = table
+
+
+class Script:
+    """An EVAL script in the cache."""
+
+    __slots__ = ("body", "flags", "function", "sha")
+
+    def __init__(self, sha: str, body: bytes, flags: frozenset[str] | None, function: Any) -> None:
+        self.sha = sha
+        self.body = body
+        self.flags = flags
+        """Its shebang's flags (None: no shebang, the compatible mode)."""
+        self.function = function
+
+
+class Function:
+    """A function a library registered."""
+
+    __slots__ = ("callback", "description", "flags", "library", "name")
+
+    def __init__(
+        self,
+        name: bytes,
+        library: Library,
+        callback: Any,
+        description: bytes | None,
+        flags: frozenset[str],
+    ) -> None:
+        self.name = name
+        self.library = library
+        self.callback = callback
+        self.description = description
+        self.flags = flags
+
+
+class Library:
+    """A library FUNCTION LOAD loaded: its name, code and functions."""
+
+    __slots__ = ("code", "functions", "name")
+
+    def __init__(self, name: bytes, code: bytes) -> None:
+        self.name = name
+        self.code = code
+        self.functions: dict[bytes, Function] = {}
+
+
+def sha1hex(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()
+
+
+def parse_shebang(body: bytes) -> tuple[frozenset[str] | None, int]:
+    """An EVAL script's shebang: its flags (None without one) and its length.
+
+    Raises:
+        ScriptError: a malformed shebang.
+    """
+    if not body.startswith(b"#!"):
+        return None, 0
+    end = body.find(b"\n")
+    if end < 0:
+        raise ScriptError("Invalid script shebang")
+    parts = body[:end].split()
+    if not parts:
+        raise ScriptError("Invalid engine in script shebang")
+    if parts[0] != b"#!lua":
+        raise ScriptError(f"Unexpected engine in script shebang: {parts[0].decode('utf-8', 'replace')}")
+    flags: set[str] = set()
+    for part in parts[1:]:
+        if not part.startswith(b"flags="):
+            raise ScriptError(f"Unknown lua shebang option: {part.decode('utf-8', 'replace')}")
+        for flag in part[6:].split(b","):
+            name = flag.decode("utf-8", "replace")
+            if name not in FLAG_NAMES:
+                raise ScriptError(f"Unexpected flag in script shebang: {name}")
+            flags.add(name)
+    return frozenset(flags), end
+
+
+def _valid_name(name: bytes) -> bool:
+    return bool(name) and all(c in _NAME_CHARS for c in name)
+
+
+def _lua_text(value: Any) -> bytes | None:
+    """What ``lua_tolstring`` gives for a value: strings and numbers only."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    if number == int(number) and abs(number) < 1e15:
+        return b"%d" % int(number)
+    return b"%.14g" % number
+
+
+class _Rand48:
+    """redis-server's ``redisLrand48``: the 48-bit generator of ``math.random``."""
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        self.state = 0x1234ABCD330E
+
+    def seed(self, value: int) -> None:
+        value &= 0xFFFFFFFF
+        self.state = (value << 16) | 0x330E
+
+    def next(self) -> int:
+        self.state = (self.state * 0x5DEECE66D + 0xB) & 0xFFFFFFFFFFFF
+        return self.state >> 17
+
+
+class Engine:
+    """One sandboxed Lua runtime: the script cache and the function libraries of an account."""
+
+    def __init__(self, *, version: str, max_memory: int = MAX_MEMORY) -> None:
+        self._runtime = lua51.LuaRuntime(
+            encoding=None,
+            register_eval=False,
+            register_builtins=False,
+            unpack_returned_tuples=True,
+            attribute_filter=_no_attributes,
+            max_memory=max_memory,
+        )
+        self.scripts: dict[str, Script] = {}
+        self.libraries: dict[bytes, Library] = {}
+        self.functions: dict[bytes, Function] = {}
+        self._host: Host | None = None
+        self._rand = _Rand48()
+        self.hook_instructions = HOOK_INSTRUCTIONS
+        runtime = self._runtime
+        self._table_from = runtime.table_from
+        self._null: Any = None
+        major, minor, patch = (int(p) for p in version.split("."))
+        host = runtime.table_from(
+            {
+                b"call": self._call_raising,
+                b"pcall": self._call_protected,
+                b"error_of": _error_of,
+                b"log": self._log,
+                b"sha1hex": lambda *a: sha1hex(_lua_text(a[0]) or b"").encode(),
+                b"error_table": lambda text: self.error_table(text),
+                b"setresp": self._setresp,
+                b"random": self._random,
+                b"randomseed": lambda seed: self._rand.seed(int(seed)),
+                b"acl_check": self._acl_check,
+                b"tick": self._tick,
+                b"bit": self._library(bit_library()),
+                b"cjson": self._library(cjson_library(self)),
+                b"cmsgpack": self._library(unsupported_library("cmsgpack", ["pack", "unpack"])),
+                b"struct": self._library(unsupported_library("struct", ["pack", "unpack", "size"])),
+                b"version": version.encode(),
+                b"resp": lambda: self._host.resp if self._host is not None else 2,
+                b"format_double": lambda n: format_double(float(n)),
+                b"version_num": (major << 16) | (minor << 8) | patch,
+            }
+        )
+        code = resources.files("node.scripting").joinpath("prelude.lua").read_bytes()
+        prelude = runtime.execute(b"return loadstring(...)", code, b"=prelude")
+        self._api = prelude(host)
+        api = self._api
+        self._load, self._run_eval, self._run_function = api.load, api.run_eval, api.run_function
+        self._run_library = api.run_library
+        self._rawget, self._next, self._type = api.rawget, api.next, api.type
+        self._null = api.null
+
+    # -- the host's callbacks (never raise: a Python exception must not reach a script) ------------
+
+    def _library(self, functions: Mapping[str, Callable[..., Any]]) -> Any:
+        """A library table: each function answers (true, value) or (false, message)."""
+
+        def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def guarded(*values: Any) -> tuple[bool, Any]:
+                try:
+                    return True, fn(*values)
+                except LibraryError as exc:
+                    return False, str(exc).encode()
+                except Exception as exc:  # (a script must get an error, never a Python object)
+                    return False, f"{type(exc).__name__}".encode()
+
+            return guarded
+
+        return self._table_from({name.encode(): guard(fn) for name, fn in functions.items()})
+
+    def _call(self, *values: Any) -> tuple[bool, Any]:
+        try:
+            if not values:
+                return False, self.error_table(
+                    b"Please specify at least one argument for this redis lib call"
+                )
+            args = []
+            for value in values:
+                if isinstance(value, bytes):
+                    args.append(value)
+                elif isinstance(value, int | float) and not isinstance(value, bool):
+                    args.append(format_double(float(value)))
+                else:
+                    return False, self.error_table(_BAD_ARGUMENT)
+            host = self._host
+            if host is None:
+                return False, self.error_table(b"redis.call can only be called from a running script")
+            reply = host.command(args)
+            value, _ = self._to_lua(reply, 0)
+            return reply[:1] != b"-", value
+        except Exception as exc:
+            return False, self.error_table(f"{type(exc).__name__}".encode())
+
+    def _call_raising(self, *values: Any) -> Any:
+        """redis.call: the reply, or an ``_ErrorReply`` raised (a Lua error) for an error."""
+        ok, value = self._call(*values)
+        if not ok:
+            raise _ErrorReply(value)
+        return value
+
+    def _call_protected(self, *values: Any) -> Any:
+        """redis.pcall: the reply, an error as its table."""
+        return self._call(*values)[1]
+
+    def _acl_check(self, *values: Any) -> tuple[bool, Any]:
+        args = [_lua_text(v) for v in values]
+        if not args or any(a is None for a in args):
+            return False, self.error_table(
+                b"Lua redis lib command arguments must be strings or integers"
+            )
+        host = self._host
+        allowed = host.acl_check([a for a in args if a is not None]) if host is not None else None
+        if allowed is None:
+            return False, self.error_table(b"Invalid command passed to redis.acl_check_cmd()")
+        return True, allowed
+
+    def _log(self, *values: Any) -> tuple[bool, Any]:
+        level = values[0]
+        if isinstance(level, bool) or not isinstance(level, int | float):
+            if not (isinstance(level, bytes) and _is_number(level)):
+                return False, b"ERR First argument must be a number (log level)."
+            level = float(level)
+        if int(level) not in _LOG_LEVELS:
+            return False, b"ERR Invalid debug level."
+        parts = [t for t in map(_lua_text, values[1:]) if t is not None]
+        if self._host is not None:
+            self._host.log(int(level), b" ".join(parts).decode("utf-8", "replace"))
+        return True, None
+
+    def _setresp(self, version: Any) -> bool:
+        if isinstance(version, bool) or not isinstance(version, int | float) or version not in (2, 3):
+            return False
+        if self._host is not None:
+            self._host.resp = int(version)
+        return True
+
+    def _random(self, *bounds: Any) -> float:
+        r = (self._rand.next() % 0x7FFFFFFF) / 0x7FFFFFFF
+        if not bounds:
+            return r
+        low, high = (1, int(bounds[0])) if len(bounds) == 1 else (int(bounds[0]), int(bounds[1]))
+        return float(math.floor(r * (high - low + 1)) + low)
+
+    def _tick(self) -> bool:
+        host = self._host
+        return host is not None and host.tick()
+
+    # -- LuaView (what the libraries read Lua values through) --------------------------------------
+
+    def kind(self, value: Any) -> str:
+        return lua51.lua_type(value) or type(value).__name__
+
+    def get(self, table: Any, key: Any) -> Any:
+        return self._rawget(table, key)
+
+    def items(self, table: Any) -> list[tuple[Any, Any]]:
+        found: list[tuple[Any, Any]] = []
+        key = None
+        while True:
+            pair = self._next(table, key)
+            if pair is None or pair[0] is None:
+                return found
+            key = pair[0]
+            found.append((pair[0], pair[1]))
+
+    def table(self, items: dict[Any, Any] | list[Any]) -> Any:
+        return self._table_from(items)
+
+    @property
+    def null(self) -> Any:
+        return self._null
+
+    # -- conversions --------------------------------------------------------------------------------
+
+    def error_table(self, text: bytes) -> Any:
+        """redis.pcall's error table for ``text`` (``-CODE message`` or a message, ERR then)."""
+        if text[:1] == b"-":
+            code, space, message = text[1:].partition(b" ")
+            if not space:
+                code, message = b"ERR", text[1:]
+        else:
+            code, message = b"ERR", text
+        return self._table_from({b"err": code + b" " + message.strip(b"\r\n")})
+
+    def _to_lua(self, reply: bytes, at: int) -> tuple[Any, int]:
+        """The RESP reply at ``at`` as a Lua value, and where it ends."""
+        kind = reply[at : at + 1]
+        end = reply.index(b"\r\n", at)
+        line = reply[at + 1 : end]
+        after = end + 2
+        if kind in (b"$", b"="):
+            size = int(line)
+            if size < 0:
+                return False, after
+            data = reply[after : after + size]
+            if kind == b"=":
+                return self._table_from(
+                    {b"verbatim_string": self._table_from({b"format": data[:3], b"string": data[4:]})}
+                ), after + size + 2
+            return data, after + size + 2
+        if kind == b":":
+            return float(int(line)), after
+        if kind == b"+":
+            return self._table_from({b"ok": line}), after
+        if kind == b"-":
+            return self.error_table(b"-" + line), after
+        if kind in (b"*", b">", b"~", b"%"):
+            count = int(line)
+            if count < 0:
+                return False, after
+            items = []
+            for _ in range(count * 2 if kind == b"%" else count):
+                item, after = self._to_lua(reply, after)
+                items.append(item)
+            if kind == b"%":
+                inner = self._runtime.table()
+                for key, value in zip(items[::2], items[1::2], strict=True):
+                    inner[key] = value
+                return self._table_from({b"map": inner}), after
+            if kind == b"~":
+                inner = self._runtime.table()
+                for item in items:
+                    inner[item] = True
+                return self._table_from({b"set": inner}), after
+            table = self._runtime.table()
+            for n, item in enumerate(items, 1):
+                table[n] = item
+            return table, after
+        if kind == b"_":
+            return None, after
+        if kind == b"#":
+            return line == b"t", after
+        if kind == b",":
+            return self._table_from({b"double": float(line)}), after
+        if kind == b"(":
+            return self._table_from({b"big_number": line}), after
+        raise ValueError(f"unexpected reply type {kind!r}")
+
+    # -- EVAL ---------------------------------------------------------------------------------------
+
+    def load_script(self, body: bytes) -> Script:
+        """The cached script of ``body``, compiled and cached first if need be.
+
+        Raises:
+            ScriptError: a bad shebang, or the script does not compile.
+        """
+        sha = sha1hex(body)
+        script = self.scripts.get(sha)
+        if script is not None:
+            return script
+        flags, skip = parse_shebang(body)
+        # (The shebang's line is left out but its line feed kept, so line numbers stay right.)
+        compiled = self._load(body[skip:], b"@user_script")
+        if isinstance(compiled, tuple):
+            message = compiled[1].decode("utf-8", "surrogateescape") if compiled[1] else "?"
+            raise ScriptError(f"Error compiling script (new function): {message}")
+        script = self.scripts[sha] = Script(sha, body, flags, compiled)
+        return script
+
+    def run_script(
+        self, script: Script, keys: list[bytes], argv: list[bytes], host: Host, writer: Writer
+    ) -> bytes:
+        """Run ``script`` with KEYS and ARGV; its reply in ``writer``'s protocol."""
+        return self._run(
+            lambda hook: self._run_eval(
+                writer.version, script.function, self._array(keys), self._array(argv), hook
+            ),
+            host,
+            writer,
+            script.sha,
+        )
+
+    def flush_scripts(self) -> None:
+        self.scripts.clear()
+        self._runtime.gccollect()
+
+    # -- FUNCTION -----------------------------------------------------------------------------------
+
+    def load_library(self, code: bytes, *, replace: bool) -> Library:
+        """Load (or with ``replace`` reload) the library ``code`` defines.
+
+        Raises:
+            ScriptError: as redis-server refuses the library.
+        """
+        if not code.startswith(b"#!"):
+            raise ScriptError("Missing library metadata")
+        end = code.find(b"\n")
+        if end < 0:
+            raise ScriptError("Invalid library metadata")
+        parts = code[:end].split()
+        if not parts:
+            raise ScriptError("Invalid library metadata")
+        engine, name = parts[0][2:], None
+        for part in parts[1:]:
+            if part[:5].lower() == b"name=":
+                if name is not None:
+                    raise ScriptError("Invalid metadata value, name argument was given multiple times")
+                name = part[5:]
+                continue
+            raise ScriptError(f"Invalid metadata value given: {part.decode('utf-8', 'replace')}")
+        if name is None:
+            raise ScriptError("Library name was not given")
+        if not _valid_name(name):
+            raise ScriptError(
+                "Library names can only contain letters, numbers, or underscores(_) and must be at "
+                "least one character long"
+            )
+        if engine.lower() != b"lua":
+            raise ScriptError(f"Engine '{engine.decode('utf-8', 'replace')}' not found")
+        old = self.libraries.get(name)
+        if old is not None and not replace:
+            raise ScriptError(f"Library '{name.decode()}' already exists")
+        library = Library(name, code)
+        compiled = self._load(code[end:], b"@user_function")
+        if isinstance(compiled, tuple):
+            message = compiled[1].decode("utf-8", "surrogateescape") if compiled[1] else "?"
+            raise ScriptError(f"Error compiling function: {message}")
+        register = self._registrar(library)
+        ok, outcome = self._run_library(compiled, register, self.hook_instructions)
+        if not ok:
+            text = self._rawget(outcome, b"err") if self._type(outcome) == b"table" else outcome
+            shown = text.decode("utf-8", "surrogateescape") if isinstance(text, bytes) else str(text)
+            raise ScriptError(f"Error registering functions: {shown}")
+        if not library.functions:
+            raise ScriptError("No functions registered")
+        for fname, function in library.functions.items():
+            function.callback = self._rawget(outcome, fname)
+        for fname in library.functions:
+            owner = self.functions.get(fname)
+            if owner is not None and owner.library is not old:
+                raise ScriptError(f"Function {fname.decode()} already exists")
+        if old is not None:
+            self._unlink(old)
+        self.libraries[name] = library
+        self.functions.update(library.functions)
+        return library
+
+    def _registrar(self, library: Library) -> Callable[..., tuple[bytes | None, bytes]]:
+        """``redis.register_function``'s checks while ``library`` loads: (None, the function's
+        name), or the error's text. (The callback itself stays in the runtime until the library
+        has loaded: a value handed over inside a script is only valid while the script runs.)"""
+
+        def register(*values: Any) -> tuple[bytes | None, bytes]:
+            named: list[bytes] = []
+            failure = check(named, *values)
+            return failure, named[0] if named else b""
+
+        def check(named: list[bytes], *values: Any) -> bytes | None:
+            if len(values) not in (1, 2):
+                return b"ERR wrong number of arguments to redis.register_function"
+            description: bytes | None = None
+            flags: set[str] = set()
+            if len(values) == 2:
+                name, callback = _lua_text(values[0]), values[1]
+                if name is None:
+                    return b"ERR first argument to redis.register_function must be a string"
+                if self._type(callback) != b"function":
+                    return b"ERR second argument to redis.register_function must be a function"
+            else:
+                if self._type(values[0]) != b"table":
+                    return (
+                        b"ERR calling redis.register_function with a single argument is only "
+                        b"applicable to Lua table (representing named arguments)."
+                    )
+                name = callback = None
+                for key, value in self.items(values[0]):
+                    if not isinstance(key, bytes | int | float) or isinstance(key, bool):
+                        return b"ERR named argument key given to redis.register_function is not a string"
+                    field = (_lua_text(key) or b"").lower()
+                    if field == b"function_name":
+                        name = _lua_text(value)
+                        if name is None:
+                            return (
+                                b"ERR function_name argument given to redis.register_function "
+                                b"must be a string"
+                            )
+                    elif field == b"description":
+                        description = _lua_text(value)
+                        if description is None:
+                            return (
+                                b"ERR description argument given to redis.register_function "
+                                b"must be a string"
+                            )
+                    elif field == b"callback":
+                        if self._type(value) != b"function":
+                            return (
+                                b"ERR callback argument given to redis.register_function must be "
+                                b"a function"
+                            )
+                        callback = value
+                    elif field == b"flags":
+                        if self._type(value) != b"table":
+                            return (
+                                b"ERR flags argument to redis.register_function must be a table "
+                                b"representing function flags"
+                            )
+                        for _, flag in self.items(value):
+                            text = _lua_text(flag)
+                            found = (text or b"").decode("utf-8", "replace").lower()
+                            if text is None or found not in FLAG_NAMES:
+                                return b"ERR unknown flag given"
+                            flags.add(found)
+                    else:
+                        return b"ERR unknown argument given to redis.register_function"
+                if name is None:
+                    return b"ERR redis.register_function must get a function name argument"
+                if callback is None:
+                    return b"ERR redis.register_function must get a callback argument"
+            if not _valid_name(name):
+                return (
+                    b"ERR Library names can only contain letters, numbers, or underscores(_) and "
+                    b"must be at least one character long"
+                )
+            if name in library.functions:
+                return b"ERR Function already exists in the library"
+            library.functions[name] = Function(name, library, None, description, frozenset(flags))
+            named.append(name)
+            return None
+
+        return register
+
+    def _unlink(self, library: Library) -> None:
+        for name in library.functions:
+            if self.functions.get(name) is library.functions[name]:
+                del self.functions[name]
+        self.libraries.pop(library.name, None)
+
+    def delete_library(self, name: bytes) -> bool:
+        library = self.libraries.get(name)
+        if library is None:
+            return False
+        self._unlink(library)
+        return True
+
+    def flush_functions(self) -> None:
+        self.libraries.clear()
+        self.functions.clear()
+        self._runtime.gccollect()
+
+    def run_function(
+        self, function: Function, keys: list[bytes], argv: list[bytes], host: Host, writer: Writer
+    ) -> bytes:
+        """Call a registered function with its keys and arguments; its reply."""
+        return self._run(
+            lambda hook: self._run_function(
+                writer.version, function.callback, self._array(keys), self._array(argv), hook
+            ),
+            host,
+            writer,
+            function.name.decode("utf-8", "surrogateescape"),
+        )
+
+    # -- running ------------------------------------------------------------------------------------
+
+    def _array(self, items: Iterable[bytes]) -> Any:
+        return self._table_from(list(items))
+
+    def _run(self, start: Callable[[int], Any], host: Host, writer: Writer, name: str) -> bytes:
+        self._host = host
+        try:
+            try:
+                outcome = start(self.hook_instructions)
+            except lua51.LuaMemoryError:
+                self._runtime.gccollect()
+                return error("Error running script, not enough memory")
+            except lua51.LuaError as exc:
+                return error(f"Error running script {name}, {str(exc)[:100]}")
+            ok, value = outcome
+            if ok:
+                return bytes(value)
+            return self._error_reply(value, name)
+        finally:
+            self._host = None
+            if self._runtime.get_memory_used() > self._runtime.get_max_memory() // 2:
+                self._runtime.gccollect()
+
+    def _error_reply(self, err: Any, name: str) -> bytes:
+        if self._type(err) != b"table":
+            text = (
+                err.decode("utf-8", "surrogateescape") if isinstance(err, bytes) else "execution failure"
+            )
+            return error(f"Error running script {name}, {text[:100]}")
+        get = self._rawget
+        message = _lua_text(get(err, b"err"))
+        line = "-" + (message or b"").decode("utf-8", "surrogateescape")
+        source, where = _lua_text(get(err, b"source")), _lua_text(get(err, b"line"))
+        if source is not None and where is not None:
+            line += f" script: {name}, on {source.decode('utf-8', 'surrogateescape')}:{where.decode()}."
+        return error(line)
+
+
+def _error_of(value: object) -> Any:
+    """What a script sees of an error raised from Python: a ``redis.call``'s error table, any
+    other exception's message (never the exception itself)."""
+    if isinstance(value, _ErrorReply):
+        return value.table
+    if isinstance(value, BaseException):
+        return str(value).encode("utf-8", "replace")
+    return None
+
+
+def _is_number(text: bytes) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _no_attributes(obj: object, name: object, setting: bool) -> object:
+    """No script reaches a Python object's attributes."""
+    raise AttributeError("not accessible")
