@@ -32,6 +32,7 @@ from node.scripting.libraries import (
     LibraryError,
     bit_library,
     cjson_library,
+    cmsgpack_library,
     unsupported_library,
 )
 
@@ -243,7 +244,7 @@ class Engine:
                 b"tick": self._tick,
                 b"bit": self._library(bit_library()),
                 b"cjson": self._library(cjson_library(self)),
-                b"cmsgpack": self._library(unsupported_library("cmsgpack", ["pack", "unpack"])),
+                b"cmsgpack": self._library(cmsgpack_library(self)),
                 b"struct": self._library(unsupported_library("struct", ["pack", "unpack", "size"])),
                 b"version": version.encode(),
                 b"resp": lambda: self._host.resp if self._host is not None else 2,
@@ -266,9 +267,10 @@ class Engine:
         """A library table: each function answers (true, value) or (false, message)."""
 
         def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-            def guarded(*values: Any) -> tuple[bool, Any]:
+            def guarded(*values: Any) -> tuple[Any, ...]:
                 try:
-                    return True, fn(*values)
+                    result = fn(*values)
+                    return (True, *result) if isinstance(result, tuple) else (True, result)
                 except LibraryError as exc:
                     return False, str(exc).encode()
                 except Exception as exc:  # (a script must get an error, never a Python object)

@@ -1,7 +1,8 @@
 """The libraries redis-server bundles for scripts, written in Python for a Lua 5.1 runtime that lacks
-them: ``bit`` (LuaBitOp's operations on 32-bit integers) and ``cjson`` (JSON to and from Lua
-tables, as lua-cjson shapes them). ``cmsgpack`` and ``struct`` are present but every call of them
-raises an error saying they are not supported.
+them: ``bit`` (LuaBitOp's operations on 32-bit integers), ``cjson`` (JSON to and from Lua tables,
+as lua-cjson shapes them, with its depth and number settings) and ``cmsgpack`` (MessagePack, with
+lua-cmsgpack's choice of encodings). ``struct`` is present but every call of it fails with an error
+saying it is not supported.
 
 Each library is a dict of Python functions the runtime wraps; a ``LuaView`` is what they need to
 read and make Lua values (raw reads, new tables), so that no metamethod runs while they walk a
@@ -12,10 +13,20 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-__all__ = ["LibraryError", "LuaView", "bit_library", "cjson_library", "unsupported_library"]
+import msgpack
+
+__all__ = [
+    "LibraryError",
+    "LuaView",
+    "bit_library",
+    "cjson_library",
+    "cmsgpack_library",
+    "unsupported_library",
+]
 
 
 class LibraryError(Exception):
@@ -120,42 +131,60 @@ _MAX_DEPTH = 1000
 """lua-cjson's default nesting limit for encoding and decoding."""
 
 
-def _number_text(value: float) -> str:
-    """A number as lua-cjson writes it (``%.14g``)."""
+class _JsonSettings:
+    """lua-cjson's settings a script may change (they last as long as the runtime)."""
+
+    def __init__(self) -> None:
+        self.encode_max_depth = _MAX_DEPTH
+        self.decode_max_depth = _MAX_DEPTH
+        self.encode_invalid_numbers = False
+        self.precision = 14
+
+
+def _number_text(value: float, settings: _JsonSettings) -> str:
+    """A number as lua-cjson writes it (``%.14g``; NaN and infinities only when allowed)."""
     if math.isnan(value) or math.isinf(value):
-        raise LibraryError("Cannot serialise number: must not be NaN or Inf")
-    return f"{value:.14g}"
+        if not settings.encode_invalid_numbers:
+            raise LibraryError("Cannot serialise number: must not be NaN or Infinity")
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return f"{value:.{settings.precision}g}"
+
+
+def _depth(parsed: Any, limit: int, depth: int = 1) -> None:
+    """Refuse a decoded document nested deeper than ``limit``."""
+    if isinstance(parsed, list | dict):
+        if depth > limit:
+            raise LibraryError(f"Found too many nested data structures ({depth})")
+        for item in parsed.values() if isinstance(parsed, dict) else parsed:
+            _depth(item, limit, depth + 1)
 
 
 def cjson_library(view: LuaView) -> dict[str, Callable[..., Any]]:
-    """lua-cjson's ``encode`` and ``decode``, and ``null``."""
+    """lua-cjson's ``encode`` and ``decode`` and its settings (``null`` is the runtime's)."""
+    settings = _JsonSettings()
 
     def encode_value(value: Any, depth: int) -> str:
-        if depth > _MAX_DEPTH:
-            raise LibraryError(f"Cannot serialise, excessive nesting ({depth})")
+        """``value`` inside ``depth`` tables."""
         if value is None or value is view.null:
             return "null"
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, int | float):
-            return _number_text(float(value))
+            return _number_text(float(value), settings)
         if isinstance(value, bytes):
-            return (
-                json.dumps(value.decode("latin-1")).encode("latin-1").decode("utf-8", "replace")
-                if False
-                else _string(value)
-            )
+            return _string(value)
         if view.kind(value) == "table":
+            depth += 1
+            if depth > settings.encode_max_depth:
+                raise LibraryError(f"Cannot serialise, excessive nesting ({depth})")
             items = view.items(value)
             keys = [k for k, _ in items]
-            if all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in keys) and keys:
+            if keys and all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in keys):
                 size = max(keys)
                 if size <= 2 * len(keys) or size <= 10:
                     return (
                         "["
-                        + ",".join(
-                            encode_value(view.get(value, n), depth + 1) for n in range(1, size + 1)
-                        )
+                        + ",".join(encode_value(view.get(value, n), depth) for n in range(1, size + 1))
                         + "]"
                     )
             if not items:
@@ -165,17 +194,17 @@ def cjson_library(view: LuaView) -> dict[str, Callable[..., Any]]:
                 if isinstance(k, bytes):
                     name = _string(k)
                 elif isinstance(k, int | float) and not isinstance(k, bool):
-                    name = '"' + _number_text(float(k)) + '"'
+                    name = '"' + _number_text(float(k), settings) + '"'
                 else:
                     raise LibraryError("Cannot serialise table: table key must be a number or string")
-                parts.append(name + ":" + encode_value(v, depth + 1))
+                parts.append(name + ":" + encode_value(v, depth))
             return "{" + ",".join(parts) + "}"
         raise LibraryError(f"Cannot serialise {view.kind(value)}: type not supported")
 
     def encode(*values: Any) -> bytes:
         if len(values) != 1:
             raise LibraryError("bad argument #1 to 'encode' (expected 1 argument)")
-        return encode_value(values[0], 1).encode("latin-1")
+        return encode_value(values[0], 0).encode("latin-1")
 
     def to_lua(value: Any) -> Any:
         if value is None:
@@ -198,9 +227,29 @@ def cjson_library(view: LuaView) -> dict[str, Callable[..., Any]]:
             parsed = json.loads(text.decode("utf-8", "surrogateescape"))
         except (ValueError, RecursionError) as exc:
             raise LibraryError("Expected value but found invalid token at character 1") from exc
+        _depth(parsed, settings.decode_max_depth)
         return to_lua(parsed)
 
-    return {"encode": encode, "decode": decode}
+    def setter(name: str) -> Callable[..., Any]:
+        def change(*values: Any) -> Any:
+            if values and values[0] is not None:
+                value = values[0]
+                setattr(settings, name, value if isinstance(value, bool) else int(value))
+            return getattr(settings, name)
+
+        return change
+
+    return {
+        "encode": encode,
+        "decode": decode,
+        "encode_max_depth": setter("encode_max_depth"),
+        "decode_max_depth": setter("decode_max_depth"),
+        "encode_invalid_numbers": setter("encode_invalid_numbers"),
+        "encode_number_precision": setter("precision"),
+        "encode_keep_buffer": lambda *values: True,
+        "decode_invalid_numbers": lambda *values: True,
+        "encode_sparse_array": lambda *values: False,
+    }
 
 
 def _string(data: bytes) -> str:
@@ -230,6 +279,147 @@ def _string(data: bytes) -> str:
             out.append(ch)
     out.append('"')
     return "".join(out)
+
+
+_MSGPACK_NESTING: Final = 16
+"""lua-cmsgpack's nesting limit: a table deeper than this packs as nil."""
+
+
+def cmsgpack_library(view: LuaView) -> dict[str, Callable[..., Any]]:
+    """lua-cmsgpack's ``pack``, ``unpack``, ``unpack_one`` and ``unpack_limit``, with the encodings
+    it chooses (the smallest integer form, float32 when exact, str8 strings, arrays for tables
+    whose keys are exactly 1..n)."""
+
+    def pack_value(value: Any, level: int, out: bytearray) -> None:
+        if isinstance(value, bool):
+            out.append(0xC3 if value else 0xC2)
+        elif isinstance(value, int | float):
+            pack_number(float(value), out)
+        elif isinstance(value, bytes):
+            size = len(value)
+            if size < 32:
+                out.append(0xA0 | size)
+            elif size <= 0xFF:
+                out += bytes((0xD9, size))
+            elif size <= 0xFFFF:
+                out += b"\xda" + struct.pack(">H", size)
+            else:
+                out += b"\xdb" + struct.pack(">I", size)
+            out += value
+        elif value is not None and view.kind(value) == "table" and level < _MSGPACK_NESTING:
+            items = view.items(value)
+            keys = [k for k, _ in items]
+            sequence = all(
+                isinstance(k, int | float) and not isinstance(k, bool) and k == int(k) and k > 0
+                for k in keys
+            ) and (not keys or max(keys) == len(keys))
+            size = len(items)
+            if sequence:
+                _header(out, size, 0x90, 0xDC, 0xDD)
+                for n in range(1, size + 1):
+                    pack_value(view.get(value, n), level + 1, out)
+            else:
+                _header(out, size, 0x80, 0xDE, 0xDF)
+                for k, v in items:
+                    pack_value(k, level + 1, out)
+                    pack_value(v, level + 1, out)
+        else:
+            out.append(0xC0)
+
+    def pack(*values: Any) -> bytes:
+        if not values:
+            raise LibraryError("MessagePack pack needs input.")
+        out = bytearray()
+        for value in values:
+            pack_value(value, 0, out)
+        return bytes(out)
+
+    def to_lua(value: Any) -> Any:
+        if isinstance(value, list):
+            return view.table([to_lua(v) for v in value])
+        if isinstance(value, dict):
+            return view.table({to_lua(k): to_lua(v) for k, v in value.items() if k is not None})
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            return value.encode("utf-8", "surrogateescape")
+        return value
+
+    def decode(data: bytes, limit: int, offset: int) -> tuple[int, list[Any]]:
+        unpacker = msgpack.Unpacker(raw=True, strict_map_key=False, use_list=True)
+        unpacker.feed(data[offset:])
+        found: list[Any] = []
+        try:
+            while limit <= 0 or len(found) < limit:
+                found.append(to_lua(unpacker.unpack()))
+        except msgpack.OutOfData:
+            pass
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            raise LibraryError("Bad data format in input.") from exc
+        end = offset + unpacker.tell()
+        return (-1 if end >= len(data) else end), found
+
+    def text(values: tuple[Any, ...]) -> bytes:
+        if not values or not isinstance(values[0], bytes):
+            raise LibraryError("bad argument #1 to 'unpack' (string expected)")
+        return values[0]
+
+    def unpack(*values: Any) -> Any:
+        _, found = decode(text(values), 0, 0)
+        return tuple(found)
+
+    def unpack_one(*values: Any) -> Any:
+        offset = int(values[1]) if len(values) > 1 else 0
+        end, found = decode(text(values), 1, offset)
+        return (end, *found)
+
+    def unpack_limit(*values: Any) -> Any:
+        limit = int(values[1]) if len(values) > 1 else 0
+        offset = int(values[2]) if len(values) > 2 else 0
+        end, found = decode(text(values), limit, offset)
+        return (end, *found)
+
+    return {"pack": pack, "unpack": unpack, "unpack_one": unpack_one, "unpack_limit": unpack_limit}
+
+
+def pack_number(value: float, out: bytearray) -> None:
+    """A number as lua-cmsgpack packs it."""
+    if value == value and not math.isinf(value) and value == int(value) and -(2**63) <= value < 2**63:
+        n = int(value)
+        if n >= 0:
+            if n < 128:
+                out.append(n)
+            elif n <= 0xFF:
+                out += bytes((0xCC, n))
+            elif n <= 0xFFFF:
+                out += b"\xcd" + struct.pack(">H", n)
+            elif n <= 0xFFFFFFFF:
+                out += b"\xce" + struct.pack(">I", n)
+            else:
+                out += b"\xcf" + struct.pack(">Q", n)
+        elif n >= -32:
+            out += struct.pack(">b", n)
+        elif n >= -128:
+            out += b"\xd0" + struct.pack(">b", n)
+        elif n >= -32768:
+            out += b"\xd1" + struct.pack(">h", n)
+        elif n >= -(2**31):
+            out += b"\xd2" + struct.pack(">i", n)
+        else:
+            out += b"\xd3" + struct.pack(">q", n)
+    elif struct.unpack(">f", struct.pack(">f", value))[0] == value or value != value:
+        out += b"\xca" + struct.pack(">f", value)
+    else:
+        out += b"\xcb" + struct.pack(">d", value)
+
+
+def _header(out: bytearray, size: int, fix: int, sixteen: int, thirty_two: int) -> None:
+    if size < 16:
+        out.append(fix | size)
+    elif size <= 0xFFFF:
+        out += bytes((sixteen,)) + struct.pack(">H", size)
+    else:
+        out += bytes((thirty_two,)) + struct.pack(">I", size)
 
 
 def unsupported_library(name: str, functions: list[str]) -> dict[str, Callable[..., Any]]:

@@ -8,6 +8,7 @@ local G0 = _G
 local debug, error, type, tostring, tonumber, rawget, rawset, next, select = debug, error, type, tostring, tonumber, rawget, rawset, next, select
 local setmetatable, getmetatable, setfenv, loadstring, xpcall, pcall = setmetatable, getmetatable, setfenv, loadstring, xpcall, pcall
 local newproxy, math, string, table, coroutine, unpack = newproxy, math, string, table, coroutine, unpack
+local maxn = table.maxn
 local sethook, getinfo = debug.sethook, debug.getinfo
 local PRELUDE = getinfo(1, 'S').source
 -- Functions made from here on read no globals; what getfenv shows of them is an empty table.
@@ -179,9 +180,9 @@ local function wrap_library(functions)
   local wrapped = {}
   for name, f in next, functions do
     wrapped[name] = function(...)
-      local ok, value = f(...)
-      if not ok then error(value, 2) end
-      return value
+      local results = {f(...)}
+      if not results[1] then error(results[2], 2) end
+      return unpack(results, 2, maxn(results))
     end
   end
   return wrapped
@@ -310,6 +311,24 @@ for _, name in next, {
   'getmetatable', 'type', 'select', 'unpack', 'gcinfo', 'pairs', 'rawget', 'loadstring',
   'ipairs', '_VERSION', 'setfenv', 'load', 'error', 'newproxy'} do
   visible[name] = G0[name]
+end
+-- Binary chunks are refused (the bytecode verifier of Lua 5.1 is not safe).
+local function binary(text)
+  return type(text) == 'string' and text:byte(1) == 27
+end
+visible.loadstring = function(text, name)
+  if binary(text) then return nil, 'binary chunks are not allowed' end
+  return loadstring(text, name)
+end
+visible.load = function(reader, name)
+  local parts = {}
+  while true do
+    local part = reader()
+    if part == nil or part == '' then break end
+    if type(part) ~= 'string' then return nil, 'reader function must return a string' end
+    parts[#parts + 1] = part
+  end
+  return visible.loadstring(table.concat(parts), name or '=(load)')
 end
 visible.pcall = script_pcall
 visible.rawset = checked_rawset
@@ -461,6 +480,7 @@ local api = {}
 
 -- Compile ``body`` as a chunk called ``name``: the function, or nil and the message.
 function api.load(body, name)
+  if binary(body) then return nil, 'binary chunks are not allowed' end
   local f, message = loadstring(body, name)
   if not f then return nil, message end
   setfenv(f, globals)
