@@ -693,8 +693,8 @@ class Engine:
             )
             return error(f"Error running script {name}, {text[:100]}")
         get = self._rawget
-        message = _lua_text(get(err, b"err"))
-        line = "-" + (message or b"").decode("utf-8", "surrogateescape")
+        message = (_lua_text(get(err, b"err")) or b"").partition(b"\0")[0]  # (a C string there)
+        line = "-" + message.decode("utf-8", "surrogateescape")
         source, where = _lua_text(get(err, b"source")), _lua_text(get(err, b"line"))
         if source is not None and where is not None:
             line += f" script: {name}, on {source.decode('utf-8', 'surrogateescape')}:{where.decode()}."

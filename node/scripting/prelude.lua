@@ -203,6 +203,10 @@ local format_double = host.format_double
 local function line(text)
   return (gsub(text, '[\r\n]', ' '))
 end
+-- Status and error texts are C strings there: they end at the first zero byte.
+local function c_string(text)
+  return (text:match('^[^%z]*'))
+end
 
 local function serialize(value, caller, own, depth, out)
   local t = type(value)
@@ -231,12 +235,14 @@ local function serialize(value, caller, own, depth, out)
   end
   local field = rawget(value, 'err')
   if type(field) == 'string' then
-    out[#out + 1] = '-' .. line(field) .. '\r\n'
+    -- (an error's text loses the line ends it ends with, then its other CRs and LFs become blanks)
+    local text = gsub('-' .. c_string(field), '[\r\n]+$', '')
+    out[#out + 1] = line(text) .. '\r\n'
     return
   end
   field = rawget(value, 'ok')
   if type(field) == 'string' then
-    out[#out + 1] = '+' .. line(field) .. '\r\n'
+    out[#out + 1] = '+' .. line(c_string(field)) .. '\r\n'
     return
   end
   field = rawget(value, 'double')
