@@ -173,9 +173,11 @@ async def test_generated_scripts_get_redis_servers_replies(redis_port: int) -> N
 async def test_redis_py_scripts_and_functions() -> None:
     async with trio.open_nursery() as nursery:
         node = await start_redis_node(nursery)
+        port = node.redis_port
+        assert port is not None
 
         def use() -> None:
-            r = redis.Redis(port=node.redis_port, socket_timeout=5)
+            r = redis.Redis(port=port, socket_timeout=5)
             appender = r.register_script(
                 "redis.call('xadd', KEYS[1], '*', 'n', ARGV[1]) return redis.call('xlen', KEYS[1])"
             )
@@ -207,6 +209,8 @@ async def test_redis_py_scripts_and_functions() -> None:
 
 
 async def _call(port: int | None, *args: Any) -> Any:
+    assert port is not None
+
     def call() -> Any:
         client = redis.Redis(port=port, socket_timeout=5)
         try:
