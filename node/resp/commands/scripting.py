@@ -16,6 +16,7 @@ DUMP and RESTORE need redis-server's RDB format and are not served.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -28,12 +29,23 @@ from node.scripting import Engine, Function, Script, ScriptError
 from node.scripting.engine import FLAG_NAMES
 from routing import glob_match
 
-__all__ = ["COMMANDS", "ScriptClient"]
+__all__ = ["COMMANDS", "ScriptClient", "answer_while_busy"]
 
 log = logging.getLogger("pubmesh")
 
 NOSCRIPT: Final = "-NOSCRIPT No matching script. Please use EVAL."
 _NOTBUSY: Final = "-NOTBUSY No scripts in execution right now."
+_BUSY_EVAL: Final = (
+    "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+)
+_BUSY_FUNCTION: Final = (
+    "-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+)
+_UNKILLABLE: Final = (
+    "-UNKILLABLE Sorry the script already executed write commands against the dataset. You can "
+    "either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE "
+    "command."
+)
 _LOG_LEVELS: Final = (logging.DEBUG, logging.INFO, logging.INFO, logging.WARNING)
 """``redis.LOG_DEBUG`` .. ``LOG_WARNING`` as Python log levels."""
 
@@ -42,7 +54,9 @@ class ScriptClient:
     """What a running script reaches the node through (``node.scripting.Host``): its commands run
     on a socket-less connection of the caller's account, user and database."""
 
-    def __init__(self, caller: RespConnection, *, read_only: bool, allow_oom: bool) -> None:
+    def __init__(
+        self, caller: RespConnection, *, read_only: bool, allow_oom: bool, eval_mode: bool
+    ) -> None:
         conn = RespConnection(caller.broker, 0, caller.table)
         assert caller.user is not None
         conn.switch_user(caller.user)
@@ -52,7 +66,11 @@ class ScriptClient:
         self._read_only = read_only
         self._allow_oom = allow_oom
         self._oom_at_start = caller.broker.keyspaces.oom is not None
-        self._dirty = False
+        self.caller = caller
+        self.eval_mode = eval_mode
+        self.dirty = False
+        self.killed = False
+        self._started = time.monotonic()
         self.resp = 2
 
     def command(self, args: list[bytes]) -> bytes:
@@ -70,14 +88,14 @@ class ScriptClient:
             if self._read_only:
                 return error("Write commands are not allowed from read-only scripts.")
             refusal = conn.broker.keyspaces.refusal
-            if refusal is not None and not self._dirty:
+            if refusal is not None and not self.dirty:
                 return error(refusal)
-        if command.denyoom and self._oom_at_start and not (self._dirty or self._allow_oom):
+        if command.denyoom and self._oom_at_start and not (self.dirty or self._allow_oom):
             oom = conn.broker.keyspaces.oom
             if oom is not None:
                 return error(oom)
         if command.writes:
-            self._dirty = True
+            self.dirty = True
         conn.writer = RESP3 if self.resp == 3 else RESP2
         return conn.run_captured(command, args)
 
@@ -91,7 +109,13 @@ class ScriptClient:
         return None if command is None else True
 
     def tick(self) -> bool:
-        return False
+        """Let the node's worker threads have the interpreter a moment; past the busy threshold,
+        serve the other clients (they may kill the script)."""
+        time.sleep(0)
+        scripts = self._conn.broker.scripts
+        if time.monotonic() - self._started >= scripts.busy_reply_threshold_ms / 1000:
+            scripts.while_busy()
+        return self.killed
 
 
 def _engine(conn: RespConnection) -> Engine:
@@ -112,7 +136,9 @@ def _numkeys(conn: RespConnection, args: list[bytes], bad: str = NOT_INTEGER) ->
     return None
 
 
-def _prepare(conn: RespConnection, flags: frozenset[str] | None, ro: bool) -> ScriptClient | None:
+def _prepare(
+    conn: RespConnection, flags: frozenset[str] | None, ro: bool, *, eval_mode: bool
+) -> ScriptClient | None:
     """redis-server's ``scriptPrepareForRun``: the script's client, or None (answered an error).
     ``flags`` None is an EVAL script without a shebang (the compatible mode)."""
     keyspaces = conn.broker.keyspaces
@@ -132,15 +158,19 @@ def _prepare(conn: RespConnection, flags: frozenset[str] | None, ro: bool) -> Sc
             )
             return None
     read_only = ro or (flags is not None and "no-writes" in flags)
-    return ScriptClient(conn, read_only=read_only, allow_oom=flags is not None and "allow-oom" in flags)
+    allow_oom = flags is not None and "allow-oom" in flags
+    return ScriptClient(conn, read_only=read_only, allow_oom=allow_oom, eval_mode=eval_mode)
 
 
 def _run_script(conn: RespConnection, args: list[bytes], numkeys: int, script: Script, ro: bool) -> None:
-    client = _prepare(conn, script.flags, ro)
+    client = _prepare(conn, script.flags, ro, eval_mode=True)
     if client is None:
         return
     keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
-    conn.reply(_engine(conn).run_script(script, keys, argv, client, conn.writer))
+    engine = _engine(conn)
+    conn.reply(
+        _running(conn, client, lambda: engine.run_script(script, keys, argv, client, conn.writer))
+    )
 
 
 def _eval(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
@@ -174,6 +204,44 @@ def _evalsha(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
         _run_script(conn, args, numkeys, script, ro)
 
     return handler
+
+
+def _running(conn: RespConnection, client: ScriptClient, run: Callable[[], bytes]) -> bytes:
+    """Run a script as the node's running one (what SCRIPT KILL and the busy replies see)."""
+    scripts = conn.broker.scripts
+    scripts.running = client
+    try:
+        return run()
+    finally:
+        scripts.running = None
+
+
+def _kill(conn: RespConnection, eval_mode: bool) -> bytes:
+    """SCRIPT KILL (``eval_mode``) or FUNCTION KILL of the running script: its reply."""
+    running = conn.broker.scripts.running
+    if running is None:
+        return error(_NOTBUSY)
+    if running.dirty:
+        return error(_UNKILLABLE)
+    if running.eval_mode != eval_mode:
+        return error(_BUSY_FUNCTION if eval_mode else _BUSY_EVAL)
+    running.killed = True
+    return OK
+
+
+def answer_while_busy(conn: RespConnection, data: bytes) -> None:
+    """What another client sent while a script is busy: SCRIPT KILL and FUNCTION KILL act, every
+    other request is answered BUSY (as redis-server answers them then)."""
+    running = conn.broker.scripts.running
+    conn.parser.receive_data(data)
+    for command in conn.parser.commands():
+        args = command.args
+        name, sub = args[0].lower(), args[1].lower() if len(args) == 2 else b""
+        if sub == b"kill" and name in (b"script", b"function"):
+            conn.send(_kill(conn, eval_mode=name == b"script"))
+        else:
+            eval_mode = running is None or running.eval_mode
+            conn.send(error(_BUSY_EVAL if eval_mode else _BUSY_FUNCTION))
 
 
 def _script_load(conn: RespConnection, args: list[bytes]) -> None:
@@ -322,11 +390,12 @@ def _fcall(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
         numkeys = _numkeys(conn, args, "Bad number of keys provided")
         if numkeys is None:
             return
-        client = _prepare(conn, function.flags, ro)
+        client = _prepare(conn, function.flags, ro, eval_mode=False)
         if client is None:
             return
         keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
-        conn.reply(engine.run_function(function, keys, argv, client, conn.writer))
+        run = lambda: engine.run_function(function, keys, argv, client, conn.writer)  # noqa: E731
+        conn.reply(_running(conn, client, run))
 
     return handler
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -257,3 +258,71 @@ async def test_a_scripts_writes_and_a_library_survive_a_restart(tmp_path: Path) 
                 == 1
             )
             node.shutdown()
+
+
+# -- a busy script: BUSY for the others, SCRIPT KILL and FUNCTION KILL ---------------------------------
+
+BUSY_EVAL = (
+    b"-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n"
+)
+BUSY_FUNCTION = (
+    b"-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.\r\n"
+)
+
+
+def _busy(runner: Client, other: Client, request: list[str]) -> bytes:
+    """Start ``request`` on ``runner``; once ``other`` is answered BUSY, return that answer."""
+    runner.sock.sendall(
+        b"*%d\r\n" % len(request) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a.encode()) for a in request)
+    )
+    time.sleep(0.2)  # (the script has started: a reply the node was still sending is out)
+    while True:
+        answer = other.send("PING")
+        if answer != b"+PONG\r\n":
+            return answer
+
+
+async def test_a_busy_script_answers_others_busy_and_can_be_killed() -> None:
+    async with trio.open_nursery() as nursery:
+        node = await start_redis_node(nursery)
+        node.server.broker.scripts.busy_reply_threshold_ms = 50
+        port = node.redis_port
+        assert port is not None
+
+        def scenario() -> None:
+            runner, other = Client(port), Client(port)
+            for client in (runner, other):  # (both served before the script starts)
+                assert client.send("PING") == b"+PONG\r\n"
+            assert _busy(runner, other, ["EVAL", "while true do end", "0"]) == BUSY_EVAL
+            assert other.send("XLEN", "s") == BUSY_EVAL
+            assert other.send("FUNCTION", "KILL") == BUSY_EVAL  # (not a function that runs)
+            assert other.send("SCRIPT", "KILL") == b"+OK\r\n"
+            assert runner._reply().startswith(b"-ERR Script killed by user with SCRIPT KILL... script: ")
+            assert other.send("PING") == b"+PONG\r\n"
+            # pcall does not catch the kill
+            body = "local f = function() while 1 do redis.call('ping') end end while 1 do pcall(f) end"
+            assert _busy(runner, other, ["EVAL", body, "0"]) == BUSY_EVAL
+            assert other.send("SCRIPT", "KILL") == b"+OK\r\n"
+            assert runner._reply().startswith(b"-ERR Script killed by user with SCRIPT KILL...")
+            # a script that wrote cannot be killed; it ends on its own
+            body = "redis.call('xadd', 's', '*', 'f', 'v') local i = 0 while i < 3e7 do i = i + 1 end"
+            assert _busy(runner, other, ["EVAL", body, "0"]) == BUSY_EVAL
+            assert other.send("SCRIPT", "KILL").startswith(b"-UNKILLABLE Sorry the script already")
+            assert runner._reply() == b"$-1\r\n"
+            assert other.send("XLEN", "s") == b":1\r\n"
+            # a function: FUNCTION KILL
+            other.send(
+                "FUNCTION",
+                "LOAD",
+                "#!lua name=spin\nredis.register_function('spin', function() while true do end end)",
+            )
+            assert _busy(runner, other, ["FCALL", "spin", "0"]) == BUSY_FUNCTION
+            assert other.send("SCRIPT", "KILL") == BUSY_FUNCTION
+            assert other.send("FUNCTION", "KILL") == b"+OK\r\n"
+            assert runner._reply().startswith(b"-ERR Script killed by user with SCRIPT KILL...")
+            runner.close()
+            other.close()
+
+        with trio.fail_after(60):
+            await trio.to_thread.run_sync(scenario)
+        nursery.cancel_scope.cancel()
