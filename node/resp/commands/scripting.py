@@ -9,8 +9,9 @@ makes: ``noscript`` commands refused, writes refused to read-only scripts, a com
 data refused past ``maxmemory`` until the script's first write. Each write a command makes is
 journaled by its handler as that command, so a script's effects replay as the commands it ran.
 
-FUNCTION LOAD, DELETE and FLUSH are journaled as themselves (they replay into the runtime). FUNCTION
-DUMP and RESTORE need redis-server's RDB format and are not served.
+FUNCTION LOAD, DELETE and FLUSH are journaled as themselves (they replay into the runtime), and the
+libraries' code is kept beside the account's keys, which a rewrite of the journal writes out as
+FUNCTION LOAD commands. FUNCTION DUMP and RESTORE need redis-server's RDB format and are not served.
 """
 
 from __future__ import annotations
@@ -120,6 +121,11 @@ class ScriptClient:
 
 def _engine(conn: RespConnection) -> Engine:
     return conn.broker.scripts.engine(conn.account.name, REDIS_VERSION)
+
+
+def _libraries(conn: RespConnection) -> dict[bytes, bytes]:
+    """The account's library codes as the store keeps them (``Keyspace.libraries``)."""
+    return conn.broker.keyspaces.keyspace(conn.account.name).libraries
 
 
 def _numkeys(conn: RespConnection, args: list[bytes], bad: str = NOT_INTEGER) -> int | None:
@@ -290,6 +296,7 @@ def _function_load(conn: RespConnection, args: list[bytes]) -> None:
     except ScriptError as exc:
         conn.error(str(exc))
         return
+    _libraries(conn)[library.name] = library.code
     conn.log_write(args)
     conn.reply(bulk(library.name))
 
@@ -298,6 +305,7 @@ def _function_delete(conn: RespConnection, args: list[bytes]) -> None:
     if not _engine(conn).delete_library(args[2]):
         conn.error("Library not found")
         return
+    _libraries(conn).pop(args[2], None)
     conn.log_write(args)
     conn.reply(OK)
 
@@ -305,6 +313,7 @@ def _function_delete(conn: RespConnection, args: list[bytes]) -> None:
 def _function_flush(conn: RespConnection, args: list[bytes]) -> None:
     if _flush_mode(conn, args, "FUNCTION FLUSH only supports SYNC|ASYNC option"):
         _engine(conn).flush_functions()
+        _libraries(conn).clear()
         conn.log_write(args)
         conn.reply(OK)
 

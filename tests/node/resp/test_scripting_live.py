@@ -222,6 +222,14 @@ async def _call(port: int | None, *args: Any) -> Any:
     return await trio.to_thread.run_sync(call)
 
 
+async def _rewritten(port: int | None) -> None:
+    """Until the node has finished a rewrite of its journal (the test's fail_after bounds it)."""
+    while True:
+        if (await _call(port, "INFO", "persistence"))["aof_rewrites"]:
+            return
+        await trio.sleep(0.02)
+
+
 async def test_a_scripts_writes_and_a_library_survive_a_restart(tmp_path: Path) -> None:
     config = Config(redis=RedisConfig(host="127.0.0.1", port=0), store_dir=str(tmp_path))
     with trio.fail_after(60):
@@ -244,6 +252,14 @@ async def test_a_scripts_writes_and_a_library_survive_a_restart(tmp_path: Path) 
                 "#!lua name=kept\nredis.register_function('total', "
                 "function(keys) return redis.call('xlen', keys[1]) end)",
             )
+            await _call(port, "BGREWRITEAOF")  # (the rewritten journal keeps the library)
+            await _rewritten(port)
+            await _call(
+                port,
+                "FUNCTION",
+                "LOAD",
+                "#!lua name=later\nredis.register_function('two', function() return 2 end)",
+            )
             node.shutdown()
         async with trio.open_nursery() as nursery:
             node = await start_node(nursery, config)
@@ -251,6 +267,7 @@ async def test_a_scripts_writes_and_a_library_survive_a_restart(tmp_path: Path) 
             assert await _call(port, "XLEN", "s") == 2
             assert await _call(port, "EXISTS", "t") == 0
             assert await _call(port, "FCALL", "total", "1", "s") == 2
+            assert await _call(port, "FCALL", "two", "0") == 2
             assert (
                 await _call(
                     port, "EVAL", "redis.call('select', 3) return redis.call('xlen', KEYS[1])", "1", "t"
