@@ -140,6 +140,7 @@ class Library:
         self.name = name
         self.code = code
         self.functions: dict[bytes, Function] = {}
+        """Its functions, by name as registered."""
 
 
 def sha1hex(data: bytes) -> str:
@@ -222,6 +223,7 @@ class Engine:
         self.scripts: dict[str, Script] = {}
         self.libraries: dict[bytes, Library] = {}
         self.functions: dict[bytes, Function] = {}
+        """Every library's functions, by lowercase name (FCALL finds them in any case)."""
         self._host: Host | None = None
         self._rand = _Rand48()
         self.hook_instructions = HOOK_INSTRUCTIONS
@@ -538,13 +540,13 @@ class Engine:
         for fname, function in library.functions.items():
             function.callback = self._rawget(outcome, fname)
         for fname in library.functions:
-            owner = self.functions.get(fname)
+            owner = self.functions.get(fname.lower())
             if owner is not None and owner.library is not old:
                 raise ScriptError(f"Function {fname.decode()} already exists")
         if old is not None:
             self._unlink(old)
         self.libraries[name] = library
-        self.functions.update(library.functions)
+        self.functions.update((f.lower(), function) for f, function in library.functions.items())
         return library
 
     def _registrar(self, library: Library) -> Callable[..., tuple[bytes | None, bytes]]:
@@ -632,9 +634,9 @@ class Engine:
         return register
 
     def _unlink(self, library: Library) -> None:
-        for name in library.functions:
-            if self.functions.get(name) is library.functions[name]:
-                del self.functions[name]
+        for name, function in library.functions.items():
+            if self.functions.get(name.lower()) is function:
+                del self.functions[name.lower()]
         self.libraries.pop(library.name, None)
 
     def delete_library(self, name: bytes) -> bool:

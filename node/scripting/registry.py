@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from node.scripting.engine import Engine
+from node.scripting.engine import MAX_MEMORY, Engine
 
 __all__ = ["BUSY_REPLY_THRESHOLD_MS", "Running", "Scripts"]
 
@@ -52,6 +52,8 @@ class Scripts:
         self._engines: dict[str, Engine] = {}
         self.busy_reply_threshold_ms = BUSY_REPLY_THRESHOLD_MS
         """How long a script runs before other clients are answered BUSY (``lua-time-limit``)."""
+        self.max_memory = MAX_MEMORY
+        """The most memory a runtime made from now on may hold."""
         self.running: Running | None = None
         self.while_busy: Callable[[], None] = _nobody_else
         """Serve the other clients once without waiting (called while a script is busy)."""
@@ -60,5 +62,5 @@ class Scripts:
         """The account's runtime (made on first use, reporting ``version`` as REDIS_VERSION)."""
         engine = self._engines.get(account)
         if engine is None:
-            engine = self._engines[account] = Engine(version=version)
+            engine = self._engines[account] = Engine(version=version, max_memory=self.max_memory)
         return engine

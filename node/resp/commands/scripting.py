@@ -25,7 +25,7 @@ from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, REDIS_VERSION, help_reply
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
-from node.resp.writer import OK, RESP2, RESP3, array, bulk, error, integer, simple
+from node.resp.writer import OK, RESP2, RESP3, array, as_text, bulk, error, integer, simple
 from node.scripting import Engine, Function, Script, ScriptError
 from node.scripting.engine import FLAG_NAMES
 from routing import glob_match
@@ -311,6 +311,12 @@ def _function_delete(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _function_flush(conn: RespConnection, args: list[bytes]) -> None:
+    if len(args) > 3:
+        conn.error(
+            f"unknown subcommand or wrong number of arguments for '{as_text(args[1])[:128]}'. "
+            "Try FUNCTION HELP."
+        )
+        return
     if _flush_mode(conn, args, "FUNCTION FLUSH only supports SYNC|ASYNC option"):
         _engine(conn).flush_functions()
         _libraries(conn).clear()
@@ -392,7 +398,7 @@ def _function_stats(conn: RespConnection, args: list[bytes]) -> None:
 def _fcall(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
     def handler(conn: RespConnection, args: list[bytes]) -> None:
         engine = _engine(conn)
-        function = engine.functions.get(args[1])
+        function = engine.functions.get(args[1].lower())
         if function is None:
             conn.error("Function not found")
             return

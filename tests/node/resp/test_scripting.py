@@ -1074,3 +1074,79 @@ def test_resp3_replies_as_redis_server_gives_them(peer: Peer) -> None:
     peer.send("HELLO", "3")
     for name, args, expected in RESP3_CASES:
         assert (name, peer.send(*args)) == (name, expected)
+
+
+def test_function_names_are_found_in_any_case_and_collide_in_any_case(peer: Peer) -> None:
+    code = "#!lua name={}\nredis.register_function('{}', function() return '{}' end)"
+    assert peer.send("FUNCTION", "LOAD", code.format("one", "Test", "first")) == b"$3\r\none\r\n"
+    assert peer.send("FCALL", "TEST", "0") == b"$5\r\nfirst\r\n"
+    assert peer.send("FCALL", "test", "0") == b"$5\r\nfirst\r\n"
+    assert peer.send("FUNCTION", "LOAD", code.format("two", "tEST", "x")) == (
+        b"-ERR Function tEST already exists\r\n"
+    )
+    assert peer.send("FUNCTION", "FLUSH", "SYNC", "x") == (
+        b"-ERR unknown subcommand or wrong number of arguments for 'FLUSH'. Try FUNCTION HELP.\r\n"
+    )
+
+
+def test_the_sandbox_keeps_python_and_the_real_globals_out_of_reach(peer: Peer) -> None:
+    escapes = [
+        "return python",
+        "return getfenv(0).python",
+        "return getfenv(redis.call)",
+        "return redis.call.__class__",
+        "return rawget(getfenv(0), 'os')",
+        "return loadstring('return io')()",
+        "return getmetatable('').__index.rep == string.rep and 'same' or 'other'",
+        "return tostring(getmetatable(redis.call))",
+        "local ok, e = pcall(function() return redis.call.__class__ end) return type(e)",
+        "local ok, e = xpcall(function() redis.call('nope') end, function(e) return e end) "
+        "return type(e)",
+        "return coroutine.resume(coroutine.create(function() return os end))",
+    ]
+    replies = [peer.send("EVAL", script, "0") for script in escapes]
+    for reply in replies:
+        assert b"python" not in reply.lower() or b"nonexistent global variable 'python'" in reply
+        assert b"<" not in reply  # (no Python object's repr)
+    assert replies[0].startswith(b"-ERR user_script:1: Script attempted to access nonexistent")
+    assert replies[2].startswith(b"-ERR user_script:1: bad argument #1 to 'getfenv'")
+    assert replies[3].startswith(b"-ERR not accessible")
+    assert replies[4] == b"$-1\r\n"
+    assert replies[7] == b"$5\r\nfalse\r\n"
+    assert replies[8:10] == [b"$6\r\nstring\r\n", b"$5\r\ntable\r\n"]
+    assert replies[10] == b"$-1\r\n"  # (false: the coroutine could not reach ``os`` either)
+
+
+def test_what_a_script_cannot_break(peer: Peer) -> None:
+    peer.conn.broker.scripts.max_memory = 16 * 1024 * 1024  # (reached sooner)
+    # memory blow-up, stack overflow, a cyclic table, a huge loop of calls: replies, no crash
+    hog = peer.send("EVAL", "return string.rep('x', 2^30)", "0")
+    assert hog.endswith(b", not enough memory\r\n")
+    assert b"stack overflow" in peer.send("EVAL", "local function f() return 1 + f() end f()", "0")
+    cyclic = peer.send("EVAL", "local t = {} t[1] = t return t", "0")
+    assert cyclic.endswith(b"-ERR reached lua stack limit\r\n")
+    assert peer.send("EVAL", "for i = 1, 1000 do redis.call('ping') end return 1", "0") == b":1\r\n"
+    assert peer.send("PING") == b"+PONG\r\n"
+
+
+def test_a_scripts_writes_are_checked_as_redis_checks_them(peer: Peer) -> None:
+    broker = peer.conn.broker
+    watcher = Peer(broker)
+    assert watcher.send("WATCH", "s") == b"+OK\r\n"
+    assert peer.send("EVAL", "return redis.call('xadd', KEYS[1], '1-1', 'f', 'v')", "1", "s") == (
+        b"$3\r\n1-1\r\n"
+    )
+    watcher.send("MULTI")
+    watcher.send("XLEN", "s")
+    assert watcher.send("EXEC") == b"*-1\r\n"  # (the script's write spoiled the transaction)
+    peer.send("MULTI")
+    assert peer.send("EVAL", "return redis.call('xlen', KEYS[1])", "1", "s") == b"+QUEUED\r\n"
+    assert peer.send("EXEC") == b"*1\r\n:1\r\n"
+    broker.keyspaces.maxmemory = 1  # (past it: the stream holds more)
+    oom = b"-ERR OOM command not allowed when used memory > 'maxmemory'. script: "
+    assert peer.send("EVAL", "return redis.call('xadd', KEYS[1], '*', 'f', 'v')", "1", "s").startswith(
+        oom.replace(b"-ERR ", b"-")
+    )
+    assert peer.send("EVAL", "return redis.call('xlen', KEYS[1])", "1", "s") == b":1\r\n"
+    assert peer.send("EVAL", "return redis.call('del', KEYS[1])", "1", "s") == b":1\r\n"
+    assert peer.send("EVAL", "#!lua\nreturn 1", "0") == b":1\r\n"  # (the keys went)
