@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any, Final, Protocol
 
@@ -220,6 +220,7 @@ class Engine:
             attribute_filter=_no_attributes,
             max_memory=max_memory,
         )
+        self._max_memory = max_memory
         self.scripts: dict[str, Script] = {}
         self.libraries: dict[bytes, Library] = {}
         self.functions: dict[bytes, Function] = {}
@@ -666,8 +667,9 @@ class Engine:
 
     # -- running ------------------------------------------------------------------------------------
 
-    def _array(self, items: Iterable[bytes]) -> Any:
-        return self._table_from(list(items))
+    def _array(self, items: list[bytes]) -> Any:
+        """KEYS or ARGV (None for none: the runtime makes the empty table)."""
+        return self._table_from(items) if items else None
 
     def _run(self, start: Callable[[int], Any], host: Host, writer: Writer, name: str) -> bytes:
         self._host = host
@@ -685,7 +687,7 @@ class Engine:
             return self._error_reply(value, name)
         finally:
             self._host = None
-            if self._runtime.get_memory_used() > self._runtime.get_max_memory() // 2:
+            if self._runtime.get_memory_used() > self._max_memory // 2:
                 self._runtime.gccollect()
 
     def _error_reply(self, err: Any, name: str) -> bytes:

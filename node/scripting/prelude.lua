@@ -208,6 +208,9 @@ local function c_string(text)
   return (text:match('^[^%z]*'))
 end
 
+local host_resp = host.resp
+
+-- (``own`` is asked of the host when a boolean first needs it.)
 local function serialize(value, caller, own, depth, out)
   local t = type(value)
   if t == 'string' then
@@ -217,6 +220,7 @@ local function serialize(value, caller, own, depth, out)
     out[#out + 1] = format(':%d\r\n', value)
     return
   elseif t == 'boolean' then
+    if own == nil then own = host_resp() end
     if own == 2 then
       out[#out + 1] = value and ':1\r\n' or (caller == 3 and '_\r\n' or '$-1\r\n')
     elseif caller == 3 then
@@ -451,7 +455,7 @@ local function finish(caller, resumed, ok, value)
   eval_globals = {}
   if not resumed then return false, {err = 'ERR ' .. tostring(ok)} end
   if not ok then return false, value end
-  return true, reply(value, caller, host.resp())
+  return true, reply(value, caller, nil)
 end
 
 -- Scripts run in one long-lived coroutine whose globals are the sandbox (the host keeps what it
@@ -495,13 +499,13 @@ end
 
 -- Run a compiled EVAL script with KEYS and ARGV: true and its value, or false and the error table.
 function api.run_eval(caller, fn, keys, argv, hook)
-  eval_globals = {KEYS = keys, ARGV = argv}
+  eval_globals = {KEYS = keys or {}, ARGV = argv or {}}
   return sandboxed(caller, hook, fn)
 end
 
 -- Run a registered function with its keys and arguments.
 function api.run_function(caller, fn, keys, argv, hook)
-  return sandboxed(caller, hook, fn, keys, argv)
+  return sandboxed(caller, hook, fn, keys or {}, argv or {})
 end
 
 -- Run a library's code with the library API as ``redis``; ``register`` checks each registration

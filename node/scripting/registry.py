@@ -55,6 +55,9 @@ class Scripts:
         self.max_memory = MAX_MEMORY
         """The most memory a runtime made from now on may hold."""
         self.running: Running | None = None
+        self.clients: dict[str, object] = {}
+        """The connection each account's scripts run their commands on (the commands' layer
+        makes them)."""
         self.while_busy: Callable[[], None] = _nobody_else
         """Serve the other clients once without waiting (called while a script is busy)."""
 

@@ -53,16 +53,21 @@ _LOG_LEVELS: Final = (logging.DEBUG, logging.INFO, logging.INFO, logging.WARNING
 
 class ScriptClient:
     """What a running script reaches the node through (``node.scripting.Host``): its commands run
-    on a socket-less connection of the caller's account, user and database."""
+    on a socket-less connection of the caller's account (one per account, kept for the next
+    script), signed in as the caller's user with the caller's database selected."""
 
     def __init__(
         self, caller: RespConnection, *, read_only: bool, allow_oom: bool, eval_mode: bool
     ) -> None:
-        conn = RespConnection(caller.broker, 0, caller.table)
+        scripts = caller.broker.scripts
+        conn = scripts.clients.get(caller.account.name)
+        if not isinstance(conn, RespConnection) or conn.table is not caller.table:
+            conn = scripts.clients[caller.account.name] = RespConnection(caller.broker, 0, caller.table)
+            conn.scripted = True
         assert caller.user is not None
-        conn.switch_user(caller.user)
+        if conn.user is not caller.user:
+            conn.switch_user(caller.user)
         conn.db = caller.db
-        conn.scripted = True
         self._conn = conn
         self._read_only = read_only
         self._allow_oom = allow_oom
