@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any, Final, Protocol
@@ -39,6 +40,7 @@ from node.scripting.libraries import (
 __all__ = [
     "FLAG_NAMES",
     "HOOK_INSTRUCTIONS",
+    "LOAD_TIMEOUT",
     "MAX_MEMORY",
     "Engine",
     "Function",
@@ -50,6 +52,8 @@ __all__ = [
 
 MAX_MEMORY: Final = 256 * 1024 * 1024
 """The most memory one runtime may hold (a script past it fails)."""
+LOAD_TIMEOUT: Final = 0.5
+"""Seconds a library's code may run while FUNCTION LOAD registers its functions."""
 HOOK_INSTRUCTIONS: Final = 100_000
 """Lua instructions between two ``Host.tick`` calls (redis-server's count hook)."""
 FLAG_NAMES: Final = ("no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys")
@@ -58,6 +62,8 @@ _MAX_DEPTH: Final = 250
 """How deep a returned table is followed before the rest becomes an error (redis-server's Lua
 stack limit)."""
 _LLONG_MIN: Final = -(2**63)
+_KILLED: Final = b"ERR Script killed by user with SCRIPT KILL..."
+_LOAD_TIMEOUT: Final = b"ERR FUNCTION LOAD timeout"
 _NO_ARGUMENTS: Final = b"Please specify at least one argument for this redis lib call"
 _BAD_ARGUMENT: Final = b"Lua redis lib command arguments must be strings or integers"
 _LOG_LEVELS: Final = range(4)
@@ -226,6 +232,7 @@ class Engine:
         self.functions: dict[bytes, Function] = {}
         """Every library's functions, by lowercase name (FCALL finds them in any case)."""
         self._host: Host | None = None
+        self._load_deadline = 0.0  # (while a library's code runs: when it has run too long)
         self._rand = _Rand48()
         self.hook_instructions = HOOK_INSTRUCTIONS
         runtime = self._runtime
@@ -356,9 +363,12 @@ class Engine:
         low, high = (1, int(bounds[0])) if len(bounds) == 1 else (int(bounds[0]), int(bounds[1]))
         return float(math.floor(r * (high - low + 1)) + low)
 
-    def _tick(self) -> bool:
+    def _tick(self) -> bytes | None:
+        """Whether to stop what runs now: the error it stops with, or None."""
+        if self._load_deadline:
+            return _LOAD_TIMEOUT if time.monotonic() > self._load_deadline else None
         host = self._host
-        return host is not None and host.tick()
+        return _KILLED if host is not None and host.tick() else None
 
     # -- LuaView (what the libraries read Lua values through) --------------------------------------
 
@@ -531,7 +541,11 @@ class Engine:
             message = compiled[1].decode("utf-8", "surrogateescape") if compiled[1] else "?"
             raise ScriptError(f"Error compiling function: {message}")
         register = self._registrar(library)
-        ok, outcome = self._run_library(compiled, register, self.hook_instructions)
+        self._load_deadline = time.monotonic() + LOAD_TIMEOUT
+        try:
+            ok, outcome = self._run_library(compiled, register, self.hook_instructions)
+        finally:
+            self._load_deadline = 0.0
         if not ok:
             text = self._rawget(outcome, b"err") if self._type(outcome) == b"table" else outcome
             shown = text.decode("utf-8", "surrogateescape") if isinstance(text, bytes) else str(text)

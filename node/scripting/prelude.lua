@@ -443,9 +443,10 @@ end
 
 local hook_fn = nil
 local function tick()
-  if host.tick() then
+  local stop = host.tick()
+  if stop then
     sethook(hook_fn, 'l')
-    error({err = 'ERR Script killed by user with SCRIPT KILL...'})
+    error({err = stop})
   end
 end
 hook_fn = tick

@@ -1150,3 +1150,11 @@ def test_a_scripts_writes_are_checked_as_redis_checks_them(peer: Peer) -> None:
     assert peer.send("EVAL", "return redis.call('xlen', KEYS[1])", "1", "s") == b":1\r\n"
     assert peer.send("EVAL", "return redis.call('del', KEYS[1])", "1", "s") == b":1\r\n"
     assert peer.send("EVAL", "#!lua\nreturn 1", "0") == b":1\r\n"  # (the keys went)
+
+
+def test_a_library_whose_code_runs_too_long_is_refused(peer: Peer) -> None:
+    spin = "#!lua name=test\nlocal a = 1\nwhile 1 do a = a + 1 end"
+    assert peer.send("FUNCTION", "LOAD", spin) == (
+        b"-ERR Error registering functions: ERR FUNCTION LOAD timeout\r\n"
+    )
+    assert peer.send("FUNCTION", "LIST") == b"*0\r\n"
