@@ -19,7 +19,6 @@ runtime errors with `` script: <sha>, on @user_script:<line>.`` appended. Memory
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -36,19 +35,20 @@ from node.scripting.libraries import (
     cmsgpack_library,
     unsupported_library,
 )
+from node.scripting.records import (
+    FLAG_NAMES,
+    Function,
+    Library,
+    Rand48,
+    Script,
+    ScriptError,
+    lua_text,
+    parse_shebang,
+    sha1hex,
+    valid_name,
+)
 
-__all__ = [
-    "FLAG_NAMES",
-    "HOOK_INSTRUCTIONS",
-    "LOAD_TIMEOUT",
-    "MAX_MEMORY",
-    "Engine",
-    "Function",
-    "Host",
-    "Library",
-    "Script",
-    "ScriptError",
-]
+__all__ = ["HOOK_INSTRUCTIONS", "LOAD_TIMEOUT", "MAX_MEMORY", "Engine", "Host"]
 
 MAX_MEMORY: Final = 256 * 1024 * 1024
 """The most memory one runtime may hold (a script past it fails)."""
@@ -56,23 +56,11 @@ LOAD_TIMEOUT: Final = 0.5
 """Seconds a library's code may run while FUNCTION LOAD registers its functions."""
 HOOK_INSTRUCTIONS: Final = 100_000
 """Lua instructions between two ``Host.tick`` calls (redis-server's count hook)."""
-FLAG_NAMES: Final = ("no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys")
-"""The flags a script's shebang or a registered function may carry."""
-_MAX_DEPTH: Final = 250
-"""How deep a returned table is followed before the rest becomes an error (redis-server's Lua
-stack limit)."""
-_LLONG_MIN: Final = -(2**63)
 _KILLED: Final = b"ERR Script killed by user with SCRIPT KILL..."
 _LOAD_TIMEOUT: Final = b"ERR FUNCTION LOAD timeout"
 _NO_ARGUMENTS: Final = b"Please specify at least one argument for this redis lib call"
 _BAD_ARGUMENT: Final = b"Lua redis lib command arguments must be strings or integers"
 _LOG_LEVELS: Final = range(4)
-_NAME_CHARS: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-
-
-class ScriptError(Exception):
-    """A script or library could not be loaded; ``str()`` is the reply's text after ``-ERR ``
-    (or a whole ``-CODE ...`` line)."""
 
 
 class Host(Protocol):
@@ -104,116 +92,6 @@ class _ErrorReply(Exception):
         self.table = table
 
 
-class Script:
-    """An EVAL script in the cache."""
-
-    __slots__ = ("body", "flags", "function", "sha")
-
-    def __init__(self, sha: str, body: bytes, flags: frozenset[str] | None, function: Any) -> None:
-        self.sha = sha
-        self.body = body
-        self.flags = flags
-        """Its shebang's flags (None: no shebang, the compatible mode)."""
-        self.function = function
-
-
-class Function:
-    """A function a library registered."""
-
-    __slots__ = ("callback", "description", "flags", "library", "name")
-
-    def __init__(
-        self,
-        name: bytes,
-        library: Library,
-        callback: Any,
-        description: bytes | None,
-        flags: frozenset[str],
-    ) -> None:
-        self.name = name
-        self.library = library
-        self.callback = callback
-        self.description = description
-        self.flags = flags
-
-
-class Library:
-    """A library FUNCTION LOAD loaded: its name, code and functions."""
-
-    __slots__ = ("code", "functions", "name")
-
-    def __init__(self, name: bytes, code: bytes) -> None:
-        self.name = name
-        self.code = code
-        self.functions: dict[bytes, Function] = {}
-        """Its functions, by name as registered."""
-
-
-def sha1hex(data: bytes) -> str:
-    return hashlib.sha1(data).hexdigest()
-
-
-def parse_shebang(body: bytes) -> tuple[frozenset[str] | None, int]:
-    """An EVAL script's shebang: its flags (None without one) and its length.
-
-    Raises:
-        ScriptError: a malformed shebang.
-    """
-    if not body.startswith(b"#!"):
-        return None, 0
-    end = body.find(b"\n")
-    if end < 0:
-        raise ScriptError("Invalid script shebang")
-    parts = body[:end].split()
-    if not parts:
-        raise ScriptError("Invalid engine in script shebang")
-    if parts[0] != b"#!lua":
-        raise ScriptError(f"Unexpected engine in script shebang: {parts[0].decode('utf-8', 'replace')}")
-    flags: set[str] = set()
-    for part in parts[1:]:
-        if not part.startswith(b"flags="):
-            raise ScriptError(f"Unknown lua shebang option: {part.decode('utf-8', 'replace')}")
-        for flag in part[6:].split(b","):
-            name = flag.decode("utf-8", "replace")
-            if name not in FLAG_NAMES:
-                raise ScriptError(f"Unexpected flag in script shebang: {name}")
-            flags.add(name)
-    return frozenset(flags), end
-
-
-def _valid_name(name: bytes) -> bool:
-    return bool(name) and all(c in _NAME_CHARS for c in name)
-
-
-def _lua_text(value: Any) -> bytes | None:
-    """What ``lua_tolstring`` gives for a value: strings and numbers only."""
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    if number == int(number) and abs(number) < 1e15:
-        return b"%d" % int(number)
-    return b"%.14g" % number
-
-
-class _Rand48:
-    """redis-server's ``redisLrand48``: the 48-bit generator of ``math.random``."""
-
-    __slots__ = ("state",)
-
-    def __init__(self) -> None:
-        self.state = 0x1234ABCD330E
-
-    def seed(self, value: int) -> None:
-        value &= 0xFFFFFFFF
-        self.state = (value << 16) | 0x330E
-
-    def next(self) -> int:
-        self.state = (self.state * 0x5DEECE66D + 0xB) & 0xFFFFFFFFFFFF
-        return self.state >> 17
-
-
 class Engine:
     """One sandboxed Lua runtime: the script cache and the function libraries of an account."""
 
@@ -233,7 +111,7 @@ class Engine:
         """Every library's functions, by lowercase name (FCALL finds them in any case)."""
         self._host: Host | None = None
         self._load_deadline = 0.0  # (while a library's code runs: when it has run too long)
-        self._rand = _Rand48()
+        self._rand = Rand48()
         self.hook_instructions = HOOK_INSTRUCTIONS
         runtime = self._runtime
         self._table_from = runtime.table_from
@@ -245,7 +123,7 @@ class Engine:
                 b"pcall": self._call_protected,
                 b"error_of": _error_of,
                 b"log": self._log,
-                b"sha1hex": lambda *a: sha1hex(_lua_text(a[0]) or b"").encode(),
+                b"sha1hex": lambda *a: sha1hex(lua_text(a[0]) or b"").encode(),
                 b"error_table": lambda text: self.error_table(text),
                 b"setresp": self._setresp,
                 b"random": self._random,
@@ -325,7 +203,7 @@ class Engine:
         return self._call(*values)[1]
 
     def _acl_check(self, *values: Any) -> tuple[bool, Any]:
-        args = [_lua_text(v) for v in values]
+        args = [lua_text(v) for v in values]
         if not args or any(a is None for a in args):
             return False, self.error_table(
                 b"Lua redis lib command arguments must be strings or integers"
@@ -344,7 +222,7 @@ class Engine:
             level = float(level)
         if int(level) not in _LOG_LEVELS:
             return False, b"ERR Invalid debug level."
-        parts = [t for t in map(_lua_text, values[1:]) if t is not None]
+        parts = [t for t in map(lua_text, values[1:]) if t is not None]
         if self._host is not None:
             self._host.log(int(level), b" ".join(parts).decode("utf-8", "replace"))
         return True, None
@@ -525,7 +403,7 @@ class Engine:
             raise ScriptError(f"Invalid metadata value given: {part.decode('utf-8', 'replace')}")
         if name is None:
             raise ScriptError("Library name was not given")
-        if not _valid_name(name):
+        if not valid_name(name):
             raise ScriptError(
                 "Library names can only contain letters, numbers, or underscores(_) and must be at "
                 "least one character long"
@@ -580,7 +458,7 @@ class Engine:
             description: bytes | None = None
             flags: set[str] = set()
             if len(values) == 2:
-                name, callback = _lua_text(values[0]), values[1]
+                name, callback = lua_text(values[0]), values[1]
                 if name is None:
                     return b"ERR first argument to redis.register_function must be a string"
                 if self._type(callback) != b"function":
@@ -595,16 +473,16 @@ class Engine:
                 for key, value in self.items(values[0]):
                     if not isinstance(key, bytes | int | float) or isinstance(key, bool):
                         return b"ERR named argument key given to redis.register_function is not a string"
-                    field = (_lua_text(key) or b"").lower()
+                    field = (lua_text(key) or b"").lower()
                     if field == b"function_name":
-                        name = _lua_text(value)
+                        name = lua_text(value)
                         if name is None:
                             return (
                                 b"ERR function_name argument given to redis.register_function "
                                 b"must be a string"
                             )
                     elif field == b"description":
-                        description = _lua_text(value)
+                        description = lua_text(value)
                         if description is None:
                             return (
                                 b"ERR description argument given to redis.register_function "
@@ -624,7 +502,7 @@ class Engine:
                                 b"representing function flags"
                             )
                         for _, flag in self.items(value):
-                            text = _lua_text(flag)
+                            text = lua_text(flag)
                             found = (text or b"").decode("utf-8", "replace").lower()
                             if text is None or found not in FLAG_NAMES:
                                 return b"ERR unknown flag given"
@@ -635,7 +513,7 @@ class Engine:
                     return b"ERR redis.register_function must get a function name argument"
                 if callback is None:
                     return b"ERR redis.register_function must get a callback argument"
-            if not _valid_name(name):
+            if not valid_name(name):
                 return (
                     b"ERR Library names can only contain letters, numbers, or underscores(_) and "
                     b"must be at least one character long"
@@ -711,9 +589,9 @@ class Engine:
             )
             return error(f"Error running script {name}, {text[:100]}")
         get = self._rawget
-        message = (_lua_text(get(err, b"err")) or b"").partition(b"\0")[0]  # (a C string there)
+        message = (lua_text(get(err, b"err")) or b"").partition(b"\0")[0]  # (a C string there)
         line = "-" + message.decode("utf-8", "surrogateescape")
-        source, where = _lua_text(get(err, b"source")), _lua_text(get(err, b"line"))
+        source, where = lua_text(get(err, b"source")), lua_text(get(err, b"line"))
         if source is not None and where is not None:
             line += f" script: {name}, on {source.decode('utf-8', 'surrogateescape')}:{where.decode()}."
         return error(line)

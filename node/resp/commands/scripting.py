@@ -26,8 +26,7 @@ from node.resp.commands.common import NOT_INTEGER, REDIS_VERSION, help_reply
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import OK, RESP2, RESP3, array, as_text, bulk, error, integer, simple
-from node.scripting import Engine, Function, Script, ScriptError
-from node.scripting.engine import FLAG_NAMES
+from node.scripting import FLAG_NAMES, Engine, Function, Script, ScriptError
 from routing import glob_match
 
 __all__ = ["COMMANDS", "ScriptClient", "answer_while_busy"]
