@@ -21,11 +21,24 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from node.connection import Reason
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, REDIS_VERSION, help_reply
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
-from node.resp.writer import OK, RESP2, RESP3, array, as_text, bulk, error, integer, simple
+from node.resp.errors import RespProtocolError
+from node.resp.writer import (
+    OK,
+    RESP2,
+    RESP3,
+    array,
+    as_text,
+    bulk,
+    error,
+    integer,
+    protocol_error,
+    simple,
+)
 from node.scripting import FLAG_NAMES, Engine, Function, Script, ScriptError
 from routing import glob_match
 
@@ -243,15 +256,20 @@ def answer_while_busy(conn: RespConnection, data: bytes) -> None:
     """What another client sent while a script is busy: SCRIPT KILL and FUNCTION KILL act, every
     other request is answered BUSY (as redis-server answers them then)."""
     running = conn.broker.scripts.running
-    conn.parser.receive_data(data)
-    for command in conn.parser.commands():
-        args = command.args
-        name, sub = args[0].lower(), args[1].lower() if len(args) == 2 else b""
-        if sub == b"kill" and name in (b"script", b"function"):
-            conn.send(_kill(conn, eval_mode=name == b"script"))
-        else:
-            eval_mode = running is None or running.eval_mode
-            conn.send(error(_BUSY_EVAL if eval_mode else _BUSY_FUNCTION))
+    try:
+        conn.parser.receive_data(data)
+        for command in conn.parser.commands():
+            args = command.args
+            name, sub = args[0].lower(), args[1].lower() if len(args) == 2 else b""
+            if sub == b"kill" and name in (b"script", b"function"):
+                conn.send(_kill(conn, eval_mode=name == b"script"))
+            else:
+                eval_mode = running is None or running.eval_mode
+                conn.send(error(_BUSY_EVAL if eval_mode else _BUSY_FUNCTION))
+    except RespProtocolError as exc:  # (as the connection answers one when it is not busy)
+        if exc.message is not None:
+            conn.send(protocol_error(exc.message))
+        conn.close(Reason.PROTOCOL_VIOLATION)
 
 
 def _script_load(conn: RespConnection, args: list[bytes]) -> None:

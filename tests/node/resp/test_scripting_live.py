@@ -307,10 +307,13 @@ async def test_a_busy_script_answers_others_busy_and_can_be_killed() -> None:
         assert port is not None
 
         def scenario() -> None:
-            runner, other = Client(port), Client(port)
-            for client in (runner, other):  # (both served before the script starts)
+            runner, other, rude = Client(port), Client(port), Client(port)
+            for client in (runner, other, rude):  # (all served before the script starts)
                 assert client.send("PING") == b"+PONG\r\n"
             assert _busy(runner, other, ["EVAL", "while true do end", "0"]) == BUSY_EVAL
+            rude.sock.sendall(b"*abc\r\n")  # (a protocol error while busy closes only its sender)
+            assert rude.file.readline() == b"-ERR Protocol error: invalid multibulk length\r\n"
+            rude.close()
             assert other.send("XLEN", "s") == BUSY_EVAL
             assert other.send("FUNCTION", "KILL") == BUSY_EVAL  # (not a function that runs)
             assert other.send("SCRIPT", "KILL") == b"+OK\r\n"
