@@ -45,6 +45,7 @@ from node.scripting.records import (
     lua_text,
     parse_shebang,
     sha1hex,
+    split_args,
     valid_name,
 )
 
@@ -390,7 +391,7 @@ class Engine:
         end = code.find(b"\n")
         if end < 0:
             raise ScriptError("Invalid library metadata")
-        parts = code[:end].split()
+        parts = split_args(code[:end])
         if not parts:
             raise ScriptError("Invalid library metadata")
         engine, name = parts[0][2:], None

@@ -17,6 +17,7 @@ __all__ = [
     "lua_text",
     "parse_shebang",
     "sha1hex",
+    "split_args",
     "valid_name",
 ]
 
@@ -75,6 +76,73 @@ class Library:
         """Its functions, by name as registered."""
 
 
+_ESCAPES: Final = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
+_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
+
+
+def split_args(line: bytes) -> list[bytes] | None:
+    """A line split into words as redis-server's ``sdssplitargs`` splits it: blanks separate
+    words; "..." (with \\xHH and \\n-style escapes) and '...' quote parts of a word; a closing
+    quote must end the word. None when quotes are unbalanced."""
+    words: list[bytes] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in b" \n\r\t\f\v":
+            i += 1
+        if i >= n:
+            return words
+        word = bytearray()
+        quote = 0
+        while True:
+            if quote == 0x22:  # "
+                if i >= n:
+                    return None
+                c = line[i]
+                if (
+                    c == 0x5C
+                    and i + 3 < n
+                    and line[i + 1] == 0x78
+                    and {line[i + 2], line[i + 3]} <= _HEX
+                ):
+                    word.append(int(line[i + 2 : i + 4], 16))
+                    i += 4
+                    continue
+                if c == 0x5C and i + 1 < n:
+                    word += _ESCAPES.get(line[i + 1], bytes((line[i + 1],)))
+                    i += 2
+                    continue
+                i += 1
+                if c == 0x22:
+                    if i < n and line[i] not in b" \n\r\t\f\v":
+                        return None
+                    break
+                word.append(c)
+            elif quote == 0x27:  # '
+                if i >= n:
+                    return None
+                c = line[i]
+                if c == 0x5C and i + 1 < n and line[i + 1] == 0x27:
+                    word.append(0x27)
+                    i += 2
+                    continue
+                i += 1
+                if c == 0x27:
+                    if i < n and line[i] not in b" \n\r\t\f\v":
+                        return None
+                    break
+                word.append(c)
+            else:
+                if i >= n or line[i] in b" \n\r\t\f\v":
+                    break
+                c = line[i]
+                i += 1
+                if c in (0x22, 0x27):
+                    quote = c
+                else:
+                    word.append(c)
+        words.append(bytes(word))
+
+
 def sha1hex(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()
 
@@ -90,7 +158,7 @@ def parse_shebang(body: bytes) -> tuple[frozenset[str] | None, int]:
     end = body.find(b"\n")
     if end < 0:
         raise ScriptError("Invalid script shebang")
-    parts = body[:end].split()
+    parts = split_args(body[:end])
     if not parts:
         raise ScriptError("Invalid engine in script shebang")
     if parts[0] != b"#!lua":

@@ -10,6 +10,8 @@ drift). Tests that need strings (SET, GET, INCR) use streams and keys instead un
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from node.broker import Broker
 from node.config.options import Config
@@ -1158,3 +1160,22 @@ def test_a_library_whose_code_runs_too_long_is_refused(peer: Peer) -> None:
         b"-ERR Error registering functions: ERR FUNCTION LOAD timeout\r\n"
     )
     assert peer.send("FUNCTION", "LIST") == b"*0\r\n"
+
+
+def test_metadata_words_are_split_as_redis_splits_them(peer: Peer) -> None:
+    quoted = "#!lua name=\"foo\"\nredis.register_function('foo', function() return 1 end)"
+    assert peer.send("FUNCTION", "LOAD", "REPLACE", quoted) == b"$3\r\nfoo\r\n"
+    unbalanced = "#!lua name=\"foo\nredis.register_function('foo', function() return 1 end)"
+    assert peer.send("FUNCTION", "LOAD", unbalanced) == b"-ERR Invalid library metadata\r\n"
+    assert peer.send("EVAL", "#!lua flags='no-writes'\nreturn 1", "0") == b":1\r\n"
+    assert peer.send("EVAL", '#!lua flags="no\n', "0") == b"-ERR Invalid engine in script shebang\r\n"
+
+
+@given(st.binary(max_size=40))
+def test_any_shebang_line_is_an_answer(line: bytes) -> None:
+    peer = Peer(Broker(Config()))
+    for request in (
+        ["EVAL", b"#!" + line + b"\nreturn 1", "0"],
+        ["FUNCTION", "LOAD", b"#!" + line + b"\n"],
+    ):
+        assert peer.send(*request)[:1] in (b"-", b":", b"$")
