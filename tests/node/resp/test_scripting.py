@@ -1174,8 +1174,9 @@ def test_metadata_words_are_split_as_redis_splits_them(peer: Peer) -> None:
 @given(st.binary(max_size=40))
 def test_any_shebang_line_is_an_answer(line: bytes) -> None:
     peer = Peer(Broker(Config()))
-    for request in (
+    requests: list[list[bytes | str]] = [
         ["EVAL", b"#!" + line + b"\nreturn 1", "0"],
         ["FUNCTION", "LOAD", b"#!" + line + b"\n"],
-    ):
+    ]
+    for request in requests:
         assert peer.send(*request)[:1] in (b"-", b":", b"$")
