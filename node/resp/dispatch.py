@@ -20,13 +20,13 @@ FLAGS: Final = {
     "readonly": "reads keys and changes nothing else (redis-server's flag)",
     "denyoom": "may add data (redis-server's flag): refused past ``maxmemory``",
     "no_auth": "runs before the client signs in (redis-server's flag)",
+    "noscript": "refused to scripts (redis-server's flag)",
     "on_keys": "answered as a command on keys is (``write`` and ``readonly`` imply it): its reply "
     "may wait on the journal's commit, and becomes the journal's error if that fails (EXEC, for "
     "what it runs)",
     "subscribed": "runs in RESP2's subscribed mode",
     "unqueued": "runs at once inside MULTI rather than being queued",
     "ends_multi": "ends a transaction: runs at once inside MULTI, even past ``maxmemory``",
-    "noscript": "refused to scripts (redis-server's flag)",
 }
 """The flags a command may carry, and what each means. The last three stand for lists of commands
 in redis-server's ``processCommand``."""

@@ -2,8 +2,18 @@
 ``prelude.lua``), its records (``records``), the bundled libraries (``libraries``), and the node's
 registry of runtimes (``Scripts``)."""
 
-from node.scripting.engine import Engine, Host
+from node.scripting.engine import Engine, Host, Outcome
 from node.scripting.records import FLAG_NAMES, Function, Library, Script, ScriptError
 from node.scripting.registry import Scripts
 
-__all__ = ["FLAG_NAMES", "Engine", "Function", "Host", "Library", "Script", "ScriptError", "Scripts"]
+__all__ = [
+    "FLAG_NAMES",
+    "Engine",
+    "Function",
+    "Host",
+    "Library",
+    "Outcome",
+    "Script",
+    "ScriptError",
+    "Scripts",
+]

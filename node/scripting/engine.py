@@ -27,7 +27,6 @@ from typing import Any, Final, Protocol
 
 import lupa.lua51 as lua51
 
-from node.resp.writer import Writer, error, format_double
 from node.scripting.libraries import (
     LibraryError,
     bit_library,
@@ -49,7 +48,7 @@ from node.scripting.records import (
     valid_name,
 )
 
-__all__ = ["HOOK_INSTRUCTIONS", "LOAD_TIMEOUT", "MAX_MEMORY", "Engine", "Host"]
+__all__ = ["HOOK_INSTRUCTIONS", "LOAD_TIMEOUT", "MAX_MEMORY", "Engine", "Host", "Outcome"]
 
 MAX_MEMORY: Final = 256 * 1024 * 1024
 """The most memory one runtime may hold (a script past it fails)."""
@@ -62,6 +61,11 @@ _LOAD_TIMEOUT: Final = b"ERR FUNCTION LOAD timeout"
 _NO_ARGUMENTS: Final = b"Please specify at least one argument for this redis lib call"
 _BAD_ARGUMENT: Final = b"Lua redis lib command arguments must be strings or integers"
 _LOG_LEVELS: Final = range(4)
+
+
+Outcome = bytes | str
+"""What running a script gives: its reply (RESP bytes), or an error's text (after ``-ERR ``, or a
+whole ``-CODE ...`` line) that the caller writes as an error reply."""
 
 
 class Host(Protocol):
@@ -96,7 +100,14 @@ class _ErrorReply(Exception):
 class Engine:
     """One sandboxed Lua runtime: the script cache and the function libraries of an account."""
 
-    def __init__(self, *, version: str, max_memory: int = MAX_MEMORY) -> None:
+    def __init__(
+        self,
+        *,
+        version: str,
+        double_text: Callable[[float], bytes],
+        max_memory: int = MAX_MEMORY,
+    ) -> None:
+        self._double_text = double_text
         self._runtime = lua51.LuaRuntime(
             encoding=None,
             register_eval=False,
@@ -137,7 +148,7 @@ class Engine:
                 b"struct": self._library(unsupported_library("struct", ["pack", "unpack", "size"])),
                 b"version": version.encode(),
                 b"resp": lambda: self._host.resp if self._host is not None else 2,
-                b"format_double": lambda n: format_double(float(n)),
+                b"format_double": lambda n: double_text(float(n)),
                 b"version_num": (major << 16) | (minor << 8) | patch,
             }
         )
@@ -180,7 +191,7 @@ class Engine:
                 if isinstance(value, bytes):
                     args.append(value)
                 elif isinstance(value, int | float) and not isinstance(value, bool):
-                    args.append(format_double(float(value)))
+                    args.append(self._double_text(float(value)))
                 else:
                     return False, self.error_table(_BAD_ARGUMENT)
             host = self._host
@@ -362,15 +373,14 @@ class Engine:
         return script
 
     def run_script(
-        self, script: Script, keys: list[bytes], argv: list[bytes], host: Host, writer: Writer
-    ) -> bytes:
-        """Run ``script`` with KEYS and ARGV; its reply in ``writer``'s protocol."""
+        self, script: Script, keys: list[bytes], argv: list[bytes], host: Host, protocol: int
+    ) -> Outcome:
+        """Run ``script`` with KEYS and ARGV; its reply in RESP ``protocol`` (2 or 3)."""
         return self._run(
             lambda hook: self._run_eval(
-                writer.version, script.function, self._array(keys), self._array(argv), hook
+                protocol, script.function, self._array(keys), self._array(argv), hook
             ),
             host,
-            writer,
             script.sha,
         )
 
@@ -546,15 +556,14 @@ class Engine:
         self._runtime.gccollect()
 
     def run_function(
-        self, function: Function, keys: list[bytes], argv: list[bytes], host: Host, writer: Writer
-    ) -> bytes:
+        self, function: Function, keys: list[bytes], argv: list[bytes], host: Host, protocol: int
+    ) -> Outcome:
         """Call a registered function with its keys and arguments; its reply."""
         return self._run(
             lambda hook: self._run_function(
-                writer.version, function.callback, self._array(keys), self._array(argv), hook
+                protocol, function.callback, self._array(keys), self._array(argv), hook
             ),
             host,
-            writer,
             function.name.decode("utf-8", "surrogateescape"),
         )
 
@@ -564,16 +573,16 @@ class Engine:
         """KEYS or ARGV (None for none: the runtime makes the empty table)."""
         return self._table_from(items) if items else None
 
-    def _run(self, start: Callable[[int], Any], host: Host, writer: Writer, name: str) -> bytes:
+    def _run(self, start: Callable[[int], Any], host: Host, name: str) -> Outcome:
         self._host = host
         try:
             try:
                 outcome = start(self.hook_instructions)
             except lua51.LuaMemoryError:
                 self._runtime.gccollect()
-                return error("Error running script, not enough memory")
+                return "Error running script, not enough memory"
             except lua51.LuaError as exc:
-                return error(f"Error running script {name}, {str(exc)[:100]}")
+                return f"Error running script {name}, {str(exc)[:100]}"
             ok, value = outcome
             if ok:
                 return bytes(value)
@@ -583,19 +592,19 @@ class Engine:
             if self._runtime.get_memory_used() > self._max_memory // 2:
                 self._runtime.gccollect()
 
-    def _error_reply(self, err: Any, name: str) -> bytes:
+    def _error_reply(self, err: Any, name: str) -> str:
         if self._type(err) != b"table":
             text = (
                 err.decode("utf-8", "surrogateescape") if isinstance(err, bytes) else "execution failure"
             )
-            return error(f"Error running script {name}, {text[:100]}")
+            return f"Error running script {name}, {text[:100]}"
         get = self._rawget
         message = (lua_text(get(err, b"err")) or b"").partition(b"\0")[0]  # (a C string there)
         line = "-" + message.decode("utf-8", "surrogateescape")
         source, where = lua_text(get(err, b"source")), lua_text(get(err, b"line"))
         if source is not None and where is not None:
             line += f" script: {name}, on {source.decode('utf-8', 'surrogateescape')}:{where.decode()}."
-        return error(line)
+        return line
 
 
 def _error_of(value: object) -> Any:

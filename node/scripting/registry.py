@@ -61,9 +61,11 @@ class Scripts:
         self.while_busy: Callable[[], None] = _nobody_else
         """Serve the other clients once without waiting (called while a script is busy)."""
 
-    def engine(self, account: str, version: str) -> Engine:
-        """The account's runtime (made on first use, reporting ``version`` as REDIS_VERSION)."""
+    def engine(self, account: str, version: str, double_text: Callable[[float], bytes]) -> Engine:
+        """The account's runtime (made on first use, reporting ``version`` as REDIS_VERSION and
+        writing a number a script hands to a command with ``double_text``)."""
         engine = self._engines.get(account)
         if engine is None:
-            engine = self._engines[account] = Engine(version=version, max_memory=self.max_memory)
+            engine = Engine(version=version, double_text=double_text, max_memory=self.max_memory)
+            self._engines[account] = engine
         return engine

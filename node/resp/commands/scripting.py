@@ -35,11 +35,12 @@ from node.resp.writer import (
     as_text,
     bulk,
     error,
+    format_double,
     integer,
     protocol_error,
     simple,
 )
-from node.scripting import FLAG_NAMES, Engine, Function, Script, ScriptError
+from node.scripting import FLAG_NAMES, Engine, Function, Outcome, Script, ScriptError
 from routing import glob_match
 
 __all__ = ["COMMANDS", "ScriptClient", "answer_while_busy"]
@@ -137,7 +138,7 @@ class ScriptClient:
 
 
 def _engine(conn: RespConnection) -> Engine:
-    return conn.broker.scripts.engine(conn.account.name, REDIS_VERSION)
+    return conn.broker.scripts.engine(conn.account.name, REDIS_VERSION, format_double)
 
 
 def _libraries(conn: RespConnection) -> dict[bytes, bytes]:
@@ -191,9 +192,8 @@ def _run_script(conn: RespConnection, args: list[bytes], numkeys: int, script: S
         return
     keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
     engine = _engine(conn)
-    conn.reply(
-        _running(conn, client, lambda: engine.run_script(script, keys, argv, client, conn.writer))
-    )
+    protocol = conn.writer.version
+    conn.reply(_running(conn, client, lambda: engine.run_script(script, keys, argv, client, protocol)))
 
 
 def _eval(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
@@ -229,14 +229,16 @@ def _evalsha(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
     return handler
 
 
-def _running(conn: RespConnection, client: ScriptClient, run: Callable[[], bytes]) -> bytes:
-    """Run a script as the node's running one (what SCRIPT KILL and the busy replies see)."""
+def _running(conn: RespConnection, client: ScriptClient, run: Callable[[], Outcome]) -> bytes:
+    """Run a script as the node's running one (what SCRIPT KILL and the busy replies see); its
+    reply."""
     scripts = conn.broker.scripts
     scripts.running = client
     try:
-        return run()
+        outcome = run()
     finally:
         scripts.running = None
+    return outcome if isinstance(outcome, bytes) else error(outcome)
 
 
 def _kill(conn: RespConnection, eval_mode: bool) -> bytes:
@@ -431,7 +433,7 @@ def _fcall(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
         if client is None:
             return
         keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
-        run = lambda: engine.run_function(function, keys, argv, client, conn.writer)  # noqa: E731
+        run = lambda: engine.run_function(function, keys, argv, client, conn.writer.version)  # noqa: E731
         conn.reply(_running(conn, client, run))
 
     return handler
