@@ -9,12 +9,14 @@ redis-server does (integers to numbers, bulk strings to strings, nulls to false,
 status to ``{ok=...}``, errors to ``{err=...}`` raised by ``redis.call``; RESP3's map, set, double,
 big number, verbatim string, boolean and null after ``redis.setresp(3)``). What a script returns is
 converted the other way into the caller's protocol (numbers truncated to integers, tables read up
-to their first nil, ``{ok=}``, ``{err=}``, false as null, true as 1).
+to their first nil, ``{ok=}``, ``{err=}``, false as null, true as 1) by the prelude's serializer.
+Scripts run inside one long-lived coroutine of the runtime (see the prelude).
 
 Errors come out as redis-server words them: ``Error compiling script (new function): ...``,
 runtime errors with `` script: <sha>, on @user_script:<line>.`` appended. Memory is bounded
 (``MAX_MEMORY``): a script that exhausts it fails with an error reply. ``Host.tick`` is called every
-``HOOK_INSTRUCTIONS`` Lua instructions; answering True kills the script.
+``HOOK_INSTRUCTIONS`` Lua instructions; answering True kills the script. A library's code that
+runs past ``LOAD_TIMEOUT`` while FUNCTION LOAD registers it fails the same way.
 """
 
 from __future__ import annotations
