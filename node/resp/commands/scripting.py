@@ -89,6 +89,10 @@ class ScriptClient:
         self.eval_mode = eval_mode
         self.dirty = False
         self.killed = False
+        self.name = b""
+        """The function's name (a function's run)."""
+        self.request: list[bytes] = []
+        """The FCALL that runs it."""
         self._started = time.monotonic()
         self.resp = 2
 
@@ -126,6 +130,10 @@ class ScriptClient:
         if command is not None and command.subcommands is not None and len(args) >= 2:
             command = command.subcommands.get(args[1].lower())
         return None if command is None else True
+
+    @property
+    def duration_ms(self) -> int:
+        return int((time.monotonic() - self._started) * 1000)
 
     def tick(self) -> bool:
         """Let the node's worker threads have the interpreter a moment; past the busy threshold,
@@ -255,8 +263,8 @@ def _kill(conn: RespConnection, eval_mode: bool) -> bytes:
 
 
 def answer_while_busy(conn: RespConnection, data: bytes) -> None:
-    """What another client sent while a script is busy: SCRIPT KILL and FUNCTION KILL act, every
-    other request is answered BUSY (as redis-server answers them then)."""
+    """What another client sent while a script is busy: SCRIPT KILL and FUNCTION KILL act, FUNCTION
+    STATS answers, every other request is answered BUSY (as redis-server answers them then)."""
     running = conn.broker.scripts.running
     try:
         conn.parser.receive_data(data)
@@ -265,6 +273,8 @@ def answer_while_busy(conn: RespConnection, data: bytes) -> None:
             name, sub = args[0].lower(), args[1].lower() if len(args) == 2 else b""
             if sub == b"kill" and name in (b"script", b"function"):
                 conn.send(_kill(conn, eval_mode=name == b"script"))
+            elif (name, sub) == (b"function", b"stats"):
+                conn.send(_stats(conn))
             else:
                 eval_mode = running is None or running.eval_mode
                 conn.send(error(_BUSY_EVAL if eval_mode else _BUSY_FUNCTION))
@@ -401,21 +411,33 @@ def _function_list(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _function_stats(conn: RespConnection, args: list[bytes]) -> None:
+    conn.reply(_stats(conn))
+
+
+def _stats(conn: RespConnection) -> bytes:
+    """FUNCTION STATS: the function running now (answered while it is busy too), and the counts."""
+    running = conn.broker.scripts.running
+    if isinstance(running, ScriptClient) and running.eval_mode:
+        return error(_BUSY_EVAL)
     engine = _engine(conn)
     writer = conn.writer
+    now = writer.null
+    if isinstance(running, ScriptClient):
+        now = writer.map(
+            [
+                (bulk(b"name"), bulk(running.name)),
+                (bulk(b"command"), array(bulk(arg) for arg in running.request)),
+                (bulk(b"duration_ms"), integer(running.duration_ms)),
+            ]
+        )
     counts = writer.map(
         [
             (bulk(b"libraries_count"), integer(len(engine.libraries))),
             (bulk(b"functions_count"), integer(len(engine.functions))),
         ]
     )
-    conn.reply(
-        writer.map(
-            [
-                (bulk(b"running_script"), writer.null),
-                (bulk(b"engines"), writer.map([(bulk(b"LUA"), counts)])),
-            ]
-        )
+    return writer.map(
+        [(bulk(b"running_script"), now), (bulk(b"engines"), writer.map([(bulk(b"LUA"), counts)]))]
     )
 
 
@@ -432,6 +454,8 @@ def _fcall(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
         client = _prepare(conn, function.flags, ro, eval_mode=False)
         if client is None:
             return
+        client.name = function.name
+        client.request = args
         keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
         run = lambda: engine.run_function(function, keys, argv, client, conn.writer.version)  # noqa: E731
         conn.reply(_running(conn, client, run))

@@ -316,6 +316,7 @@ async def test_a_busy_script_answers_others_busy_and_can_be_killed() -> None:
             rude.close()
             assert other.send("XLEN", "s") == BUSY_EVAL
             assert other.send("FUNCTION", "KILL") == BUSY_EVAL  # (not a function that runs)
+            assert other.send("FUNCTION", "STATS") == BUSY_EVAL
             assert other.send("SCRIPT", "KILL") == b"+OK\r\n"
             assert runner._reply().startswith(b"-ERR Script killed by user with SCRIPT KILL... script: ")
             assert other.send("PING") == b"+PONG\r\n"
@@ -337,6 +338,11 @@ async def test_a_busy_script_answers_others_busy_and_can_be_killed() -> None:
                 "#!lua name=spin\nredis.register_function('spin', function() while true do end end)",
             )
             assert _busy(runner, other, ["FCALL", "spin", "0"]) == BUSY_FUNCTION
+            stats = other.send("FUNCTION", "STATS")
+            assert stats.startswith(
+                b"*4\r\n$14\r\nrunning_script\r\n*6\r\n$4\r\nname\r\n$4\r\nspin\r\n"
+                b"$7\r\ncommand\r\n*3\r\n$5\r\nFCALL\r\n$4\r\nspin\r\n$1\r\n0\r\n$11\r\nduration_ms\r\n:"
+            )
             assert other.send("SCRIPT", "KILL") == BUSY_FUNCTION
             assert other.send("FUNCTION", "KILL") == b"+OK\r\n"
             assert runner._reply().startswith(b"-ERR Script killed by user with SCRIPT KILL...")
