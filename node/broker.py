@@ -24,6 +24,7 @@ from node.accounts.auth import Authenticator
 from node.config.keyspace_events import parse_flags
 from node.config.options import Config
 from node.data.keyspace import Keyspaces
+from node.scripting.registry import Scripts
 from routing import (
     EMPTY_MATCH,
     InterestChange,
@@ -149,6 +150,8 @@ class Broker:
         """Called with each change of local interest, in order (the cluster's links listen)."""
         self.keyspaces = Keyspaces()
         """Every account's keys (Redis streams)."""
+        self.scripts = Scripts()
+        """Every account's Lua scripts and function libraries."""
         self.keyspaces.maxmemory = config.redis.maxmemory if config.redis is not None else 0
         events = parse_flags(config.redis.notify_keyspace_events.encode()) if config.redis else 0
         self.keyspaces.notifier.configure(events or 0)

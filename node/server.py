@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,11 +35,12 @@ from node.data.keyspace import SWEEP_SECONDS
 from node.nats.client import ClientConnection
 from node.nats.discovery import connect_urls
 from node.nats.protocol import writer as w
+from node.resp.commands.scripting import answer_while_busy
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.writer import error
 from transport.arrival import Arrivals
-from transport.sessions import Flusher, Session
+from transport.sessions import READ_SIZE, Flusher, Session
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 
 __all__ = ["ClosingPace", "Server", "closing_pace"]
@@ -113,6 +115,8 @@ class Server:
         self.flusher = Flusher()
         self.arrivals = Arrivals()
         """Redis clients' input is taken in the order it arrived, as redis-server takes it."""
+        self._redis_sessions: set[Session] = set()
+        self.broker.scripts.while_busy = self._serve_while_busy
         self._tls = server_context(config.tls) if config.tls is not None else None
         self._verifications = trio.CapacityLimiter(VERIFICATIONS)
 
@@ -256,13 +260,40 @@ class Server:
             clock=trio.current_time,
             limits=self.config.redis,
         )
-        await self._serve(
-            session,
-            conn,
-            partial(self._redis_timers, conn),
-            after_input=partial(self._after_input, session, conn),
-            arrivals=self.arrivals,
-        )
+        self._redis_sessions.add(session)
+        try:
+            await self._serve(
+                session,
+                conn,
+                partial(self._redis_timers, conn),
+                after_input=partial(self._after_input, session, conn),
+                arrivals=self.arrivals,
+            )
+        finally:
+            self._redis_sessions.discard(session)
+
+    def _serve_while_busy(self) -> None:
+        """A script is busy on this thread: read what the other Redis clients sent without waiting,
+        and answer it at once (``answer_while_busy``)."""
+        running = self.broker.scripts.running
+        caller = running.caller if running is not None else None
+        for session in list(self._redis_sessions):
+            conn = session.conn
+            if (
+                session.fd < 0
+                or conn is caller
+                or not isinstance(conn, RespConnection)
+                or conn.closing is not None
+                or conn.blocked is not None
+            ):
+                continue
+            try:
+                data = os.read(session.fd, READ_SIZE)
+            except OSError:  # (nothing to read, or the socket failed: its reader finds out later)
+                continue
+            if data:
+                answer_while_busy(conn, data)
+                session.write_now()
 
     async def _refused(self, stream: trio.abc.Stream, refusal: bytes) -> bool:
         """Whether the node is at its connection limit (then the newcomer is told so and cut off)."""

@@ -580,14 +580,17 @@ class Database:
 
 
 class Keyspace:
-    """One account's databases, created as they are first used."""
+    """One account's databases, created as they are first used, and its function libraries."""
 
-    __slots__ = ("_databases", "keyspaces", "name")
+    __slots__ = ("_databases", "keyspaces", "libraries", "name")
 
     def __init__(self, keyspaces: Keyspaces, name: str) -> None:
         self.keyspaces = keyspaces
         self.name = name
         self._databases: dict[int, Database] = {}
+        self.libraries: dict[bytes, bytes] = {}
+        """The code of each function library loaded (FUNCTION LOAD), by name: kept with the keys
+        so that a rewrite of the journal keeps them too."""
 
     def database(self, index: int) -> Database:
         db = self._databases.get(index)

@@ -146,6 +146,8 @@ class RespConnection(Connection):
         self.last_command = "NULL"
         self.tracking: ClientTracking | None = None
         """CLIENT TRACKING's state while it is on (``node.resp.tracking``)."""
+        self.scripted = False
+        """A script's client: blocking reads refuse BLOCK, as redis-server refuses it to scripts."""
 
     @property
     def subscribed(self) -> bool:
@@ -521,6 +523,19 @@ class RespConnection(Connection):
         finally:
             self._captured = None
         self.reply(array_header(len(queued)) + b"".join(replies))
+
+    def run_captured(self, command: Command[RespConnection], args: list[bytes]) -> bytes:
+        """Run ``command`` (already checked by the caller, as a script's ``redis.call`` checks it)
+        and answer its reply instead of sending it; a blocking read answers at once, as in EXEC."""
+        replies: list[bytes] = []
+        self._captured = replies
+        self.last_command = command.name
+        try:
+            self._call(command, args)
+            self._remember(command, args)
+        finally:
+            self._captured = None
+        return b"".join(replies)
 
     def watch(self, keys: list[bytes]) -> None:
         db = self.database

@@ -20,6 +20,7 @@ FLAGS: Final = {
     "readonly": "reads keys and changes nothing else (redis-server's flag)",
     "denyoom": "may add data (redis-server's flag): refused past ``maxmemory``",
     "no_auth": "runs before the client signs in (redis-server's flag)",
+    "noscript": "refused to scripts (redis-server's flag)",
     "on_keys": "answered as a command on keys is (``write`` and ``readonly`` imply it): its reply "
     "may wait on the journal's commit, and becomes the journal's error if that fails (EXEC, for "
     "what it runs)",
@@ -58,6 +59,7 @@ class Command(Generic[C]):
         "key",
         "name",
         "no_auth",
+        "noscript",
         "on_keys",
         "queueable",
         "subcommands",
@@ -88,6 +90,7 @@ class Command(Generic[C]):
         self.on_keys = self.writes or bool(self.flags & {"readonly", "on_keys"})
         self.denyoom = "denyoom" in self.flags
         self.no_auth = "no_auth" in self.flags
+        self.noscript = "noscript" in self.flags
         self.subscribed = "subscribed" in self.flags
         self.ends_multi = "ends_multi" in self.flags
         self.queueable = not (self.ends_multi or "unqueued" in self.flags)

@@ -30,6 +30,7 @@ __all__ = [
     "as_text",
     "bulk",
     "error",
+    "format_double",
     "integer",
     "protocol_error",
     "simple",
@@ -93,7 +94,7 @@ def array(items: Iterable[bytes]) -> bytes:
     return b"*%d\r\n%b" % (len(encoded), b"".join(encoded))
 
 
-def _format_double(value: float) -> bytes:
+def format_double(value: float) -> bytes:
     """A double as redis-server 7.2's ``d2string``: ``nan``, ``inf``, ``-inf``, ``0``/``-0``,
     an integer when the value is one (within half the 64-bit range), else the shortest digits that
     read back as the value, laid out as ``fpconv_dtoa`` lays them out (plain up to 21 integer digits
@@ -174,7 +175,7 @@ class Writer:
         return self.push_header(len(encoded)) + b"".join(encoded)
 
     def double(self, value: float) -> bytes:
-        text = _format_double(value)
+        text = format_double(value)
         return b",%b\r\n" % text if self.version == 3 else bulk(text)
 
     def big_number(self, digits: bytes) -> bytes:

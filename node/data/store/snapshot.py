@@ -49,8 +49,11 @@ def chunks(keyspaces: Keyspaces, size: int) -> Iterator[bytes]:
 
 
 def records(keyspaces: Keyspaces) -> Iterator[bytes]:
-    """Encoded records that rebuild every key of every account (a few records per step)."""
+    """Encoded records that rebuild every key and function library of every account (a few
+    records per step)."""
     for account, keyspace in keyspaces.accounts().items():
+        for code in keyspace.libraries.values():
+            yield encode(account, 0, [b"FUNCTION", b"LOAD", b"REPLACE", code])
         for index, db in sorted(keyspace.databases().items()):
             yield from database_records(account, index, db)
 

@@ -221,12 +221,12 @@ _PUBSUB_HELP = [
     b"    Prints this help.",
 ]
 COMMANDS: Final = (
-    Command("subscribe", -2, _subscribe(shard=False), "subscribed"),
-    Command("unsubscribe", -1, _unsubscribe(shard=False), "subscribed"),
-    Command("psubscribe", -2, _psubscribe, "subscribed"),
-    Command("punsubscribe", -1, _punsubscribe, "subscribed"),
-    Command("ssubscribe", -2, _subscribe(shard=True), "subscribed"),
-    Command("sunsubscribe", -1, _unsubscribe(shard=True), "subscribed"),
+    Command("subscribe", -2, _subscribe(shard=False), "subscribed noscript"),
+    Command("unsubscribe", -1, _unsubscribe(shard=False), "subscribed noscript"),
+    Command("psubscribe", -2, _psubscribe, "subscribed noscript"),
+    Command("punsubscribe", -1, _punsubscribe, "subscribed noscript"),
+    Command("ssubscribe", -2, _subscribe(shard=True), "subscribed noscript"),
+    Command("sunsubscribe", -1, _unsubscribe(shard=True), "subscribed noscript"),
     Command("publish", 3, _publish),
     Command("spublish", 3, _publish),
     Command(

@@ -202,12 +202,12 @@ COMMANDS: Final = (
         -2,
         None,
         subcommands=[
-            Command("config|get", -3, _config_get),
-            Command("config|set", -4, config_set),
+            Command("config|get", -3, _config_get, "noscript"),
+            Command("config|set", -4, config_set, "noscript"),
             Command("config|help", 2, help_reply(_CONFIG_HELP)),
         ],
     ),
     Command("time", 1, _time),
-    Command("bgrewriteaof", 1, _bgrewriteaof),
+    Command("bgrewriteaof", 1, _bgrewriteaof, "noscript"),
 )
 """The server commands, in COMMAND's order."""

@@ -24,7 +24,7 @@ from node.resp.commands.streams import (
 )
 from node.resp.connection import Handler, RespConnection
 from node.resp.dispatch import Command
-from node.resp.writer import array, bulk
+from node.resp.writer import array, as_text, bulk
 
 __all__ = ["COMMANDS"]
 
@@ -55,6 +55,9 @@ def _parse_read(conn: RespConnection, args: list[bytes], group_read: bool) -> _R
         more = len(args) - i - 1
         option = args[i].lower()
         if option == b"block" and more:
+            if conn.scripted:
+                conn.error(f"{as_text(args[0])} command is not allowed with BLOCK option from scripts")
+                return None
             number = string2ll(args[i + 1])
             if number is None:
                 conn.error("timeout is not an integer or out of range")

@@ -11,6 +11,7 @@ from node.resp.commands import (
     lcs,
     objects,
     pubsub,
+    scripting,
     server,
     stream_groups,
     stream_reads,
@@ -36,5 +37,6 @@ COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
         *streams.COMMANDS,
         *stream_reads.COMMANDS,
         *stream_groups.COMMANDS,
+        *scripting.COMMANDS,
     ]
 )

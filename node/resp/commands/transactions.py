@@ -51,10 +51,10 @@ def _unwatch(conn: RespConnection, args: list[bytes]) -> None:
 
 
 COMMANDS: Final = (
-    Command("multi", 1, _multi, "unqueued"),
-    Command("exec", 1, _exec, "on_keys ends_multi"),
-    Command("discard", 1, _discard, "ends_multi"),
-    Command("watch", -2, _watch, "unqueued"),
-    Command("unwatch", 1, _unwatch),
+    Command("multi", 1, _multi, "unqueued noscript"),
+    Command("exec", 1, _exec, "on_keys ends_multi noscript"),
+    Command("discard", 1, _discard, "ends_multi noscript"),
+    Command("watch", -2, _watch, "unqueued noscript"),
+    Command("unwatch", 1, _unwatch, "noscript"),
 )
 """The transaction commands, in COMMAND's order."""
