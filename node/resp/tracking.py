@@ -44,6 +44,13 @@ __all__ = [
 ]
 
 KEY_POSITIONS: Final[dict[bytes, tuple[int, int, int]]] = {
+    b"get": (1, 1, 1),
+    b"strlen": (1, 1, 1),
+    b"getrange": (1, 1, 1),
+    b"substr": (1, 1, 1),
+    b"getbit": (1, 1, 1),
+    b"mget": (1, -1, 1),
+    b"lcs": (1, 2, 1),
     b"exists": (1, -1, 1),
     b"type": (1, 1, 1),
     b"ttl": (1, 1, 1),
@@ -323,19 +330,20 @@ class Tracker:
     def send_broadcasts(self) -> None:
         """Send BCAST clients the keys with their prefixes changed since the last time (called
         once a client's batch of requests has run, as redis-server sends them before it next
-        waits for input, and at once for a change no command made)."""
+        waits for input, and at once for a change no command made): prefix by prefix and key by
+        key in byte order, as redis-server's radix trees hold them."""
         for table in self.prefixes.values():
-            for entry in table.values():
-                if not entry.keys:
-                    continue
+            due = sorted((item for item in table.items() if item[1].keys), key=lambda item: item[0])
+            for _, entry in due:
                 keys, entry.keys = entry.keys, {}
-                everything = _keys(list(keys))
+                order = sorted(keys)
+                everything = _keys(order)
                 for client in list(entry.clients.values()):
                     state = client.tracking
                     if state is None:
                         continue
                     if state.noloop:
-                        theirs = [key for key, writer in keys.items() if writer != client.cid]
+                        theirs = [key for key in order if keys[key] != client.cid]
                         if theirs:
                             self._send(client, state, _keys(theirs))
                     else:

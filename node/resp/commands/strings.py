@@ -5,7 +5,9 @@ Arguments are checked in redis-server's order, so the same bad request earns the
 holding a stream raises ``WrongType`` where redis-server looks it up. Every change is journaled as
 the command that repeats it exactly, as redis-server propagates it: a relative expiry as ``SET ...
 PXAT <ms>`` or ``PEXPIREAT``, arithmetic as ``SET key <result> KEEPTTL``, SET's GET dropped, and
-MSETNX as MSET; a request that changed nothing is not journaled.
+MSETNX as MSET; a request that changed nothing is not journaled. Every change is announced with
+redis-server's keyspace events, in its order (``set`` then ``expire`` for SET ... EX, ``incrby`` for
+INCR and DECR, ``del`` for GETDEL ...); a request that changed nothing announces nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fractions import Fraction
 from typing import Final
 
 from node.data.keyspace import Database
+from node.data.notifications import GENERIC, STRING
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.commands.string_numbers import (
@@ -118,12 +121,23 @@ def _expiry(conn: RespConnection, args: list[bytes], amount: bytes, flags: int, 
     return when
 
 
-def _store(conn: RespConnection, key: bytes, value: bytes, when: int | None, keep_ttl: bool) -> None:
-    """Write a string, with an expiry time or keeping the key's own, and journal it."""
+def _store(
+    conn: RespConnection,
+    key: bytes,
+    value: bytes,
+    when: int | None,
+    keep_ttl: bool,
+    *,
+    event: bytes = b"set",
+) -> None:
+    """Write a string, with an expiry time or keeping the key's own, journal it, and announce
+    ``event`` (then ``expire`` if it was given an expiry time)."""
     db = conn.database
     db.put(key, value, keep_ttl=keep_ttl or when is not None)
+    db.notify(STRING, event, key)
     if when is not None:
         db.set_expiry(key, when)
+        db.notify(GENERIC, b"expire", key)
         conn.log_write([b"SET", key, value, b"PXAT", b"%d" % when])
     else:
         conn.log_write([b"SET", key, value, b"KEEPTTL"] if keep_ttl else [b"SET", key, value])
@@ -132,6 +146,7 @@ def _store(conn: RespConnection, key: bytes, value: bytes, when: int | None, kee
 def _set(conn: RespConnection, args: list[bytes]) -> None:
     if len(args) == 3:  # (the common case, kept short)
         conn.database.put(args[1], args[2])
+        conn.database.notify(STRING, b"set", args[1])
         conn.log_write([b"SET", args[1], args[2]])
         conn.reply(OK)
         return
@@ -198,6 +213,7 @@ def _getdel(conn: RespConnection, args: list[bytes]) -> None:
         return
     conn.reply(_bulk(value))
     db.delete(key)
+    db.notify(GENERIC, b"del", key)
     conn.log_write([b"DEL", key])
 
 
@@ -218,12 +234,15 @@ def _getex(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(_bulk(value))
     if when is not None and parsed.flags & (_EXAT | _PXAT) and when <= now and not db.keyspaces.loading:
         db.delete(key)
+        db.notify(GENERIC, b"del", key)
         conn.log_write([b"DEL", key])
     elif when is not None:
         db.set_expiry(key, when)
+        db.notify(GENERIC, b"expire", key)
         conn.log_write([b"PEXPIREAT", key, b"%d" % when])
     elif parsed.flags & _PERSIST and db.expires_at(key) is not None:
         db.set_expiry(key, None)
+        db.notify(GENERIC, b"persist", key)
         conn.log_write([b"PERSIST", key])
 
 
@@ -255,6 +274,7 @@ def _mset(only_new: bool) -> Handler:
             return
         for key, value in zip(args[1::2], args[2::2], strict=True):
             db.put(key, value)
+            db.notify(STRING, b"set", key)
         conn.log_write([b"MSET", *args[1:]])
         conn.reply(integer(1) if only_new else OK)
 
@@ -282,7 +302,7 @@ def _add(conn: RespConnection, key: bytes, increment: int) -> None:
     if not -(2**63) <= total < 2**63:
         conn.error("increment or decrement would overflow")
         return
-    _store(conn, key, b"%d" % total, None, True)
+    _store(conn, key, b"%d" % total, None, True, event=b"incrby")
     conn.reply(integer(total))
 
 
@@ -326,7 +346,7 @@ def _incrbyfloat(conn: RespConnection, args: list[bytes]) -> None:
         conn.error(NAN_OR_INFINITY)
         return
     text = format_long_double(total)
-    _store(conn, key, text, None, True)
+    _store(conn, key, text, None, True, event=b"incrbyfloat")
     conn.reply(_bulk(text))
 
 
@@ -347,6 +367,7 @@ def _append(conn: RespConnection, args: list[bytes]) -> None:
             value = bytearray(value) + tail
             db.put(key, value, keep_ttl=True)
         length = len(value)
+    db.notify(STRING, b"append", key)
     conn.log_write([b"APPEND", key, tail])
     conn.reply(integer(length))
 
@@ -396,6 +417,7 @@ def _setrange(conn: RespConnection, args: list[bytes]) -> None:
     if len(value) < offset:
         value += bytes(offset - len(value))
     value[offset : offset + len(part)] = part
+    db.notify(STRING, b"setrange", key)
     conn.log_write([b"SETRANGE", key, args[2], part])
     conn.reply(integer(len(value)))
 
@@ -421,15 +443,22 @@ def _setbit(conn: RespConnection, args: list[bytes]) -> None:
     value = db.string(key, now_ms())
     place, mask = offset >> 3, 0x80 >> (offset & 7)
     changed = value is None or len(value) <= place
-    if not isinstance(value, bytearray):  # (changed in place from now on, even if not now)
-        value = bytearray(value or b"")
-        db.put(key, value, keep_ttl=True)
+    if value is None:
+        value = bytearray()
+        db.put(key, value)
+    elif not isinstance(value, bytearray):
+        # Changed in place from now on, even if not now: the same string, so no write (as
+        # redis-server's copy of a shared string invalidates nothing and spoils no WATCH).
+        value = bytearray(value)
+        db.keys[key] = value
+        db.resized(key)
     if len(value) <= place:
         value += bytes(place + 1 - len(value))
     was = bool(value[place] & mask)
     if changed or was != on:
         value[place] = value[place] | mask if on else value[place] & ~mask
         db.touch(key)
+        db.notify(STRING, b"setbit", key)
         conn.log_write([b"SETBIT", key, args[2], args[3]])
     conn.reply(integer(int(was)))
 

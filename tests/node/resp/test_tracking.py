@@ -63,26 +63,49 @@ MODES: list[Step] = [
     (1, b"xadd q 1-1 a 1\r\nxadd s 4-1 a 1\r\n"),
     (0, b"xlen s\r\nflushdb\r\nping\r\n"),
     (1, b"select 3\r\nxadd q 1-1 f v\r\nflushall\r\nflushall\r\nselect 0\r\n"),
+    # Strings: the read-only commands remember their keys; GETEX and GETDEL (writes) do not.
+    (1, b"set a 1\r\nset b 2\r\nset c abc\r\n"),
+    (0, b"get a\r\nstrlen b\r\ngetrange c 0 1\r\nget nope\r\n"),
+    (1, b"set a 2\r\nincr b\r\nappend c d\r\nset nope 1\r\n"),
+    (0, b"substr c 0 1\r\ngetbit a 0\r\nmget d e a\r\nlcs c d\r\n"),
+    (1, b"setrange c 0 x\r\nsetbit a 0 1\r\nmset d 1 e 2\r\n"),
+    (0, b"getex a\r\ngetdel b\r\nget c\r\n"),
+    (1, b'set a 3\r\nset b 3\r\nsetrange c 1 ""\r\nsetbit c 0 0\r\nsetbit c 1 1\r\n'),
+    (0, b"get c\r\nget a\r\n"),
+    (1, b"set c y\r\ngetex a\r\ngetex a persist\r\n"),
+    (0, b"get c\r\nget a\r\n"),
+    (1, b"setbit c 0 0\r\ngetex a ex 100\r\n"),
+    (0, b"get a\r\nset a 4\r\nget a\r\ngetdel a\r\nget c\r\n"),
+    (1, b"incrbyfloat c 1\r\nflushdb\r\n"),
     # OPTIN and OPTOUT.
     (0, b"client tracking off\r\nclient tracking on optin\r\nclient trackinginfo\r\n"),
     (0, b"client caching no\r\nxlen a\r\nclient caching yes\r\nclient trackinginfo\r\n"),
     (0, b"xlen b\r\nclient trackinginfo\r\nclient caching yes\r\nmulti\r\nxlen c\r\nexec\r\n"),
     (1, b"xadd a 1-1 f v\r\nxadd b 1-1 f v\r\nxadd c 1-1 f v\r\n"),
+    (0, b"get sa\r\nclient caching yes\r\nget sb\r\nget sc\r\n"),
+    (1, b"mset sa 1 sb 1 sc 1\r\n"),
     (0, b"client tracking off\r\nclient tracking on optout noloop\r\nclient caching no\r\n"),
     (0, b"xlen a\r\nxlen b\r\n"),
     (0, b"xadd b 2-1 f v\r\n"),
     (1, b"xadd a 2-1 f v\r\nxadd b 3-1 f v\r\n"),
+    (0, b"get sa\r\nclient caching no\r\nget sb\r\nget sc\r\nset sa 2\r\n"),
+    (1, b"mset sa 1 sb 1 sc 1\r\n"),
     (0, b"client tracking on optin\r\nclient tracking on optout\r\nclient trackinginfo\r\n"),
     # BCAST and its prefixes.
     (0, b"client tracking off\r\nclient tracking on bcast prefix a prefix b\r\n"),
     (0, b"client trackinginfo\r\nclient tracking on bcast prefix ab\r\n"),
     (0, b"client tracking on bcast prefix c\r\nclient trackinginfo\r\n"),
     (1, b"xadd a1 1-1 f v\r\nxadd b1 1-1 f v\r\nxadd d 1-1 f v\r\n"),
+    (1, b"set a9 1\r\nget b9\r\nset d9 1\r\nmset a8 1 c8 2 d8 3\r\nincr b7\r\n"),
     (1, b"select 5\r\nxadd a5 1-1 f v\r\nselect 9\r\nflushall\r\nselect 0\r\n"),
     (1, b"multi\r\nxadd a2 1-1 f v\r\nxadd c2 1-1 f v\r\nexec\r\n"),
     (0, b"xadd a3 1-1 f v\r\nclient tracking on\r\nclient tracking off\r\nclient trackinginfo\r\n"),
     (0, b"client tracking on bcast noloop\r\nxadd z 1-1 f v\r\n"),
     (1, b"xadd y 1-1 f v\r\nflushdb\r\n"),
+    (0, b"set z 1\r\nget z\r\n"),
+    (1, b"set z 2\r\nsetbit z 0 0\r\ngetdel z\r\n"),
+    (0, b"client tracking off\r\nclient tracking on bcast prefix y prefix x\r\n"),
+    (1, b"mset y2 1 x2 1 y1 1 x1 1\r\n"),  # (prefix by prefix, key by key, in byte order)
     (0, b"client tracking off\r\nreset\r\n"),
 ]
 """RESP3 pushes in every mode."""
@@ -173,6 +196,10 @@ def test_keys_of_the_read_commands() -> None:
     assert keys_of(b"xread", [b"xread", b"STREAMS", b"a", b"b", b"0"]) == [b"a"]  # (unbalanced)
     assert keys_of(b"xinfo|stream", [b"xinfo", b"stream", b"s"]) == [b"s"]
     assert keys_of(b"xadd", [b"xadd", b"s", b"*", b"f", b"v"]) == []
+    assert keys_of(b"mget", [b"mget", b"a", b"b", b"c"]) == [b"a", b"b", b"c"]
+    assert keys_of(b"lcs", [b"lcs", b"a", b"b", b"len"]) == [b"a", b"b"]
+    assert keys_of(b"getrange", [b"getrange", b"a", b"0", b"1"]) == [b"a"]
+    assert keys_of(b"getex", [b"getex", b"a"]) == keys_of(b"getdel", [b"getdel", b"a"]) == []
 
 
 class Pushes:
