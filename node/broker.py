@@ -21,8 +21,10 @@ from typing import Any, Protocol
 from cluster.host import Forwarder, ReplyMapping, Subscriber
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
-from node.config.options import Config
+from node.config.options import Config, RedisConfig
 from node.data.keyspace import Keyspaces
+from node.resp.settings import RedisSettings
+from node.resp.stats import RedisStats
 from routing import (
     EMPTY_MATCH,
     InterestChange,
@@ -158,6 +160,15 @@ class Broker:
         self.keyspaces = Keyspaces()
         """Every account's keys (Redis streams)."""
         self.keyspaces.maxmemory = config.redis.maxmemory if config.redis is not None else 0
+        redis = config.redis or RedisConfig()
+        self.redis_settings = RedisSettings(
+            (redis.hard_limit, redis.soft_limit, int(redis.soft_seconds))
+        )
+        """The Redis front door's run-time parameters (CONFIG SET)."""
+        self.redis_stats = RedisStats(self.redis_settings)
+        """What the Redis front door counts (INFO, SLOWLOG, LATENCY) and its MONITOR clients."""
+        self.config_file: str | None = None
+        """The configuration file the node was started from (CONFIG REWRITE writes to it)."""
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from time import perf_counter_ns
 from typing import Final
 
 from node.accounts.permissions import PermissionSet
@@ -36,6 +37,7 @@ from node.data.keyspace import CommitFailed, Condition, Database
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.parser import RequestParser
+from node.resp.stats import redact
 from node.resp.writer import (
     RESP2,
     Writer,
@@ -143,6 +145,14 @@ class RespConnection(Connection):
         self.on_deadline: Callable[[], None] = _ignore
         """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
+        self.local_address = ""
+        """``host:port`` the client connected to (CLIENT LIST's ``laddr``)."""
+        self.fd = -1
+        """The socket's file descriptor (CLIENT LIST's ``fd``)."""
+        self.monitoring = False
+        """In MONITOR mode: fed every command the node runs."""
+        self._mark = perf_counter_ns()
+        """When the last command ended (or input came): a command's time runs from it."""
 
     @property
     def subscribed(self) -> bool:
@@ -168,6 +178,8 @@ class RespConnection(Connection):
         if self.closing:  # (a truth test, so the checks below are not narrowed away)
             return
         self.last_activity_ns = time.time_ns()
+        self._mark = perf_counter_ns()
+        self.broker.redis_stats.net_input += len(data)
         self.parser.receive_data(data)
         verifying = self.verifying
         if verifying is not None and verifying.done:
@@ -266,10 +278,10 @@ class RespConnection(Connection):
                 command = sub
             if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
                 self._queue_failed = self.queued is not None
-                self.error(f"wrong number of arguments for '{command.name}' command")
+                self._reject(command, f"wrong number of arguments for '{command.name}' command")
                 return
             if self.user is None and not top.no_auth:
-                self.reply(error(NOAUTH))
+                self._reject(command, NOAUTH)
                 return
             if command.denyoom or self.queued is not None:
                 oom = self.broker.keyspaces.oom
@@ -279,13 +291,17 @@ class RespConnection(Connection):
                 refusal = self.broker.keyspaces.refusal
                 if refusal is not None:
                     self._queue_failed = self.queued is not None
-                    self.reply(error(refusal))
+                    self._reject(command, refusal)
                     return
             if self.writer is RESP2 and self.subscribed and not top.subscribed:
-                self.error(
+                self._reject(
+                    command,
                     f"Can't execute '{command.name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
-                    "QUIT / RESET are allowed in this context"
+                    "QUIT / RESET are allowed in this context",
                 )
+                return
+            if self.monitoring and top.on_keys:
+                self._reject(command, "Replica can't interact with the keyspace")
                 return
             if self.queued is not None and top.queueable:
                 self.queued.append(args)
@@ -293,8 +309,7 @@ class RespConnection(Connection):
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
-            assert command.handler is not None
-            command.handler(self, args)
+            self._call(command, args)
         finally:
             self._running = False
             self._skip, self._skip_next = self._skip_next, False
@@ -302,12 +317,44 @@ class RespConnection(Connection):
                 held, self._held = self._held, bytearray()
                 self._send(bytes(held))
 
+    def _call(self, command: Command[RespConnection], args: list[bytes]) -> None:
+        """Run a command's handler, counted (its time runs from the end of the one before, or
+        the input that brought it: one clock read per command), shown to MONITOR clients, and
+        slow-logged past the threshold."""
+        stats = self.broker.redis_stats
+        errors = stats.error_replies
+        assert command.handler is not None
+        command.handler(self, args)
+        now = perf_counter_ns()
+        elapsed = now - self._mark
+        self._mark = now
+        if stats.called(command.name, elapsed, stats.error_replies != errors):
+            addr = f"{self.host}:{self.port}"
+            stats.slow(args, elapsed, addr, self.name)
+        if stats.monitors and not command.admin:
+            self._feed_monitors(stats.monitors, args)
+
+    def _feed_monitors(self, monitors: list[RespConnection], args: list[bytes]) -> None:
+        line = monitor_line(time.time_ns() // 1000, self.db, f"{self.host}:{self.port}", args)
+        for monitor in monitors:
+            monitor.feed_monitor(line)
+
+    def feed_monitor(self, line: bytes) -> None:
+        """A command another client ran (MONITOR mode), held to the output limits."""
+        if self.closing is None:
+            self._push(line, len(line))
+
+    def _reject(self, command: Command[RespConnection], text: str) -> None:
+        """Refuse a command before it runs (counted as rejected)."""
+        self.broker.redis_stats.rejected(command.name)
+        self.error(text)
+
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
         may add data; inside MULTI any but EXEC, DISCARD, QUIT and RESET, the transaction then
         failing; an EXEC of such a command ends its transaction)."""
         if self.queued is None:
-            self.reply(error(oom))  # (only a command that may add data gets here)
+            self._reject(command, oom)  # (only a command that may add data gets here)
             return True
         if command.key == b"exec":
             if not self._queued_denyoom:
@@ -319,13 +366,15 @@ class RespConnection(Connection):
         if command.ends_multi:
             return False
         self._queue_failed = True
-        self.reply(error(oom))
+        self._reject(command, oom)
         return True
 
     # -- output ----------------------------------------------------------------------------------
 
     def reply(self, data: bytes) -> None:
         """A command's reply, unless CLIENT REPLY silenced it (or EXEC collects it)."""
+        if data[0] == 45:  # "-"
+            self.broker.redis_stats.error_reply(data)
         if self._captured is not None:
             self._captured.append(data)
         elif not (self._reply_off or self._skip):
@@ -341,6 +390,16 @@ class RespConnection(Connection):
         """Bytes that are no command's reply (subscription acknowledgements): CLIENT REPLY does not
         silence them, nor does EXEC collect them."""
         self._send(data)
+
+    def output_sent(self, data: bytearray, written: int) -> None:
+        self.broker.redis_stats.net_output += written
+        super().output_sent(data, written)
+
+    def set_limits(self, hard: int, soft: int, seconds: int) -> None:
+        """New output limits (CONFIG SET client-output-buffer-limit's pubsub class)."""
+        self.hard_limit = hard
+        self.stall_at = soft
+        self.soft_seconds = float(seconds)
 
     def set_reply_mode(self, mode: bytes) -> bool:
         """CLIENT REPLY's ``on``, ``off`` or ``skip`` (the next command's reply; not while off);
@@ -448,8 +507,7 @@ class RespConnection(Connection):
                 command = self.table.by_name[args[0].lower()]
                 if command.subcommands is not None:
                     command = command.subcommands[args[1].lower()]
-                assert command.handler is not None
-                command.handler(self, args)
+                self._call(command, args)
         finally:
             self._captured = None
         self.reply(array(replies))
@@ -509,6 +567,7 @@ class RespConnection(Connection):
         if blocked is None or self.closing is not None:
             return
         self._retry_deadline = blocked.deadline
+        self._mark = perf_counter_ns()
         try:
             self._run(blocked.args)
         finally:
@@ -545,6 +604,7 @@ class RespConnection(Connection):
 
     def reset(self) -> None:
         """RESET: as if newly connected (without a new id)."""
+        self.stop_monitoring()
         self._drop_all()
         self.queued = None
         self._queue_failed = False
@@ -583,21 +643,35 @@ class RespConnection(Connection):
         """Closing: subscriptions, a blocked read and watched keys go, and so do pushes held for
         after a reply."""
         self._held.clear()
+        self.stop_monitoring()
         self._drop_all()
         self._unblock()
         self.unwatch()
 
     # -- introspection ---------------------------------------------------------------------------
 
+    def start_monitoring(self) -> None:
+        """MONITOR: be fed every command the node runs, from now until RESET or the end."""
+        if not self.monitoring:
+            self.monitoring = True
+            self.broker.redis_stats.monitors.append(self)
+
+    def stop_monitoring(self) -> None:
+        if self.monitoring:
+            self.monitoring = False
+            self.broker.redis_stats.monitors.remove(self)
+
     def client_line(self) -> bytes:
         """This connection as a line of CLIENT LIST (the fields clients and tools read)."""
         now = time.time_ns()
         user = (self.user.user if self.user is not None else None) or "default"
-        flags = ("P" if self.subscribed else "") + ("b" if self._waiting() else "")
+        flags = ("O" if self.monitoring else "") + ("P" if self.subscribed else "")
+        flags += "b" if self._waiting() else ""
         flags += "x" if self.queued is not None else ""
         flags = flags or "N"
         line = (
-            f"id={self.cid} addr={self.host}:{self.port} laddr= fd=-1 name={self.name} "
+            f"id={self.cid} addr={self.host}:{self.port} laddr={self.local_address} fd={self.fd} "
+            f"name={self.name} "
             f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "
             f"flags={flags} db={self.db} sub={len(self.subs)} psub={len(self.patterns)} "
             f"ssub={len(self.shard)} multi=-1 qbuf={self.parser.buffered} obl=0 oll=0 "
@@ -606,6 +680,32 @@ class RespConnection(Connection):
             f"lib-ver={self.options.get('version') or ''}\n"
         )
         return line.encode("utf-8", "surrogateescape")
+
+
+def _quoted(arg: bytes) -> str:
+    """An argument as MONITOR shows it: quoted, with C escapes for what is not printable."""
+    out = ['"']
+    for byte in arg:
+        char = chr(byte)
+        if char in '\\"':
+            out.append("\\" + char)
+        elif char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\x{byte:02x}")
+    out.append('"')
+    return "".join(out)
+
+
+_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b"}
+
+
+def monitor_line(micros: int, db: int, addr: str, args: list[bytes]) -> bytes:
+    """A MONITOR line: ``+<unix seconds>.<micros> [<db> <addr>] "arg" ...`` (AUTH redacted)."""
+    shown = " ".join(_quoted(arg) for arg in redact(args))
+    return f"+{micros // 10**6}.{micros % 10**6:06d} [{db} {addr}] {shown}\r\n".encode()
 
 
 def _ignore() -> None:

@@ -1,6 +1,5 @@
-"""``maxmemory`` over RESP, as redis-server 7.2 answers it: CONFIG SET (of ``maxmemory`` and
-``maxmemory-policy``, the only parameters that can change while the node runs) and INFO's memory
-section.
+"""Memory over RESP, as redis-server 7.2 answers it: the MEMORY command (USAGE of a key: what its
+value's ``memory_usage`` counts), what CONFIG SET maxmemory does, and INFO's memory section.
 
 What ``used_memory`` counts, and how it is kept, is ``node.data.keyspace``'s to say. The only policy is
 ``noeviction``: nothing is ever evicted to make room.
@@ -11,22 +10,20 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from node.broker import Broker
+from node.integers import string2ll
 from node.process_memory import resident_bytes
+from node.resp.commands.common import NOT_INTEGER, SYNTAX, help_reply, now_ms
 from node.resp.connection import RespConnection
-from node.resp.writer import OK
+from node.resp.dispatch import Command
+from node.resp.writer import OK, bulk, integer
 
-__all__ = ["POLICY", "config_set", "human", "memory_info", "parse_memory"]
+__all__ = ["COMMANDS", "POLICY", "human", "memory_info", "parse_memory", "set_maxmemory"]
 
 log = logging.getLogger("pubmesh")
 
 POLICY: Final = b"noeviction"
 """The one ``maxmemory-policy``."""
-_POLICIES: Final = (
-    "volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, "
-    "allkeys-random, noeviction"
-)
-"""The policies redis-server knows, as its error lists them."""
-_SETTABLE: Final = frozenset([b"maxmemory", b"maxmemory-policy"])
 _UNITS: Final = {
     b"": 1,
     b"b": 1,
@@ -85,53 +82,88 @@ def memory_info(conn: RespConnection) -> str:
     )
 
 
-def _failed(name: str, why: str) -> str:
-    return f"CONFIG SET failed (possibly related to argument '{name}') - {why}"
+def set_maxmemory(broker: Broker, limit: int) -> None:
+    """CONFIG SET maxmemory: the new limit, with redis-server's warning when memory in use is
+    already past it."""
+    keyspaces = broker.keyspaces
+    keyspaces.maxmemory = limit
+    if limit and limit < keyspaces.used_memory:
+        log.warning(
+            "WARNING: the new maxmemory value set via CONFIG SET (%d) is smaller than the "
+            "current memory usage (%d): commands that add data are refused until keys are "
+            "deleted (maxmemory-policy noeviction)",
+            limit,
+            keyspaces.used_memory,
+        )
 
 
-def config_set(conn: RespConnection, args: list[bytes]) -> None:
-    """CONFIG SET name value [name value ...], checked in redis-server's order (every name, then
-    every value) and applied only if all are good. Names other than ``maxmemory`` and
-    ``maxmemory-policy`` are refused as redis-server refuses a parameter it does not know."""
-    if len(args) % 2:
-        conn.error("syntax error")
+def _usage(conn: RespConnection, args: list[bytes]) -> None:
+    if len(args) not in (3, 5) or (len(args) == 5 and args[3].lower() != b"samples"):
+        conn.error(SYNTAX)
         return
-    seen: set[bytes] = set()
-    for name in args[2::2]:
-        key = name.lower()
-        shown = name.decode("utf-8", "surrogateescape")
-        if key not in _SETTABLE:
-            conn.error(f"Unknown option or number of arguments for CONFIG SET - '{shown}'")
-            return
-        if key in seen:
-            conn.error(_failed(shown, "duplicate parameter"))
-            return
-        seen.add(key)
-    limit: int | None = None
-    for name, value in zip(args[2::2], args[3::2], strict=True):
-        if name.lower() == b"maxmemory":
-            limit = parse_memory(value)
-            if limit is None:
-                conn.error(_failed("maxmemory", "argument must be a memory value"))
-                return
-        elif value.lower() != POLICY:
-            known = value.lower().decode("latin-1") in _POLICIES.split(", ")
-            why = (
-                "only noeviction is supported"
-                if known
-                else f"argument(s) must be one of the following: {_POLICIES}"
-            )
-            conn.error(_failed("maxmemory-policy", why))
-            return
-    if limit is not None:
-        keyspaces = conn.broker.keyspaces
-        keyspaces.maxmemory = limit
-        if limit and limit < keyspaces.used_memory:
-            log.warning(
-                "WARNING: the new maxmemory value set via CONFIG SET (%d) is smaller than the "
-                "current memory usage (%d): commands that add data are refused until keys are "
-                "deleted (maxmemory-policy noeviction)",
-                limit,
-                keyspaces.used_memory,
-            )
+    if len(args) == 5 and string2ll(args[4]) is None:
+        conn.error(NOT_INTEGER)
+        return
+    value = conn.database.get(args[2], now_ms())
+    conn.reply(conn.writer.null if value is None else integer(value.memory_usage()))
+
+
+def _stats(conn: RespConnection, args: list[bytes]) -> None:
+    keyspaces = conn.broker.keyspaces
+    keyspaces.measure_output(conn.broker.pending_output())
+    keys = sum(len(db) for ks in keyspaces.accounts().values() for db in ks.databases().values())
+    dataset = keyspaces.dataset_bytes
+    pairs: list[tuple[bytes, bytes]] = [
+        (bulk(b"peak.allocated"), integer(keyspaces.peak)),
+        (bulk(b"total.allocated"), integer(keyspaces.used_memory)),
+        (bulk(b"clients.normal"), integer(keyspaces.output_bytes)),
+        (bulk(b"keys.count"), integer(keys)),
+        (bulk(b"keys.bytes-per-key"), integer(dataset // keys if keys else 0)),
+        (bulk(b"dataset.bytes"), integer(dataset)),
+    ]
+    conn.reply(conn.writer.map(pairs))
+
+
+def _doctor(conn: RespConnection, args: list[bytes]) -> None:
+    keyspaces = conn.broker.keyspaces
+    limit = keyspaces.maxmemory
+    if limit and keyspaces.used_memory > limit:
+        text = "Memory in use is past maxmemory: commands that add data are refused."
+    else:
+        text = "No memory problems were found."
+    conn.reply(conn.writer.verbatim(text.encode()))
+
+
+def _malloc_stats(conn: RespConnection, args: list[bytes]) -> None:
+    conn.reply(conn.writer.verbatim(b"Stats not supported for the current allocator"))
+
+
+def _purge(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(OK)
+
+
+_HELP: Final = [
+    b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"DOCTOR",
+    b"MALLOC-STATS",
+    b"PURGE",
+    b"STATS",
+    b"USAGE <key> [SAMPLES <count>]",
+    b"HELP",
+]
+
+COMMANDS: Final = (
+    Command(
+        "memory",
+        -2,
+        None,
+        subcommands=[
+            Command("memory|doctor", 2, _doctor),
+            Command("memory|malloc-stats", 2, _malloc_stats),
+            Command("memory|purge", 2, _purge),
+            Command("memory|stats", 2, _stats),
+            Command("memory|usage", -3, _usage, "readonly", keys=(2, 2, 1)),
+            Command("memory|help", 2, help_reply(_HELP)),
+        ],
+    ),
+)

@@ -6,8 +6,13 @@ from __future__ import annotations
 from typing import Final
 
 from node.resp.commands import (
+    config,
     connection,
+    diagnostics,
+    info,
+    introspection,
     keys,
+    memory,
     pubsub,
     server,
     stream_groups,
@@ -23,7 +28,12 @@ __all__ = ["COMMANDS"]
 COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
     [
         *connection.COMMANDS,
+        *introspection.COMMANDS,
+        *info.COMMANDS,
+        *config.COMMANDS,
         *server.COMMANDS,
+        *diagnostics.COMMANDS,
+        *memory.COMMANDS,
         *pubsub.COMMANDS,
         *transactions.COMMANDS,
         *keys.COMMANDS,

@@ -54,7 +54,7 @@ COMMANDS: Final = (
     Command("multi", 1, _multi, "unqueued"),
     Command("exec", 1, _exec, "on_keys ends_multi"),
     Command("discard", 1, _discard, "ends_multi"),
-    Command("watch", -2, _watch, "unqueued"),
+    Command("watch", -2, _watch, "unqueued", keys=(1, -1, 1)),
     Command("unwatch", 1, _unwatch),
 )
 """The transaction commands, in COMMAND's order."""
