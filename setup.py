@@ -41,6 +41,8 @@ HOT_PATH = [
     "node/resp/writer.py",
     "node/resp/dispatch.py",
     "node/resp/connection.py",
+    "node/resp/settings.py",
+    "node/resp/stats.py",
     "node/data/keyspace.py",
     "node/data/streams/ids.py",
     "node/data/streams/entries.py",

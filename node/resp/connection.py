@@ -151,6 +151,8 @@ class RespConnection(Connection):
         """The socket's file descriptor (CLIENT LIST's ``fd``)."""
         self.monitoring = False
         """In MONITOR mode: fed every command the node runs."""
+        self._failed = False
+        """The command running answered an error (a command EXEC runs: that one)."""
         self._mark = perf_counter_ns()
         """When the last command ended (or input came): a command's time runs from it."""
 
@@ -320,19 +322,25 @@ class RespConnection(Connection):
     def _call(self, command: Command[RespConnection], args: list[bytes]) -> None:
         """Run a command's handler, counted (its time runs from the end of the one before, or
         the input that brought it: one clock read per command), shown to MONITOR clients, and
-        slow-logged past the threshold."""
+        slow-logged past the threshold. A read that blocks is shown when it first runs and
+        counted when it is done (``_count``)."""
         stats = self.broker.redis_stats
-        errors = stats.error_replies
+        self._failed = False
         assert command.handler is not None
         command.handler(self, args)
+        if self.blocked is None:
+            self._count(command.name, args)
+        if stats.monitors and not command.admin and self._retry_deadline < 0:
+            self._feed_monitors(stats.monitors, args)
+
+    def _count(self, name: str, args: list[bytes]) -> None:
+        stats = self.broker.redis_stats
         now = perf_counter_ns()
         elapsed = now - self._mark
         self._mark = now
-        if stats.called(command.name, elapsed, stats.error_replies != errors):
-            addr = f"{self.host}:{self.port}"
-            stats.slow(args, elapsed, addr, self.name)
-        if stats.monitors and not command.admin:
-            self._feed_monitors(stats.monitors, args)
+        failed, self._failed = self._failed, False
+        if stats.called(name, elapsed, failed):
+            stats.slow(args, elapsed, f"{self.host}:{self.port}", self.name)
 
     def _feed_monitors(self, monitors: list[RespConnection], args: list[bytes]) -> None:
         line = monitor_line(time.time_ns() // 1000, self.db, f"{self.host}:{self.port}", args)
@@ -374,6 +382,7 @@ class RespConnection(Connection):
     def reply(self, data: bytes) -> None:
         """A command's reply, unless CLIENT REPLY silenced it (or EXEC collects it)."""
         if data[0] == 45:  # "-"
+            self._failed = True
             self.broker.redis_stats.error_reply(data)
         if self._captured is not None:
             self._captured.append(data)
@@ -583,8 +592,14 @@ class RespConnection(Connection):
 
     def unblock(self, *, as_error: bool) -> bool:
         """End a blocked read early (its timeout, or CLIENT UNBLOCK); whether one was blocked."""
-        if self._unblock() is None:
+        blocked = self._unblock()
+        if blocked is None:
             return False
+        command = self.table.find(blocked.args[0])
+        if command is not None:
+            self._mark = perf_counter_ns()
+            self._failed = as_error
+            self._count(command.name, blocked.args)
         if as_error:
             self._send(error("-UNBLOCKED client unblocked via CLIENT UNBLOCK"))
         else:

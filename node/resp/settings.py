@@ -127,6 +127,10 @@ class RedisSettings:
         self.slowlog_max_len = 128
         self.latency_monitor_threshold = 0
         """Milliseconds (0: nothing is recorded)."""
+        self.latency_tracking = True
+        """Whether each command's times are tracked (LATENCY HISTOGRAM, INFO latencystats)."""
+        self.latency_percentiles = [50.0, 99.0, 99.9]
+        """The percentiles INFO latencystats shows."""
         self.normal_limits = (0, 0, 0)
         self.replica_limits = (256 << 20, 64 << 20, 60)
         self.pubsub_limits = pubsub_limits

@@ -28,12 +28,40 @@ RATE_SAMPLES: Final = 16
 
 
 class CommandStat:
-    """One command's counts (INFO commandstats)."""
+    """One command's counts (INFO commandstats) and the spread of its times (LATENCY HISTOGRAM,
+    INFO latencystats): ``histogram[n]`` counts the calls that took ``2**(n-1)`` to ``2**n - 1``
+    microseconds."""
 
-    __slots__ = ("calls", "failed", "rejected", "usec")
+    __slots__ = ("calls", "failed", "histogram", "rejected", "usec")
 
     def __init__(self) -> None:
         self.calls = self.usec = self.rejected = self.failed = 0
+        self.histogram = [0] * 64
+
+    def cumulative(self) -> list[tuple[int, int]]:
+        """(microseconds, calls that took at most that long), at each power of two from the
+        first call's to the slowest's (LATENCY HISTOGRAM's ``histogram_usec``)."""
+        counts = self.histogram
+        used = [n for n, count in enumerate(counts) if count]
+        if not used:
+            return []
+        total = 0
+        rows = []
+        for n in range(used[0], used[-1] + 1):
+            total += counts[n]
+            rows.append((1 << n, total))
+        return rows
+
+    def percentile(self, share: float) -> float:
+        """The time (microseconds, to a power of two) within which ``share`` percent of the calls
+        ran."""
+        wanted = self.calls * share / 100
+        total = 0
+        for n, count in enumerate(self.histogram):
+            total += count
+            if count and total >= wanted:
+                return float(1 << n)
+        return 0.0
 
 
 class SlowEntry:
@@ -110,6 +138,8 @@ class RedisStats:
         usec = elapsed_ns // 1000
         stat.calls += 1
         stat.usec += usec
+        if self.settings.latency_tracking:
+            stat.histogram[min(usec.bit_length(), 63)] += 1
         if failed:
             stat.failed += 1
         threshold = self.settings.latency_monitor_threshold

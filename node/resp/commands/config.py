@@ -137,6 +137,41 @@ def _valid_save(value: bytes) -> bool:
 _CLASSES: Final = (b"normal", b"replica", b"slave", b"pubsub")
 
 
+def _yes_no(store: Callable[[Broker, bool], None]) -> Check:
+    def check(broker: Broker, value: bytes) -> Apply | str:
+        word = value.lower()
+        if word not in (b"yes", b"no"):
+            return "argument must be 'yes' or 'no'"
+        return lambda: store(broker, word == b"yes")
+
+    return check
+
+
+def _tracking(broker: Broker, on: bool) -> None:
+    broker.redis_settings.latency_tracking = on
+
+
+def _percentiles(broker: Broker, value: bytes) -> Apply | str:
+    shares: list[float] = []
+    for word in value.split():
+        try:
+            share = float(word)
+        except ValueError:
+            return "Invalid latency-tracking-info-percentiles parameters"
+        if not 0.0 <= share <= 100.0:
+            return "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+        shares.append(share)
+
+    def apply() -> None:
+        broker.redis_settings.latency_percentiles = shares
+
+    return apply
+
+
+def _show_percentiles(broker: Broker) -> bytes:
+    return " ".join(f"{share:g}" for share in broker.redis_settings.latency_percentiles).encode()
+
+
 def _output_limits(broker: Broker) -> bytes:
     settings = broker.redis_settings
     classes = (
@@ -273,6 +308,12 @@ PARAMS: Final = (
         _number(lambda broker: broker.redis_settings.slowlog_max_len),
         _integer(0, _LLONG_MAX, _slowlog_len),
     ),
+    Param(
+        ["latency-tracking"],
+        lambda broker: b"yes" if broker.redis_settings.latency_tracking else b"no",
+        _yes_no(_tracking),
+    ),
+    Param(["latency-tracking-info-percentiles"], _show_percentiles, _percentiles),
     Param(["latency-monitor-threshold"], *_setting("latency_monitor_threshold", 0, _LLONG_MAX)),
     Param(
         ["hz"],

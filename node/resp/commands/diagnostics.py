@@ -102,7 +102,26 @@ def _latency_doctor(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _latency_histogram(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(conn.writer.map([]))
+    """Each command's calls and cumulative times, for the commands named (a container: its
+    subcommands) or all, those never called left out."""
+    commands = conn.broker.redis_stats.commands
+    if len(args) == 2:
+        names = list(commands)
+    else:
+        names = []
+        for arg in args[2:]:
+            name = as_text(arg).lower()
+            names += [n for n in commands if n == name or n.startswith(name + "|")]
+    writer = conn.writer
+    rows = []
+    for name in dict.fromkeys(names):
+        stat = commands[name]
+        if not stat.calls:
+            continue
+        histogram = writer.map((integer(usec), integer(n)) for usec, n in stat.cumulative())
+        fields = [(bulk(b"calls"), integer(stat.calls)), (bulk(b"histogram_usec"), histogram)]
+        rows.append((bulk(name.encode()), writer.map(fields)))
+    conn.reply(writer.map(rows))
 
 
 def _monitor(conn: RespConnection, args: list[bytes]) -> None:

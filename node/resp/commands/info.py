@@ -1,6 +1,7 @@
 """INFO, as redis-server 7.2 prints it: each section it has with the fields that have a truthful
-value on this node, in its order. ``default`` (no argument) is every section but commandstats;
-``all`` and ``everything`` add it; several section names may be given.
+value on this node, in its order. ``default`` (no argument) is every section but commandstats and
+latencystats;
+``all`` and ``everything`` add them; several section names may be given.
 
 The version reported is ``REDIS_VERSION``: the redis-server release whose behaviour the front door
 follows (clients read it to pick the commands they send); ``pubmesh_version`` is the node's own.
@@ -188,6 +189,16 @@ def _commandstats(conn: RespConnection) -> Fields:
     return fields
 
 
+def _latencystats(conn: RespConnection) -> Fields:
+    shares = conn.broker.redis_settings.latency_percentiles
+    fields: Fields = []
+    for name, stat in conn.broker.redis_stats.commands.items():
+        if stat.calls:
+            shown = ",".join(f"p{share:g}={stat.percentile(share):.3f}" for share in shares)
+            fields.append((f"latency_percentiles_usec_{name}", shown))
+    return fields
+
+
 def _keyspace(conn: RespConnection) -> Fields:
     databases = conn.broker.keyspaces.keyspace(conn.account.name).databases()
     return [
@@ -216,11 +227,12 @@ _SECTIONS: Final[dict[bytes, tuple[str, Callable[[RespConnection], Fields]]]] = 
     b"modules": ("Modules", _none),
     b"commandstats": ("Commandstats", _commandstats),
     b"errorstats": ("Errorstats", _errorstats),
+    b"latencystats": ("Latencystats", _latencystats),
     b"cluster": ("Cluster", _cluster),
     b"keyspace": ("Keyspace", _keyspace),
 }
 """Every section, in redis-server's order."""
-_DEFAULT: Final = frozenset(_SECTIONS) - {b"commandstats"}
+_DEFAULT: Final = frozenset(_SECTIONS) - {b"commandstats", b"latencystats"}
 
 
 def _section(conn: RespConnection, key: bytes) -> str:
