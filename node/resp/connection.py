@@ -151,6 +151,8 @@ class RespConnection(Connection):
         """The socket's file descriptor (CLIENT LIST's ``fd``)."""
         self.monitoring = False
         """In MONITOR mode: fed every command the node runs."""
+        self._request: list[bytes] = []
+        """The request running (or the last one)."""
         self._failed = False
         """The command running answered an error (a command EXEC runs: that one)."""
         self._mark = perf_counter_ns()
@@ -311,6 +313,7 @@ class RespConnection(Connection):
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
+            self._request = args
             self._call(command, args)
         finally:
             self._running = False
@@ -684,14 +687,20 @@ class RespConnection(Connection):
         flags += "b" if self._waiting() else ""
         flags += "x" if self.queued is not None else ""
         flags = flags or "N"
+        qbuf = self.parser.buffered
+        if self._running:  # (the request running is still in redis-server's query buffer)
+            qbuf += 3 + len(str(len(self._request)))
+            qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
+        multi = len(self.queued) if self.queued is not None else -1
         line = (
             f"id={self.cid} addr={self.host}:{self.port} laddr={self.local_address} fd={self.fd} "
             f"name={self.name} "
             f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "
             f"flags={flags} db={self.db} sub={len(self.subs)} psub={len(self.patterns)} "
-            f"ssub={len(self.shard)} multi=-1 qbuf={self.parser.buffered} obl=0 oll=0 "
-            f"omem={self.pending_bytes} tot-mem=0 events=r cmd={self.last_command} user={user} "
-            f"resp={self.writer.version} lib-name={self.options.get('lang') or ''} "
+            f"ssub={len(self.shard)} multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem=0 "
+            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={self.pending_bytes} "
+            f"tot-mem={self.pending_bytes + qbuf} events=r cmd={self.last_command} user={user} "
+            f"redir=-1 resp={self.writer.version} lib-name={self.options.get('lang') or ''} "
             f"lib-ver={self.options.get('version') or ''}\n"
         )
         return line.encode("utf-8", "surrogateescape")

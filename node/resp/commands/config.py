@@ -49,19 +49,33 @@ _POLICIES: Final = (
 
 
 class Param:
-    """A parameter: ``get`` shows its value; ``check`` (None: immutable) vets a new one."""
+    """A parameter: ``get`` shows its value; ``check`` vets a new one. Without ``check``, a
+    parameter redis-server never changes while it runs is ``immutable``; the others come from the
+    node's configuration and may only be set to the value they have."""
 
-    __slots__ = ("check", "get", "names")
+    __slots__ = ("check", "get", "immutable", "names")
 
     def __init__(
         self,
         names: Sequence[str],
         get: Callable[[Broker], bytes],
         check: Check | None = None,
+        *,
+        immutable: bool = False,
     ) -> None:
         self.names = [name.encode() for name in names]
         self.get = get
-        self.check = check
+        self.check = check if check is not None else _unchanged(get)
+        self.immutable = immutable
+
+
+def _unchanged(get: Callable[[Broker], bytes]) -> Check:
+    def check(broker: Broker, value: bytes) -> Apply | str:
+        if value.lower() != get(broker).lower():
+            return "the node's configuration sets it, and it cannot change while the node runs"
+        return lambda: None
+
+    return check
 
 
 def _integer(
@@ -298,7 +312,9 @@ PARAMS: Final = (
     Param(["timeout"], *_setting("timeout", 0, _INT_MAX)),
     Param(["maxclients"], _number(lambda broker: broker.config.max_connections)),
     Param(["client-output-buffer-limit"], _output_limits, _check_limits),
-    Param(["databases"], _constant(b"16")),
+    Param(["databases"], _constant(b"16"), immutable=True),
+    Param(["daemonize"], _constant(b"no"), immutable=True),
+    Param(["replicaof", "slaveof"], _constant(b""), immutable=True),
     Param(["save"], _constant(b""), _save),
     Param(["port"], _redis_port),
     Param(["bind"], _bind),
@@ -321,7 +337,7 @@ PARAMS: Final = (
         _integer(0, _INT_MAX, _hz),
     ),
     Param(["proto-max-bulk-len"], _constant(b"%d" % MAX_BULK_LEN)),
-    Param(["cluster-enabled"], _constant(b"no")),
+    Param(["cluster-enabled"], _constant(b"no"), immutable=True),
 )
 """Every parameter, in CONFIG GET's order."""
 
@@ -361,7 +377,7 @@ def _config_set(conn: RespConnection, args: list[bytes]) -> None:
             shown = name.decode("utf-8", "surrogateescape")
             conn.error(f"Unknown option or number of arguments for CONFIG SET - '{shown}'")
             return
-        if param.check is None:
+        if param.immutable:
             conn.error(_failed(name, "can't set immutable config"))
             return
         if param in chosen:
@@ -370,7 +386,6 @@ def _config_set(conn: RespConnection, args: list[bytes]) -> None:
         chosen.append(param)
     appliers: list[Apply] = []
     for param, value in zip(chosen, args[3::2], strict=True):
-        assert param.check is not None
         outcome = param.check(conn.broker, value)
         if isinstance(outcome, str):
             conn.error(_failed(param.names[0], outcome))
