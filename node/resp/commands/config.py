@@ -294,7 +294,7 @@ PARAMS: Final = (
         lambda broker: b"yes" if broker.keyspaces.store is not None else b"no",
         _appendonly,
     ),
-    Param(["appendfsync"], _fsync_now, _enum(("always", "everysec", "no"), _fsync)),
+    Param(["appendfsync"], _fsync_now, _enum(("everysec", "always", "no"), _fsync)),
     Param(["stream-node-max-entries"], *_setting("stream_node_max_entries", 0, _LLONG_MAX)),
     Param(
         ["stream-node-max-bytes"],
@@ -366,13 +366,15 @@ def _failed(name: bytes, why: str) -> str:
 
 
 def _config_set(conn: RespConnection, args: list[bytes]) -> None:
-    """All the pairs or none, checked in redis-server's order."""
+    """All the pairs or none, checked in redis-server's order (an alias is a parameter of its
+    own there: given with its other name, it is no duplicate, and the last one given wins)."""
     if len(args) % 2:
         conn.error("syntax error")
         return
-    chosen: list[Param] = []
+    chosen: list[tuple[Param, bytes]] = []
     for name in args[2::2]:
-        param = _BY_NAME.get(name.lower())
+        key = name.lower()
+        param = _BY_NAME.get(key)
         if param is None:
             shown = name.decode("utf-8", "surrogateescape")
             conn.error(f"Unknown option or number of arguments for CONFIG SET - '{shown}'")
@@ -380,15 +382,15 @@ def _config_set(conn: RespConnection, args: list[bytes]) -> None:
         if param.immutable:
             conn.error(_failed(name, "can't set immutable config"))
             return
-        if param in chosen:
+        if (param, key) in chosen:
             conn.error(_failed(name, "duplicate parameter"))
             return
-        chosen.append(param)
+        chosen.append((param, key))
     appliers: list[Apply] = []
-    for param, value in zip(chosen, args[3::2], strict=True):
+    for (param, key), value in zip(chosen, args[3::2], strict=True):
         outcome = param.check(conn.broker, value)
         if isinstance(outcome, str):
-            conn.error(_failed(param.names[0], outcome))
+            conn.error(_failed(key, outcome))
             return
         appliers.append(outcome)
     for apply in appliers:
