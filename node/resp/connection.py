@@ -153,6 +153,8 @@ class RespConnection(Connection):
         """In MONITOR mode: fed every command the node runs."""
         self._request: list[bytes] = []
         """The request running (or the last one)."""
+        self._inline = False
+        """Whether the request read last came as an inline line."""
         self._failed = False
         """The command running answered an error (a command EXEC runs: that one)."""
         self._mark = perf_counter_ns()
@@ -203,6 +205,7 @@ class RespConnection(Connection):
             return
         try:
             for command in self.parser.commands():
+                self._inline = command.inline
                 self._run(command.args)
                 if self.closing is not None or self._waiting():
                     break
@@ -688,7 +691,7 @@ class RespConnection(Connection):
         flags += "x" if self.queued is not None else ""
         flags = flags or "N"
         qbuf = self.parser.buffered
-        if self._running:  # (the request running is still in redis-server's query buffer)
+        if self._running and not self._inline:  # (as in redis-server's query buffer then)
             qbuf += 3 + len(str(len(self._request)))
             qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
         multi = len(self.queued) if self.queued is not None else -1

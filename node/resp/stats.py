@@ -52,10 +52,15 @@ class CommandStat:
             rows.append((1 << n, total))
         return rows
 
+    @property
+    def tracked(self) -> int:
+        """The calls timed into the histogram (while ``latency-tracking`` was on)."""
+        return sum(self.histogram)
+
     def percentile(self, share: float) -> float:
-        """The time (microseconds, to a power of two) within which ``share`` percent of the calls
-        ran."""
-        wanted = self.calls * share / 100
+        """The time (microseconds, to a power of two) within which ``share`` percent of the
+        tracked calls ran."""
+        wanted = self.tracked * share / 100
         total = 0
         for n, count in enumerate(self.histogram):
             total += count

@@ -39,10 +39,7 @@ def _slowlog_get(conn: RespConnection, args: list[bytes]) -> None:
     count = 10
     if len(args) == 3:
         number = string2ll(args[2])
-        if number is None:
-            conn.error(NOT_INTEGER)
-            return
-        if number < -1:
+        if number is None or number < -1:
             conn.error("count should be greater than or equal to -1")
             return
         count = number if number >= 0 else len(conn.broker.redis_stats.slowlog)
@@ -116,10 +113,11 @@ def _latency_histogram(conn: RespConnection, args: list[bytes]) -> None:
     rows = []
     for name in dict.fromkeys(names):
         stat = commands[name]
-        if not stat.calls:
+        tracked = stat.tracked
+        if not tracked:
             continue
         histogram = writer.map((integer(usec), integer(n)) for usec, n in stat.cumulative())
-        fields = [(bulk(b"calls"), integer(stat.calls)), (bulk(b"histogram_usec"), histogram)]
+        fields = [(bulk(b"calls"), integer(tracked)), (bulk(b"histogram_usec"), histogram)]
         rows.append((bulk(name.encode()), writer.map(fields)))
     conn.reply(writer.map(rows))
 

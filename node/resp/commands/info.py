@@ -193,7 +193,7 @@ def _latencystats(conn: RespConnection) -> Fields:
     shares = conn.broker.redis_settings.latency_percentiles
     fields: Fields = []
     for name, stat in conn.broker.redis_stats.commands.items():
-        if stat.calls:
+        if stat.tracked:
             shown = ",".join(f"p{share:g}={stat.percentile(share):.3f}" for share in shares)
             fields.append((f"latency_percentiles_usec_{name}", shown))
     return fields

@@ -211,7 +211,7 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
     entries = []
     for name in args[2:]:
         command = _find(conn, name)
-        entries.append(conn.writer.null_array if command is None else _info_entry(conn.writer, command))
+        entries.append(conn.writer.null if command is None else _info_entry(conn.writer, command))
     conn.reply(array(entries))
 
 
