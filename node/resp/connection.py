@@ -330,14 +330,14 @@ class RespConnection(Connection):
         the input that brought it: one clock read per command), shown to MONITOR clients, and
         slow-logged past the threshold. A read that blocks is shown when it first runs and
         counted when it is done (``_count``)."""
-        stats = self.broker.redis_stats
         self._failed = False
         assert command.handler is not None
         command.handler(self, args)
         if self.blocked is None:
             self._count(command.name, args)
-        if stats.monitors and not command.admin and self._retry_deadline < 0:
-            self._feed_monitors(stats.monitors, args)
+        monitors = self.broker.redis_stats.monitors
+        if monitors and not command.admin and self._retry_deadline < 0:
+            self._feed_monitors(monitors, args)
 
     def _count(self, name: str, args: list[bytes]) -> None:
         stats = self.broker.redis_stats

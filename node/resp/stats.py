@@ -143,15 +143,15 @@ class RedisStats:
         usec = elapsed_ns // 1000
         stat.calls += 1
         stat.usec += usec
-        if self.settings.latency_tracking:
-            stat.histogram[min(usec.bit_length(), 63)] += 1
+        settings = self.settings
+        if settings.latency_tracking:
+            stat.histogram[usec.bit_length()] += 1  # (2**63 microseconds never pass)
         if failed:
             stat.failed += 1
-        threshold = self.settings.latency_monitor_threshold
+        threshold = settings.latency_monitor_threshold
         if threshold and usec >= threshold * 1000:
             self.latency_event("command", usec // 1000)
-        slower = self.settings.slowlog_log_slower_than
-        return slower >= 0 and usec >= slower
+        return usec >= settings.slowlog_log_slower_than >= 0
 
     def rejected(self, name: str) -> None:
         """A command refused before it ran (arity, sign-in, ``maxmemory``...)."""

@@ -216,30 +216,32 @@ def _cluster(conn: RespConnection) -> Fields:
     return [("cluster_enabled", 0)]
 
 
-_SECTIONS: Final[dict[bytes, tuple[str, Callable[[RespConnection], Fields]]]] = {
-    b"server": ("Server", _server),
-    b"clients": ("Clients", _clients),
-    b"memory": ("Memory", _none),
-    b"persistence": ("Persistence", _persistence),
-    b"stats": ("Stats", _stats),
-    b"replication": ("Replication", _replication),
-    b"cpu": ("CPU", _cpu),
-    b"modules": ("Modules", _none),
-    b"commandstats": ("Commandstats", _commandstats),
-    b"errorstats": ("Errorstats", _errorstats),
-    b"latencystats": ("Latencystats", _latencystats),
-    b"cluster": ("Cluster", _cluster),
-    b"keyspace": ("Keyspace", _keyspace),
+def _fields(title: str, read: Callable[[RespConnection], Fields]) -> Callable[[RespConnection], str]:
+    """A section written from its fields."""
+
+    def section(conn: RespConnection) -> str:
+        return f"# {title}\r\n" + "".join(f"{name}:{value}\r\n" for name, value in read(conn))
+
+    return section
+
+
+_SECTIONS: Final[dict[bytes, Callable[[RespConnection], str]]] = {
+    b"server": _fields("Server", _server),
+    b"clients": _fields("Clients", _clients),
+    b"memory": memory_info,
+    b"persistence": _fields("Persistence", _persistence),
+    b"stats": _fields("Stats", _stats),
+    b"replication": _fields("Replication", _replication),
+    b"cpu": _fields("CPU", _cpu),
+    b"modules": _fields("Modules", _none),
+    b"commandstats": _fields("Commandstats", _commandstats),
+    b"errorstats": _fields("Errorstats", _errorstats),
+    b"latencystats": _fields("Latencystats", _latencystats),
+    b"cluster": _fields("Cluster", _cluster),
+    b"keyspace": _fields("Keyspace", _keyspace),
 }
 """Every section, in redis-server's order."""
 _DEFAULT: Final = frozenset(_SECTIONS) - {b"commandstats", b"latencystats"}
-
-
-def _section(conn: RespConnection, key: bytes) -> str:
-    if key == b"memory":
-        return memory_info(conn)
-    title, fields = _SECTIONS[key]
-    return f"# {title}\r\n" + "".join(f"{name}:{value}\r\n" for name, value in fields(conn))
 
 
 def _info(conn: RespConnection, args: list[bytes]) -> None:
@@ -250,7 +252,7 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
     if b"default" in wanted:
         chosen.update(_DEFAULT)
     chosen.update(wanted & _SECTIONS.keys())
-    text = "\r\n".join(_section(conn, key) for key in _SECTIONS if key in chosen)
+    text = "\r\n".join(section(conn) for key, section in _SECTIONS.items() if key in chosen)
     conn.reply(conn.writer.verbatim(text.encode()))
 
 
