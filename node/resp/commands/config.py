@@ -289,6 +289,8 @@ PARAMS: Final = (
         _integer(0, 2**64 - 1, set_maxmemory, memory=True),
     ),
     Param(["maxmemory-policy"], _constant(POLICY), _policy),
+    Param(["maxmemory-samples"], _constant(b"5")),  # (nothing is evicted: nothing is sampled)
+    Param(["maxmemory-clients"], _constant(b"0")),  # (no client is evicted)
     Param(
         ["appendonly"],
         lambda broker: b"yes" if broker.keyspaces.store is not None else b"no",
