@@ -240,6 +240,7 @@ class Server:
     async def handle_redis(self, stream: trio.abc.Stream) -> None:
         """Serve one Redis (RESP) client connection until it closes."""
         if await self._refused(stream, error("max number of clients reached")):
+            self.broker.redis_stats.rejected_connections += 1
             return
         host, port = _peer(stream)
         session = Session(stream)

@@ -122,6 +122,8 @@ class RedisStats:
         self.error_replies = 0
         self.net_input = self.net_output = 0
         """Bytes read from and written to Redis clients."""
+        self.rejected_connections = 0
+        """Redis clients turned away at the connection limit."""
         self.slowlog: collections.deque[SlowEntry] = collections.deque()
         self._next_slow_id = 0
         self.latency: dict[str, LatencyEvent] = {}
@@ -236,6 +238,6 @@ class RedisStats:
         self.commands.clear()
         self.errors.clear()
         self.error_replies = 0
-        self.net_input = self.net_output = 0
+        self.net_input = self.net_output = self.rejected_connections = 0
         self._rates.clear()
         self.reset_ns = time.time_ns()

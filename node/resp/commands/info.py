@@ -125,7 +125,7 @@ def _stats(conn: RespConnection) -> Fields:
         ("total_net_output_bytes", stats.net_output),
         ("instantaneous_input_kbps", f"{in_kbps:.2f}"),
         ("instantaneous_output_kbps", f"{out_kbps:.2f}"),
-        ("rejected_connections", 0),
+        ("rejected_connections", stats.rejected_connections),
         ("expired_keys", broker.keyspaces.expired_keys),
         ("evicted_keys", 0),
         ("evicted_clients", 0),

@@ -264,3 +264,4 @@ async def test_connection_limit_counts_redis_clients(nursery: trio.Nursery) -> N
                 return second.recv(100)
 
     assert await trio.to_thread.run_sync(scenario) == b"-ERR max number of clients reached\r\n"
+    assert node.node.broker.redis_stats.rejected_connections == 1  # (INFO's rejected_connections)
