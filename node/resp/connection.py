@@ -153,7 +153,7 @@ class RespConnection(Connection):
         """In MONITOR mode: fed every command the node runs."""
         self._request: list[bytes] = []
         """The request running (or the last one)."""
-        self._inline = False
+        self._from_inline = False
         """Whether the request read last came as an inline line."""
         self._failed = False
         """The command running answered an error (a command EXEC runs: that one)."""
@@ -205,7 +205,7 @@ class RespConnection(Connection):
             return
         try:
             for command in self.parser.commands():
-                self._inline = command.inline
+                self._from_inline = command.inline
                 self._run(command.args)
                 if self.closing is not None or self._waiting():
                     break
@@ -691,7 +691,7 @@ class RespConnection(Connection):
         flags += "x" if self.queued is not None else ""
         flags = flags or "N"
         qbuf = self.parser.buffered
-        if self._running and not self._inline:  # (as in redis-server's query buffer then)
+        if self._running and not self._from_inline:  # (as in redis-server's query buffer then)
             qbuf += 3 + len(str(len(self._request)))
             qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
         multi = len(self.queued) if self.queued is not None else -1
