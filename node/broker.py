@@ -23,8 +23,8 @@ from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
 from node.config.options import Config, RedisConfig
 from node.data.keyspace import Keyspaces
-from node.resp.settings import RedisSettings
-from node.resp.stats import RedisStats
+from node.redis_state.settings import RedisSettings
+from node.redis_state.stats import RedisStats
 from routing import (
     EMPTY_MATCH,
     InterestChange,

@@ -34,10 +34,10 @@ from node.broker import Broker
 from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
 from node.data.keyspace import CommitFailed, Condition, Database
+from node.redis_state.stats import redact
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.parser import RequestParser
-from node.resp.stats import redact
 from node.resp.writer import (
     RESP2,
     Writer,

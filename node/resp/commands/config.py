@@ -19,12 +19,12 @@ from typing import Final
 
 from node.broker import Broker
 from node.integers import string2ll
+from node.redis_state.settings import notify_flags
 from node.resp.commands.common import help_reply
 from node.resp.commands.memory import POLICY, parse_memory, set_maxmemory
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.parser import MAX_BULK_LEN
-from node.resp.settings import notify_flags
 from node.resp.writer import OK, bulk
 from routing import glob_match
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Final
 
 from node.integers import string2ll
+from node.redis_state.stats import SlowEntry
 from node.resp.commands.common import NOT_INTEGER, help_reply, now_ms
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
-from node.resp.stats import SlowEntry
 from node.resp.writer import OK, array, as_text, bulk, integer, simple
 
 __all__ = ["COMMANDS"]

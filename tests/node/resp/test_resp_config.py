@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 
 from node.broker import Broker
 from node.config.options import Config, RedisConfig
-from node.resp.settings import NOTIFY_ALL, NOTIFY_KEYEVENT, NOTIFY_KEYSPACE, notify_flags, notify_text
+from node.redis_state.settings import (
+    NOTIFY_ALL,
+    NOTIFY_KEYEVENT,
+    NOTIFY_KEYSPACE,
+    notify_flags,
+    notify_text,
+)
 from tests.node.resp.test_resp_conformance import Step
 from tests.node.resp.test_resp_conformance import redis_port as redis_port  # (the redis-server fixture)
 from tests.node.resp.test_resp_connection import Peer

@@ -13,7 +13,7 @@ import collections
 import time
 from typing import Any, Final
 
-from node.resp.settings import RedisSettings
+from node.redis_state.settings import RedisSettings
 
 __all__ = ["CommandStat", "LatencyEvent", "RedisStats", "SlowEntry", "redact"]
 
