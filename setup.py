@@ -43,6 +43,8 @@ HOT_PATH = [
     "node/resp/tracking.py",
     "node/resp/connection.py",
     "node/data/notifications.py",
+    "node/redis_state/settings.py",
+    "node/redis_state/stats.py",
     "node/data/keyspace.py",
     "node/data/streams/ids.py",
     "node/data/streams/entries.py",

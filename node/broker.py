@@ -22,8 +22,10 @@ from cluster.host import Consumer, Forwarder, ReplyMapping
 from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
 from node.config.keyspace_events import parse_flags
-from node.config.options import Config
+from node.config.options import Config, RedisConfig
 from node.data.keyspace import Keyspaces
+from node.redis_state.settings import RedisSettings
+from node.redis_state.stats import RedisStats
 from node.scripting.registry import Scripts
 from routing import (
     EMPTY_MATCH,
@@ -156,6 +158,15 @@ class Broker:
         events = parse_flags(config.redis.notify_keyspace_events.encode()) if config.redis else 0
         self.keyspaces.notifier.configure(events or 0)
         self.keyspaces.notifier.publish = self._publish_event
+        redis = config.redis or RedisConfig()
+        self.redis_settings = RedisSettings(
+            (redis.hard_limit, redis.soft_limit, int(redis.soft_seconds))
+        )
+        """The Redis front door's run-time parameters (CONFIG SET)."""
+        self.redis_stats = RedisStats(self.redis_settings)
+        """What the Redis front door counts (INFO, SLOWLOG, LATENCY) and its MONITOR clients."""
+        self.config_file: str | None = None
+        """The configuration file the node was started from (CONFIG REWRITE writes to it)."""
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}

@@ -247,6 +247,7 @@ class Server:
     async def handle_redis(self, stream: trio.abc.Stream) -> None:
         """Serve one Redis (RESP) client connection until it closes."""
         if await self._refused(stream, error("max number of clients reached")):
+            self.broker.redis_stats.rejected_connections += 1
             return
         host, port = _peer(stream)
         session = Session(stream)
@@ -260,6 +261,10 @@ class Server:
             clock=trio.current_time,
             limits=self.config.redis,
         )
+        conn.set_limits(*self.broker.redis_settings.pubsub_limits)
+        local = _local(stream)
+        if local is not None:
+            conn.local_address, conn.fd = local
         self._redis_sessions.add(session)
         try:
             await self._serve(
@@ -348,6 +353,7 @@ class Server:
         while True:
             await trio.sleep(KEY_SWEEP_PAUSE if keyspaces.behind else KEY_SWEEP_INTERVAL)
             keyspaces.sweep(time.time_ns() // 1_000_000)
+            self.broker.redis_stats.sample(time.monotonic())
             keyspaces.settle()
             if keyspaces.maxmemory:
                 keyspaces.measure_output(self.broker.pending_output())
@@ -437,3 +443,14 @@ def _peer(stream: trio.abc.Stream) -> tuple[str, int]:
             return "", 0
         return str(host), int(port)
     return "", 0
+
+
+def _local(stream: trio.abc.Stream) -> tuple[str, int] | None:
+    """The address a client connected to, as ``host:port``, and the socket's descriptor."""
+    if isinstance(stream, trio.SocketStream):
+        try:
+            host, port, *_ = stream.socket.getsockname()
+        except OSError:
+            return None
+        return f"{host}:{port}", stream.socket.fileno()
+    return None

@@ -236,6 +236,9 @@ class Persistence(Protocol):
         """The fsync policy: always, everysec or no."""
         ...
 
+    @appendfsync.setter
+    def appendfsync(self, policy: str) -> None: ...
+
     def info(self) -> list[tuple[str, int | str]]:
         """INFO's persistence fields."""
         ...
@@ -329,6 +332,7 @@ class Database:
 
     def _expire(self, key: bytes) -> None:
         self.delete(key)
+        self.keyspaces.expired_keys += 1
         self.notify(EXPIRED, b"expired", key)
         journal = self.keyspaces.journal
         if journal is not None:
@@ -620,6 +624,7 @@ class Keyspaces:
         "_next_sweep",
         "_serving",
         "behind",
+        "expired_keys",
         "journal",
         "loading",
         "maxmemory",
@@ -649,6 +654,8 @@ class Keyspaces:
         self._next_sweep = 0
         """Where, in the list of databases with expiring keys, the next sweep starts."""
         self.maxmemory = 0
+        self.expired_keys = 0
+        """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
         """Bytes of ``used_memory`` past which commands that add data are refused (0: no limit)."""
         self._dataset = 0
         self.unsettled: list[Database] = []

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from time import perf_counter_ns
 from typing import Final
 
 from node.accounts.permissions import PermissionSet
@@ -33,6 +34,7 @@ from node.broker import Broker
 from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
 from node.data.keyspace import WRONGTYPE, CommitFailed, Condition, Database, WrongType
+from node.redis_state.stats import redact
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.parser import RequestParser
@@ -148,6 +150,20 @@ class RespConnection(Connection):
         """CLIENT TRACKING's state while it is on (``node.resp.tracking``)."""
         self.scripted = False
         """A script's client: blocking reads refuse BLOCK, as redis-server refuses it to scripts."""
+        self.local_address = ""
+        """``host:port`` the client connected to (CLIENT LIST's ``laddr``)."""
+        self.fd = -1
+        """The socket's file descriptor (CLIENT LIST's ``fd``)."""
+        self.monitoring = False
+        """In MONITOR mode: fed every command the node runs."""
+        self._request: list[bytes] = []
+        """The request running (or the last one)."""
+        self._from_inline = False
+        """Whether the request read last came as an inline line."""
+        self._failed = False
+        """The command running answered an error (a command EXEC runs: that one)."""
+        self._mark = perf_counter_ns()
+        """When the last command ended (or input came): a command's time runs from it."""
 
     @property
     def subscribed(self) -> bool:
@@ -173,6 +189,8 @@ class RespConnection(Connection):
         if self.closing:  # (a truth test, so the checks below are not narrowed away)
             return
         self.last_activity_ns = time.time_ns()
+        self._mark = perf_counter_ns()
+        self.broker.redis_stats.net_input += len(data)
         self.parser.receive_data(data)
         verifying = self.verifying
         if verifying is not None and verifying.done:
@@ -192,6 +210,7 @@ class RespConnection(Connection):
             return
         try:
             for command in self.parser.commands():
+                self._from_inline = command.inline
                 self._run(command.args)
                 if self.closing is not None or self._waiting():
                     break
@@ -287,7 +306,7 @@ class RespConnection(Connection):
                 refusal = self.broker.keyspaces.refusal
                 if refusal is not None:
                     self._queue_failed = self.queued is not None
-                    self.reply(error(refusal))
+                    self._reject(command, refusal)
                     return
             if self.writer is RESP2 and self.subscribed and not top.subscribed:
                 self._reject(
@@ -296,12 +315,16 @@ class RespConnection(Connection):
                     "QUIT / RESET are allowed in this context",
                 )
                 return
+            if self.monitoring and top.on_keys:
+                self._reject(command, "Replica can't interact with the keyspace")
+                return
             if self.queued is not None and top.queueable:
                 self.queued.append(args)
                 self._queued_denyoom = self._queued_denyoom or command.denyoom
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
+            self._request = args
             tracker = self.broker.keyspaces.tracker
             if tracker is None:
                 self._call(command, args)
@@ -316,7 +339,9 @@ class RespConnection(Connection):
 
     def _reject(self, command: Command[RespConnection], text: str) -> None:
         """Refuse a request before it runs, as ``rejectCommand`` does: a transaction it was to be
-        queued in fails, and a refused EXEC ends its transaction (``text``: as ``error`` takes it)."""
+        queued in fails, and a refused EXEC ends its transaction (``text``: as ``error`` takes it);
+        counted as rejected."""
+        self.broker.redis_stats.rejected(command.name)
         if command.key == b"exec":
             self.queued = None
             self.unwatch()
@@ -326,12 +351,40 @@ class RespConnection(Connection):
         self.error(text)
 
     def _call(self, command: Command[RespConnection], args: list[bytes]) -> None:
-        """Run a command's handler; a key of the wrong kind is answered ``WRONGTYPE``."""
+        """Run a command's handler (a key of the wrong kind is answered ``WRONGTYPE``), counted
+        (its time runs from the end of the one before, or the input that brought it: one clock
+        read per command), shown to MONITOR clients, and slow-logged past the threshold. A read
+        that blocks is shown when it first runs and counted when it is done (``_count``)."""
+        self._failed = False
         assert command.handler is not None
         try:
             command.handler(self, args)
         except WrongType:
             self.error(WRONGTYPE)
+        if self.blocked is None:
+            self._count(command.name, args)
+        monitors = self.broker.redis_stats.monitors
+        if monitors and not command.admin and self._retry_deadline < 0:
+            self._feed_monitors(monitors, args)
+
+    def _count(self, name: str, args: list[bytes]) -> None:
+        stats = self.broker.redis_stats
+        now = perf_counter_ns()
+        elapsed = now - self._mark
+        self._mark = now
+        failed, self._failed = self._failed, False
+        if stats.called(name, elapsed, failed):
+            stats.slow(args, elapsed, f"{self.host}:{self.port}", self.name)
+
+    def _feed_monitors(self, monitors: list[RespConnection], args: list[bytes]) -> None:
+        line = monitor_line(time.time_ns() // 1000, self.db, f"{self.host}:{self.port}", args)
+        for monitor in monitors:
+            monitor.feed_monitor(line)
+
+    def feed_monitor(self, line: bytes) -> None:
+        """A command another client ran (MONITOR mode), held to the output limits."""
+        if self.closing is None:
+            self._push(line, len(line))
 
     def _call_tracked(
         self,
@@ -369,7 +422,7 @@ class RespConnection(Connection):
         may add data; inside MULTI any but EXEC, DISCARD, QUIT and RESET, the transaction then
         failing; an EXEC of such a command ends its transaction)."""
         if self.queued is None:
-            self.reply(error(oom))  # (only a command that may add data gets here)
+            self._reject(command, oom)  # (only a command that may add data gets here)
             return True
         if command.key == b"exec":
             if not self._queued_denyoom:
@@ -381,13 +434,16 @@ class RespConnection(Connection):
         if command.ends_multi:
             return False
         self._queue_failed = True
-        self.reply(error(oom))
+        self._reject(command, oom)
         return True
 
     # -- output ----------------------------------------------------------------------------------
 
     def reply(self, data: bytes) -> None:
         """A command's reply, unless CLIENT REPLY silenced it (or EXEC collects it)."""
+        if data[0] == 45:  # "-"
+            self._failed = True
+            self.broker.redis_stats.error_reply(data)
         if self._captured is not None:
             self._captured.append(data)
         elif not (self._reply_off or self._skip):
@@ -407,6 +463,16 @@ class RespConnection(Connection):
             self._captured.append(data)
         else:
             self._send(data)
+
+    def output_sent(self, data: bytearray, written: int) -> None:
+        self.broker.redis_stats.net_output += written
+        super().output_sent(data, written)
+
+    def set_limits(self, hard: int, soft: int, seconds: int) -> None:
+        """New output limits (CONFIG SET client-output-buffer-limit's pubsub class)."""
+        self.hard_limit = hard
+        self.stall_at = soft
+        self.soft_seconds = float(seconds)
 
     def set_reply_mode(self, mode: bytes) -> bool:
         """CLIENT REPLY's ``on``, ``off`` or ``skip`` (the next command's reply; not while off);
@@ -592,6 +658,7 @@ class RespConnection(Connection):
         if blocked is None or self.closing is not None:
             return
         self._retry_deadline = blocked.deadline
+        self._mark = perf_counter_ns()
         try:
             self._run(blocked.args)
         finally:
@@ -607,8 +674,14 @@ class RespConnection(Connection):
 
     def unblock(self, *, as_error: bool) -> bool:
         """End a blocked read early (its timeout, or CLIENT UNBLOCK); whether one was blocked."""
-        if self._unblock() is None:
+        blocked = self._unblock()
+        if blocked is None:
             return False
+        command = self.table.find(blocked.args[0])
+        if command is not None:
+            self._mark = perf_counter_ns()
+            self._failed = as_error
+            self._count(command.name, blocked.args)
         if as_error:
             self._send(error("-UNBLOCKED client unblocked via CLIENT UNBLOCK"))
         else:
@@ -628,6 +701,7 @@ class RespConnection(Connection):
 
     def reset(self) -> None:
         """RESET: as if newly connected (without a new id)."""
+        self.stop_monitoring()
         self._drop_all()
         self._stop_tracking()
         self.queued = None
@@ -667,6 +741,7 @@ class RespConnection(Connection):
         """Closing: subscriptions, a blocked read and watched keys go, and so do pushes held for
         after a reply."""
         self._held.clear()
+        self.stop_monitoring()
         self._drop_all()
         self._stop_tracking()
         self._unblock()
@@ -680,23 +755,72 @@ class RespConnection(Connection):
 
     # -- introspection ---------------------------------------------------------------------------
 
+    def start_monitoring(self) -> None:
+        """MONITOR: be fed every command the node runs, from now until RESET or the end."""
+        if not self.monitoring:
+            self.monitoring = True
+            self.broker.redis_stats.monitors.append(self)
+
+    def stop_monitoring(self) -> None:
+        if self.monitoring:
+            self.monitoring = False
+            self.broker.redis_stats.monitors.remove(self)
+
     def client_line(self) -> bytes:
         """This connection as a line of CLIENT LIST (the fields clients and tools read)."""
         now = time.time_ns()
         user = (self.user.user if self.user is not None else None) or "default"
-        flags = ("P" if self.subscribed else "") + ("b" if self._waiting() else "")
+        flags = ("O" if self.monitoring else "") + ("P" if self.subscribed else "")
+        flags += "b" if self._waiting() else ""
         flags += "x" if self.queued is not None else ""
+        tracking = self.tracking
+        if tracking is not None:
+            flags += "t" + ("R" if tracking.broken else "") + ("B" if tracking.bcast else "")
         flags = flags or "N"
+        qbuf = self.parser.buffered
+        if self._running and not self._from_inline:  # (as in redis-server's query buffer then)
+            qbuf += 3 + len(str(len(self._request)))
+            qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
+        multi = len(self.queued) if self.queued is not None else -1
+        redirect = tracking.redirect if tracking is not None else -1
         line = (
-            f"id={self.cid} addr={self.host}:{self.port} laddr= fd=-1 name={self.name} "
+            f"id={self.cid} addr={self.host}:{self.port} laddr={self.local_address} fd={self.fd} "
+            f"name={self.name} "
             f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "
             f"flags={flags} db={self.db} sub={len(self.subs)} psub={len(self.patterns)} "
-            f"ssub={len(self.shard)} multi=-1 qbuf={self.parser.buffered} obl=0 oll=0 "
-            f"omem={self.pending_bytes} tot-mem=0 events=r cmd={self.last_command} user={user} "
-            f"resp={self.writer.version} lib-name={self.options.get('lang') or ''} "
+            f"ssub={len(self.shard)} multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem=0 "
+            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={self.pending_bytes} "
+            f"tot-mem={self.pending_bytes + qbuf} events=r cmd={self.last_command} user={user} "
+            f"redir={redirect} resp={self.writer.version} lib-name={self.options.get('lang') or ''} "
             f"lib-ver={self.options.get('version') or ''}\n"
         )
         return line.encode("utf-8", "surrogateescape")
+
+
+def _quoted(arg: bytes) -> str:
+    """An argument as MONITOR shows it: quoted, with C escapes for what is not printable."""
+    out = ['"']
+    for byte in arg:
+        char = chr(byte)
+        if char in '\\"':
+            out.append("\\" + char)
+        elif char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\x{byte:02x}")
+    out.append('"')
+    return "".join(out)
+
+
+_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b"}
+
+
+def monitor_line(micros: int, db: int, addr: str, args: list[bytes]) -> bytes:
+    """A MONITOR line: ``+<unix seconds>.<micros> [<db> <addr>] "arg" ...`` (AUTH redacted)."""
+    shown = " ".join(_quoted(arg) for arg in redact(args))
+    return f"+{micros // 10**6}.{micros % 10**6:06d} [{db} {addr}] {shown}\r\n".encode()
 
 
 def _ignore() -> None:

@@ -19,6 +19,7 @@ FLAGS: Final = {
     "write": "changes keys (redis-server's flag): refused while the journal cannot be written",
     "readonly": "reads keys and changes nothing else (redis-server's flag)",
     "denyoom": "may add data (redis-server's flag): refused past ``maxmemory``",
+    "admin": "administers the node (redis-server's flag): not shown to MONITOR clients",
     "no_auth": "runs before the client signs in (redis-server's flag)",
     "noscript": "refused to scripts (redis-server's flag)",
     "on_keys": "answered as a command on keys is (``write`` and ``readonly`` imply it): its reply "
@@ -43,6 +44,9 @@ class Command(Generic[C]):
             container that needs a subcommand).
         flags: words of ``FLAGS`` separated by blanks, as redis-server's table wrote them.
         subcommands: a container's (CLIENT, XGROUP ...).
+        keys: where its keys are, as redis-server's legacy key positions: the first key's
+            index, the last's (negative: from the end), the step between them ((0, 0, 0): no
+            keys at fixed places).
 
     The flags are also kept as booleans, read as each request is checked. Whether a request runs
     before sign-in, in subscribed mode, or at once inside MULTI, and whether it is on keys, goes by
@@ -51,12 +55,14 @@ class Command(Generic[C]):
     """
 
     __slots__ = (
+        "admin",
         "arity",
         "denyoom",
         "ends_multi",
         "flags",
         "handler",
         "key",
+        "keys",
         "name",
         "no_auth",
         "noscript",
@@ -74,8 +80,11 @@ class Command(Generic[C]):
         handler: Callable[[C, list[bytes]], None] | None,
         flags: str = "",
         subcommands: Sequence[Command[C]] = (),
+        *,
+        keys: tuple[int, int, int] = (0, 0, 0),
     ) -> None:
         self.name = name
+        self.keys = keys
         self.key = name.encode()
         self.arity = arity
         self.handler = handler
@@ -86,6 +95,7 @@ class Command(Generic[C]):
         self.subcommands: dict[bytes, Command[C]] | None = (
             {sub.key.partition(b"|")[2]: sub for sub in subcommands} if subcommands else None
         )
+        self.admin = "admin" in self.flags
         self.writes = "write" in self.flags
         self.on_keys = self.writes or bool(self.flags & {"readonly", "on_keys"})
         self.denyoom = "denyoom" in self.flags

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -249,6 +250,7 @@ async def _serve(args: argparse.Namespace, config: Config, logs: LogOutput) -> N
             async with trio.open_nursery() as nursery:
                 handle: NodeHandle = await nursery.start(run_node, config)
                 h = handle
+                h.node.broker.config_file = args.config_path
                 bound = Bound(h.host, h.port, h.http_port, h.cluster_port, h.redis_port)
                 try:
                     files.write_ports(config.ports_file_dir, ports_info(h.node.config, bound))
@@ -321,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs = LogOutput()
     try:
         config = serve_config(args)
+        args.config_path = os.path.abspath(args.config) if args.config else None
         if args.check:
             print(f"pubmesh: configuration file {args.config or ''} is valid", file=sys.stderr)
             return 0

@@ -61,6 +61,10 @@ class Scripts:
         self.while_busy: Callable[[], None] = _nobody_else
         """Serve the other clients once without waiting (called while a script is busy)."""
 
+    def made(self, account: str) -> Engine | None:
+        """The account's runtime, if one has been made."""
+        return self._engines.get(account)
+
     def engine(self, account: str, version: str, double_text: Callable[[float], bytes]) -> Engine:
         """The account's runtime (made on first use, reporting ``version`` as REDIS_VERSION and
         writing a number a script hands to a command with ``double_text``)."""

@@ -194,6 +194,14 @@ class Store:
     def appendfsync(self) -> str:
         return self._policy
 
+    @appendfsync.setter
+    def appendfsync(self, policy: str) -> None:
+        """A new policy (CONFIG SET), from the next commit on: ``always`` then fsyncs what the
+        earlier ones left unsynced too."""
+        if policy not in FSYNC_POLICIES:
+            raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, not {policy!r}")
+        self._policy = policy
+
     # -- starting --------------------------------------------------------------------------------
 
     def load(self, keyspaces: Keyspaces) -> int:

@@ -10,6 +10,7 @@ HELLO signs in the same way with its AUTH option, and switches the protocol vers
 
 from __future__ import annotations
 
+import time
 from typing import Final
 
 from node.accounts.auth import Verification, Verifying
@@ -207,7 +208,8 @@ def _client_info(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _client_kill(conn: RespConnection, args: list[bytes]) -> None:
-    """``CLIENT KILL addr`` (answers OK) or ``CLIENT KILL ID id | ADDR addr ...`` (answers a count)."""
+    """``CLIENT KILL addr`` (answers OK) or ``CLIENT KILL <filter> <value> ...`` (answers a
+    count): ID, ADDR, LADDR, TYPE, USER, MAXAGE and SKIPME (yes unless told otherwise)."""
     if len(args) == 3:
         victims = [c for c in resp_clients(conn) if f"{c.host}:{c.port}".encode() == args[2]]
         if not victims:
@@ -220,6 +222,7 @@ def _client_kill(conn: RespConnection, args: list[bytes]) -> None:
         conn.error("syntax error")
         return
     victims = resp_clients(conn)
+    skip_me = True
     for i in range(2, len(args), 2):
         field, value = args[i].lower(), args[i + 1]
         if field == b"id":
@@ -230,12 +233,42 @@ def _client_kill(conn: RespConnection, args: list[bytes]) -> None:
             victims = [c for c in victims if c.cid == cid]
         elif field == b"addr":
             victims = [c for c in victims if f"{c.host}:{c.port}".encode() == value]
+        elif field == b"laddr":
+            victims = [c for c in victims if c.local_address.encode() == value]
+        elif field == b"type":
+            kind = value.lower()
+            if kind not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+                conn.error(f"Unknown client type '{as_text(value)}'")
+                return
+            kind = b"replica" if kind == b"slave" else kind
+            victims = [c for c in victims if (b"pubsub" if c.subscribed else b"normal") == kind]
+        elif field == b"user":
+            name = as_text(value)
+            if name != "default" and not _known_user(conn, name):
+                conn.error(f"No such user '{name}'")
+                return
+            victims = [c for c in victims if c.user is not None and (c.user.user or "default") == name]
+        elif field == b"maxage":
+            age = string2ll(value)
+            if age is None:
+                conn.error(SYNTAX)
+                return
+            now = time.time_ns()
+            victims = [c for c in victims if (now - c.start_ns) // 10**9 >= age]
+        elif field == b"skipme" and value.lower() in (b"yes", b"no"):
+            skip_me = value.lower() == b"yes"
         else:
             conn.error("syntax error")
             return
+    if skip_me:
+        victims = [c for c in victims if c is not conn]
+    conn.reply(integer(len(victims)))
     for victim in victims:
         victim.close(Reason.CLIENT_CLOSED)
-    conn.reply(integer(len(victims)))
+
+
+def _known_user(conn: RespConnection, name: str) -> bool:
+    return any(user.user == name for user in conn.broker.config.users)
 
 
 def _client_reply(conn: RespConnection, args: list[bytes]) -> None:

@@ -175,5 +175,5 @@ def _walk(
     return bytes(common), ranges
 
 
-COMMANDS: Final = (Command("lcs", -3, _lcs, "readonly"),)
+COMMANDS: Final = (Command("lcs", -3, _lcs, "readonly", keys=(1, 2, 1)),)
 """LCS, in COMMAND's order."""

@@ -1,6 +1,6 @@
-"""``maxmemory`` over RESP, as redis-server 7.2 answers it: CONFIG SET (of ``maxmemory`` and
-``maxmemory-policy``, the only parameters that can change while the node runs) and INFO's memory
-section.
+"""Memory over RESP, as redis-server 7.2 answers it: the MEMORY command (USAGE of a key: what
+``node.data.keyspace`` counts it as for ``maxmemory``), what CONFIG SET maxmemory does, and INFO's
+memory section.
 
 What ``used_memory`` counts, and how it is kept, is ``node.data.keyspace``'s to say. The only policy is
 ``noeviction``: nothing is ever evicted to make room.
@@ -11,27 +11,21 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from node.config.keyspace_events import INVALID, parse_flags
+from node.broker import Broker
+from node.data.keyspace import key_memory
 from node.integers import string2ll
 from node.process_memory import resident_bytes
+from node.resp.commands.common import NOT_INTEGER, SYNTAX, help_reply, now_ms
 from node.resp.connection import RespConnection
-from node.resp.tracking import Tracker
-from node.resp.writer import OK
+from node.resp.dispatch import Command
+from node.resp.writer import OK, bulk, integer
 
-__all__ = ["POLICY", "config_set", "human", "memory_info", "parse_memory"]
+__all__ = ["COMMANDS", "POLICY", "human", "memory_info", "parse_memory", "set_maxmemory"]
 
 log = logging.getLogger("pubmesh")
 
 POLICY: Final = b"noeviction"
 """The one ``maxmemory-policy``."""
-_POLICIES: Final = (
-    "volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, "
-    "allkeys-random, noeviction"
-)
-"""The policies redis-server knows, as its error lists them."""
-_SETTABLE: Final = frozenset(
-    [b"maxmemory", b"maxmemory-policy", b"notify-keyspace-events", b"tracking-table-max-keys"]
-)
 _UNITS: Final = {
     b"": 1,
     b"b": 1,
@@ -78,88 +72,117 @@ def memory_info(conn: RespConnection) -> str:
     keyspaces.measure_output(broker.pending_output())
     used, rss, peak = keyspaces.used_memory, resident_bytes(), keyspaces.peak
     limit = keyspaces.maxmemory
+    engine = broker.scripts.made(conn.account.name)
+    scripts, functions, libraries = (
+        (len(engine.scripts), len(engine.functions), len(engine.libraries)) if engine else (0, 0, 0)
+    )
     return (
         "# Memory\r\n"
         f"used_memory:{used}\r\nused_memory_human:{human(used)}\r\n"
         f"used_memory_rss:{rss}\r\nused_memory_rss_human:{human(rss)}\r\n"
         f"used_memory_peak:{peak}\r\nused_memory_peak_human:{human(peak)}\r\n"
         f"used_memory_dataset:{keyspaces.dataset_bytes}\r\n"
+        f"number_of_cached_scripts:{scripts}\r\nnumber_of_functions:{functions}\r\n"
+        f"number_of_libraries:{libraries}\r\n"
         f"maxmemory:{limit}\r\nmaxmemory_human:{human(limit)}\r\n"
         f"maxmemory_policy:{POLICY.decode()}\r\n"
         f"mem_clients_normal:{keyspaces.output_bytes}\r\n"
     )
 
 
-def _failed(name: str, why: str) -> str:
-    return f"CONFIG SET failed (possibly related to argument '{name}') - {why}"
+def set_maxmemory(broker: Broker, limit: int) -> None:
+    """CONFIG SET maxmemory: the new limit, with redis-server's warning when memory in use is
+    already past it."""
+    keyspaces = broker.keyspaces
+    keyspaces.maxmemory = limit
+    if limit and limit < keyspaces.used_memory:
+        log.warning(
+            "WARNING: the new maxmemory value set via CONFIG SET (%d) is smaller than the "
+            "current memory usage (%d): commands that add data are refused until keys are "
+            "deleted (maxmemory-policy noeviction)",
+            limit,
+            keyspaces.used_memory,
+        )
 
 
-def config_set(conn: RespConnection, args: list[bytes]) -> None:
-    """CONFIG SET name value [name value ...], checked in redis-server's order (every name, then
-    every value) and applied only if all are good. Names other than ``maxmemory``,
-    ``maxmemory-policy``, ``notify-keyspace-events`` and ``tracking-table-max-keys`` are refused
-    as redis-server refuses a parameter it does not know."""
-    if len(args) % 2:
-        conn.error("syntax error")
+def _usage(conn: RespConnection, args: list[bytes]) -> None:
+    i = 3
+    while i < len(args):
+        if args[i].lower() != b"samples" or i + 1 >= len(args):
+            conn.error(SYNTAX)
+            return
+        samples = string2ll(args[i + 1])
+        if samples is None:
+            conn.error(NOT_INTEGER)
+            return
+        if samples < 0:
+            conn.error(SYNTAX)
+            return
+        i += 2
+    key = args[2]
+    value = conn.database.get(key, now_ms())
+    if value is None:
+        conn.reply(conn.writer.null)
         return
-    seen: set[bytes] = set()
-    for name in args[2::2]:
-        key = name.lower()
-        shown = name.decode("utf-8", "surrogateescape")
-        if key not in _SETTABLE:
-            conn.error(f"Unknown option or number of arguments for CONFIG SET - '{shown}'")
-            return
-        if key in seen:
-            conn.error(_failed(shown, "duplicate parameter"))
-            return
-        seen.add(key)
-    limit: int | None = None
-    events: int | None = None
-    tracked: int | None = None
-    for name, value in zip(args[2::2], args[3::2], strict=True):
-        if name.lower() == b"tracking-table-max-keys":
-            tracked = string2ll(value)
-            if tracked is None or tracked < 0:
-                why = "argument couldn't be parsed into an integer"
-                if tracked is not None:
-                    why = f"argument must be between 0 and {2**63 - 1} inclusive"
-                conn.error(_failed(name.decode("utf-8", "surrogateescape"), why))
-                return
-        elif name.lower() == b"notify-keyspace-events":
-            events = parse_flags(value)
-            if events is None:
-                conn.error(_failed(name.decode("utf-8", "surrogateescape"), INVALID))
-                return
-        elif name.lower() == b"maxmemory":
-            limit = parse_memory(value)
-            if limit is None:
-                conn.error(_failed("maxmemory", "argument must be a memory value"))
-                return
-        elif value.lower() != POLICY:
-            known = value.lower().decode("latin-1") in _POLICIES.split(", ")
-            why = (
-                "only noeviction is supported"
-                if known
-                else f"argument(s) must be one of the following: {_POLICIES}"
-            )
-            conn.error(_failed("maxmemory-policy", why))
-            return
-    if events is not None:
-        conn.broker.keyspaces.notifier.configure(events)
-    if tracked is not None:
-        conn.broker.keyspaces.tracking_max_keys = tracked
-        tracker = conn.broker.keyspaces.tracker
-        if isinstance(tracker, Tracker):
-            tracker.limit()
-    if limit is not None:
-        keyspaces = conn.broker.keyspaces
-        keyspaces.maxmemory = limit
-        if limit and limit < keyspaces.used_memory:
-            log.warning(
-                "WARNING: the new maxmemory value set via CONFIG SET (%d) is smaller than the "
-                "current memory usage (%d): commands that add data are refused until keys are "
-                "deleted (maxmemory-policy noeviction)",
-                limit,
-                keyspaces.used_memory,
-            )
+    conn.reply(integer(key_memory(key, value)))
+
+
+def _stats(conn: RespConnection, args: list[bytes]) -> None:
+    keyspaces = conn.broker.keyspaces
+    keyspaces.measure_output(conn.broker.pending_output())
+    keys = sum(len(db) for ks in keyspaces.accounts().values() for db in ks.databases().values())
+    dataset = keyspaces.dataset_bytes
+    pairs: list[tuple[bytes, bytes]] = [
+        (bulk(b"peak.allocated"), integer(keyspaces.peak)),
+        (bulk(b"total.allocated"), integer(keyspaces.used_memory)),
+        (bulk(b"clients.normal"), integer(keyspaces.output_bytes)),
+        (bulk(b"keys.count"), integer(keys)),
+        (bulk(b"keys.bytes-per-key"), integer(dataset // keys if keys else 0)),
+        (bulk(b"dataset.bytes"), integer(dataset)),
+    ]
+    conn.reply(conn.writer.map(pairs))
+
+
+def _doctor(conn: RespConnection, args: list[bytes]) -> None:
+    keyspaces = conn.broker.keyspaces
+    limit = keyspaces.maxmemory
+    if limit and keyspaces.used_memory > limit:
+        text = "Memory in use is past maxmemory: commands that add data are refused."
+    else:
+        text = "No memory problems were found."
+    conn.reply(conn.writer.verbatim(text.encode()))
+
+
+def _malloc_stats(conn: RespConnection, args: list[bytes]) -> None:
+    conn.reply(conn.writer.verbatim(b"Stats not supported for the current allocator"))
+
+
+def _purge(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(OK)
+
+
+_HELP: Final = [
+    b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"DOCTOR",
+    b"MALLOC-STATS",
+    b"PURGE",
+    b"STATS",
+    b"USAGE <key> [SAMPLES <count>]",
+    b"HELP",
+]
+
+COMMANDS: Final = (
+    Command(
+        "memory",
+        -2,
+        None,
+        subcommands=[
+            Command("memory|doctor", 2, _doctor),
+            Command("memory|malloc-stats", 2, _malloc_stats),
+            Command("memory|purge", 2, _purge),
+            Command("memory|stats", 2, _stats),
+            Command("memory|usage", -3, _usage, "readonly", keys=(2, 2, 1)),
+            Command("memory|help", 2, help_reply(_HELP)),
+        ],
+    ),
+)

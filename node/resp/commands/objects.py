@@ -1,23 +1,21 @@
-"""What a key's value is made of, as redis-server 7.2 answers it: OBJECT ENCODING, REFCOUNT and FREQ,
-and MEMORY USAGE.
+"""What a key's value is made of, as redis-server 7.2 answers it: OBJECT ENCODING, REFCOUNT and FREQ.
 
 A string's encoding is the one redis-server would have given it: ``int`` for at most 20 bytes that
 read as a signed 64-bit integer, ``embstr`` up to 44 bytes, ``raw`` beyond, and ``raw`` for a
 string APPEND or SETRANGE changed in place (a ``bytearray``); a stream's is ``stream``. REFCOUNT
 is redis-server's: its small integers (0 to 9999) are shared objects. OBJECT IDLETIME is not
 answered, as keys' access times are not kept here; FREQ is refused as redis-server refuses it
-without an LFU policy (the policy here is ``noeviction``). MEMORY USAGE counts what
-``node.data.keyspace`` counts for ``maxmemory``.
+without an LFU policy (the policy here is ``noeviction``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from node.data.keyspace import Value, key_memory
+from node.data.keyspace import Value
 from node.data.streams import Stream
 from node.integers import string2ll
-from node.resp.commands.common import NOT_INTEGER, SYNTAX, help_reply, now_ms
+from node.resp.commands.common import help_reply, now_ms
 from node.resp.commands.string_numbers import int_encodable
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
@@ -42,14 +40,6 @@ _OBJECT_HELP: Final = [
     b"REFCOUNT <key>",
     b"    Return the number of references of the value associated with the specified",
     b"    <key>.",
-    b"HELP",
-    b"    Print this help.",
-]
-_MEMORY_HELP: Final = [
-    b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-    b"USAGE <key> [SAMPLES <count>]",
-    b"    Return memory in bytes used by <key> and its value. Nested values are",
-    b"    sampled up to <count> times (default: 5, 0 means sample all).",
     b"HELP",
     b"    Print this help.",
 ]
@@ -88,48 +78,17 @@ def _freq(conn: RespConnection, args: list[bytes]) -> None:
         conn.error(_NO_LFU)
 
 
-def _usage(conn: RespConnection, args: list[bytes]) -> None:
-    i = 3
-    while i < len(args):
-        if args[i].lower() != b"samples" or i + 1 >= len(args):
-            conn.error(SYNTAX)
-            return
-        samples = string2ll(args[i + 1])
-        if samples is None:
-            conn.error(NOT_INTEGER)
-            return
-        if samples < 0:
-            conn.error(SYNTAX)
-            return
-        i += 2
-    key = args[2]
-    value = conn.database.get(key, now_ms())
-    if value is None:
-        conn.reply(conn.writer.null)
-        return
-    conn.reply(integer(key_memory(key, value)))
-
-
 COMMANDS: Final = (
     Command(
         "object",
         -2,
         None,
         subcommands=[
-            Command("object|encoding", 3, _encoding, "readonly"),
-            Command("object|freq", 3, _freq, "readonly"),
-            Command("object|refcount", 3, _refcount, "readonly"),
+            Command("object|encoding", 3, _encoding, "readonly", keys=(2, 2, 1)),
+            Command("object|freq", 3, _freq, "readonly", keys=(2, 2, 1)),
+            Command("object|refcount", 3, _refcount, "readonly", keys=(2, 2, 1)),
             Command("object|help", 2, help_reply(_OBJECT_HELP)),
         ],
     ),
-    Command(
-        "memory",
-        -2,
-        None,
-        subcommands=[
-            Command("memory|usage", -3, _usage, "readonly"),
-            Command("memory|help", 2, help_reply(_MEMORY_HELP)),
-        ],
-    ),
 )
-"""OBJECT and MEMORY, in COMMAND's order."""
+"""OBJECT."""

@@ -225,10 +225,10 @@ COMMANDS: Final = (
     Command("unsubscribe", -1, _unsubscribe(shard=False), "subscribed noscript"),
     Command("psubscribe", -2, _psubscribe, "subscribed noscript"),
     Command("punsubscribe", -1, _punsubscribe, "subscribed noscript"),
-    Command("ssubscribe", -2, _subscribe(shard=True), "subscribed noscript"),
-    Command("sunsubscribe", -1, _unsubscribe(shard=True), "subscribed noscript"),
+    Command("ssubscribe", -2, _subscribe(shard=True), "subscribed noscript", keys=(1, -1, 1)),
+    Command("sunsubscribe", -1, _unsubscribe(shard=True), "subscribed noscript", keys=(1, -1, 1)),
     Command("publish", 3, _publish),
-    Command("spublish", 3, _publish),
+    Command("spublish", 3, _publish, keys=(1, 1, 1)),
     Command(
         "pubsub",
         -2,

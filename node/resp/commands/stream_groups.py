@@ -562,21 +562,21 @@ _XINFO_HELP = [
 ]
 
 COMMANDS: Final = (
-    Command("xack", -4, _xack, "write"),
-    Command("xpending", -3, _xpending, "readonly"),
-    Command("xclaim", -6, _xclaim, "write"),
-    Command("xautoclaim", -6, _xautoclaim, "write"),
+    Command("xack", -4, _xack, "write", keys=(1, 1, 1)),
+    Command("xpending", -3, _xpending, "readonly", keys=(1, 1, 1)),
+    Command("xclaim", -6, _xclaim, "write", keys=(1, 1, 1)),
+    Command("xautoclaim", -6, _xautoclaim, "write", keys=(1, 1, 1)),
     Command(
         "xgroup",
         -2,
         None,
         "write",
         subcommands=[
-            Command("xgroup|create", -5, _xgroup, "write denyoom"),
-            Command("xgroup|setid", -5, _xgroup, "write"),
-            Command("xgroup|destroy", 4, _xgroup, "write"),
-            Command("xgroup|createconsumer", 5, _xgroup, "write denyoom"),
-            Command("xgroup|delconsumer", 5, _xgroup, "write"),
+            Command("xgroup|create", -5, _xgroup, "write denyoom", keys=(2, 2, 1)),
+            Command("xgroup|setid", -5, _xgroup, "write", keys=(2, 2, 1)),
+            Command("xgroup|destroy", 4, _xgroup, "write", keys=(2, 2, 1)),
+            Command("xgroup|createconsumer", 5, _xgroup, "write denyoom", keys=(2, 2, 1)),
+            Command("xgroup|delconsumer", 5, _xgroup, "write", keys=(2, 2, 1)),
             Command("xgroup|help", 2, help_reply(_XGROUP_HELP)),
         ],
     ),
@@ -586,9 +586,9 @@ COMMANDS: Final = (
         None,
         "readonly",
         subcommands=[
-            Command("xinfo|stream", -3, _xinfo_stream, "readonly"),
-            Command("xinfo|groups", 3, _xinfo_groups, "readonly"),
-            Command("xinfo|consumers", 4, _xinfo_consumers, "readonly"),
+            Command("xinfo|stream", -3, _xinfo_stream, "readonly", keys=(2, 2, 1)),
+            Command("xinfo|groups", 3, _xinfo_groups, "readonly", keys=(2, 2, 1)),
+            Command("xinfo|consumers", 4, _xinfo_consumers, "readonly", keys=(2, 2, 1)),
             Command("xinfo|help", 2, help_reply(_XINFO_HELP)),
         ],
     ),

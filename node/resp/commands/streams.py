@@ -249,6 +249,9 @@ def _xadd(conn: RespConnection, args: list[bytes]) -> None:
             conn.reply(conn.writer.null)
             return
         stream = Stream()
+    settings = conn.broker.redis_settings  # (read at each XADD, as redis-server does)
+    stream.node_max_entries = settings.stream_node_max_entries
+    stream.node_max_bytes = settings.stream_node_max_bytes
     if stream.last_id == MAX_ID:
         conn.error("The stream has exhausted the last possible ID, unable to add more items")
         return
@@ -392,12 +395,12 @@ def _xsetid(conn: RespConnection, args: list[bytes]) -> None:
 
 
 COMMANDS: Final = (
-    Command("xadd", -5, _xadd, "write denyoom"),
-    Command("xtrim", -4, _xtrim, "write"),
-    Command("xrange", -4, _range(reverse=False), "readonly"),
-    Command("xrevrange", -4, _range(reverse=True), "readonly"),
-    Command("xlen", 2, _xlen, "readonly"),
-    Command("xdel", -3, _xdel, "write"),
-    Command("xsetid", -3, _xsetid, "write denyoom"),
+    Command("xadd", -5, _xadd, "write denyoom", keys=(1, 1, 1)),
+    Command("xtrim", -4, _xtrim, "write", keys=(1, 1, 1)),
+    Command("xrange", -4, _range(reverse=False), "readonly", keys=(1, 1, 1)),
+    Command("xrevrange", -4, _range(reverse=True), "readonly", keys=(1, 1, 1)),
+    Command("xlen", 2, _xlen, "readonly", keys=(1, 1, 1)),
+    Command("xdel", -3, _xdel, "write", keys=(1, 1, 1)),
+    Command("xsetid", -3, _xsetid, "write denyoom", keys=(1, 1, 1)),
 )
 """The stream commands on entries, in COMMAND's order."""

@@ -6,9 +6,14 @@ from __future__ import annotations
 from typing import Final
 
 from node.resp.commands import (
+    config,
     connection,
+    diagnostics,
+    info,
+    introspection,
     keys,
     lcs,
+    memory,
     objects,
     pubsub,
     scripting,
@@ -27,7 +32,12 @@ __all__ = ["COMMANDS"]
 COMMANDS: Final[CommandTable[RespConnection]] = CommandTable(
     [
         *connection.COMMANDS,
+        *introspection.COMMANDS,
+        *info.COMMANDS,
+        *config.COMMANDS,
         *server.COMMANDS,
+        *diagnostics.COMMANDS,
+        *memory.COMMANDS,
         *pubsub.COMMANDS,
         *transactions.COMMANDS,
         *keys.COMMANDS,

@@ -186,9 +186,9 @@ def _client_trackinginfo(conn: RespConnection, args: list[bytes]) -> None:
 
 
 COMMANDS: Final = (
-    Command("client|tracking", -3, _client_tracking),
-    Command("client|caching", 3, _client_caching),
-    Command("client|getredir", 2, _client_getredir),
-    Command("client|trackinginfo", 2, _client_trackinginfo),
+    Command("client|tracking", -3, _client_tracking, "noscript"),
+    Command("client|caching", 3, _client_caching, "noscript"),
+    Command("client|getredir", 2, _client_getredir, "noscript"),
+    Command("client|trackinginfo", 2, _client_trackinginfo, "noscript"),
 )
 """CLIENT's tracking subcommands."""

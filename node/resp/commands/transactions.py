@@ -54,7 +54,7 @@ COMMANDS: Final = (
     Command("multi", 1, _multi, "unqueued noscript"),
     Command("exec", 1, _exec, "on_keys ends_multi noscript"),
     Command("discard", 1, _discard, "ends_multi noscript"),
-    Command("watch", -2, _watch, "unqueued noscript"),
+    Command("watch", -2, _watch, "unqueued noscript", keys=(1, -1, 1)),
     Command("unwatch", 1, _unwatch, "noscript"),
 )
 """The transaction commands, in COMMAND's order."""

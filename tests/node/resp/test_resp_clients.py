@@ -264,3 +264,6 @@ async def test_connection_limit_counts_redis_clients(nursery: trio.Nursery) -> N
                 return second.recv(100)
 
     assert await trio.to_thread.run_sync(scenario) == b"-ERR max number of clients reached\r\n"
+    stats = node.node.broker.redis_stats  # (INFO's rejected_connections: counted once it is closed)
+    while stats.rejected_connections != 1:  # noqa: ASYNC110 (nothing announces it)
+        await trio.sleep(0.01)

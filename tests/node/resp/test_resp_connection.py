@@ -283,7 +283,7 @@ def test_introspection_commands_answer(broker: Broker) -> None:
     assert b"redis_version:" in peer.send("INFO", "server")
     assert peer.send("CONFIG", "GET", "databases") == b"*2\r\n$9\r\ndatabases\r\n$2\r\n16\r\n"
     assert peer.send("CONFIG", "GET", "nope") == b"*0\r\n"
-    assert peer.send("COMMAND", "DOCS") == b"*0\r\n"
+    assert peer.send("COMMAND", "DOCS", "nope") == b"*0\r\n"
     assert peer.send("COMMAND", "COUNT").startswith(b":")
     other = Peer(broker)
     assert peer.send("CLIENT", "KILL", "ID", str(other.conn.cid)) == b":1\r\n"
