@@ -2,7 +2,8 @@
 
 The options follow ``nats bench`` where it has one (``--msgs``, ``--size``, ``--pubs``, ``--subs``),
 so numbers from either tool are set up the same way; the ``resp-`` scenarios take the same options
-against a Redis-protocol server (for ``resp-xadd``, ``resp-consume`` and ``resp-blocked``,
+against a Redis-protocol server (``resp-set``, ``resp-get`` and ``resp-evalsha`` work one key,
+made unique per run, with ``--pubs`` clients; for ``resp-xadd``, ``resp-consume`` and ``resp-blocked``,
 ``--subject`` names the stream, made unique per run, and ``--pubs`` / ``--subs`` count adders /
 consumers or blocked readers). Exit status:
 0 when every message was counted, 1 when the check failed, 2 when the run could not be made at all.
@@ -14,7 +15,7 @@ import argparse
 import json
 import sys
 
-from node.bench import expiry, stall
+from node.bench import expiry, keys, stall
 from node.bench.compare import compare
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.progress import ProgressBar
@@ -204,6 +205,9 @@ _UNITS = {
     "resp-xadd": "entries added/s",
     "resp-consume": "entries acked/s",
     "resp-blocked": "XADD/s, each given to a blocked reader",
+    "resp-set": "SET/s",
+    "resp-get": "GET/s",
+    "resp-evalsha": "EVALSHA/s",
 }
 
 
@@ -220,6 +224,9 @@ def describe(result: Result) -> str:
         what = f"{spec.msgs:,} entries"
     elif spec.scenario == "resp-xadd":
         who, what = _plural(spec.pubs, "adder"), f"{spec.msgs:,} entries"
+    elif spec.scenario in keys.KEY_SCENARIOS:
+        verb = spec.scenario.removeprefix("resp-").upper()
+        who, what = _plural(spec.pubs, "client"), f"{spec.msgs:,} {verb}s"
     else:
         who, what = _plural(spec.pubs, "publisher"), f"{spec.msgs:,} msgs"
         if spec.subs:
@@ -250,6 +257,9 @@ def describe(result: Result) -> str:
         "resp-xadd": "added",
         "resp-consume": "acked",
         "resp-blocked": "given",
+        "resp-set": "answered",
+        "resp-get": "answered",
+        "resp-evalsha": "answered",
     }.get(spec.scenario, "received")
     relation = "==" if result.received == result.expected else "!="
     verdict = "OK" if result.ok else "FAILED"

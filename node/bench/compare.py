@@ -93,6 +93,9 @@ _UNITS = {
     "resp-xadd": "entries added/s",
     "resp-consume": "entries acked/s",
     "resp-blocked": "XADD/s",
+    "resp-set": "SET/s",
+    "resp-get": "GET/s",
+    "resp-evalsha": "EVALSHA/s",
 }
 
 
@@ -275,6 +278,9 @@ BLOCKED_READERS = 1000
 RESP_CASES: tuple[Case, ...] = (
     LoadCase("RESP pub/sub 1:1", "resp-pubsub", 800_000, subs=1),
     LoadCase("RESP fan-out 1→10", "resp-fanout", 200_000, subs=10),
+    LoadCase("RESP SET, pipelined", "resp-set", 300_000, subs=0),
+    LoadCase("RESP GET, pipelined", "resp-get", 300_000, subs=0),
+    LoadCase("RESP EVALSHA (a script that SETs), pipelined", "resp-evalsha", 50_000, subs=0),
     LoadCase("RESP XADD, pipelined", "resp-xadd", 300_000, subs=0),
     LoadCase("RESP XREADGROUP+XACK, 1 consumer", "resp-consume", 300_000, subs=1),
     LoadCase(
@@ -322,7 +328,10 @@ ROUTES_NOTE = (
 )
 RESP_NOTE = (
     f"RESP2 over one connection per client; the subscriber of the patterns case holds {PATTERNS:,}"
-    " PSUBSCRIBE patterns that never match the channel, besides its SUBSCRIBE. Streams: a fresh"
+    " PSUBSCRIBE patterns that never match the channel, besides its SUBSCRIBE. SET, GET and"
+    " EVALSHA (of a loaded script that SETs the key) work one fresh key per run, pipelined as"
+    " PUBLISH and XADD are (256 KiB of commands per write, at most 8 such unanswered)."
+    " Streams: a fresh"
     " stream per run; the consumer drains one filled before the clock starts, reading"
     f" {READ_COUNT:,} entries per XREADGROUP and acknowledging them in the next round trip. In the"
     f" blocked-readers case, {BLOCKED_READERS:,} connections loop on XREADGROUP COUNT 1 BLOCK 0 (each"

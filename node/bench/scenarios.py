@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from node.bench import resp, streams
+from node.bench import keys, resp, streams
 from node.bench.wire import BenchError, Endpoint, Reader, connect, flush
 from node.bench.workers import (
     GO,
@@ -116,6 +116,21 @@ SCENARIOS = {
             protocol="redis",
         ),
         Scenario(
+            "resp-set",
+            "RESP: pipelined SET of one key to the payload",
+            subs=0,
+            msgs=1_000_000,
+            protocol="redis",
+        ),
+        Scenario("resp-get", "RESP: pipelined GET of one key", subs=0, msgs=1_000_000, protocol="redis"),
+        Scenario(
+            "resp-evalsha",
+            "RESP: pipelined EVALSHA of a loaded script that SETs one key",
+            subs=0,
+            msgs=500_000,
+            protocol="redis",
+        ),
+        Scenario(
             "resp-patterns",
             "RESP: 1 publisher -> 1 subscriber that also holds N patterns that never match",
             subs=1,
@@ -189,6 +204,12 @@ class Spec:
             raise BenchError(f"{self.scenario} runs on one server (no --sub-url)")
         if self.scenario in STREAM_SCENARIOS:
             self._check_stream()
+            return
+        if self.scenario in keys.KEY_SCENARIOS:
+            if self.subs:
+                raise BenchError(f"{self.scenario} runs without subscribers")
+            if not self.subject or any(c.isspace() for c in self.subject):
+                raise BenchError(f"--subject must be a key, not {self.subject!r}")
             return
         if self.subs < 1:
             raise BenchError(f"{self.scenario} needs at least one subscriber")
@@ -318,6 +339,9 @@ def _plan(spec: Spec) -> _Plan:
     if spec.scenario in STREAM_SCENARIOS:
         key = f"{spec.subject}.stream.{run_id}".encode()  # (a fresh stream and group each run)
         return _stream_plan(spec, attrs.evolve(base, subject=key))
+    if spec.scenario in keys.KEY_SCENARIOS:
+        key = f"{spec.subject}.key.{run_id}".encode()  # (a fresh key each run)
+        return _key_plan(spec, attrs.evolve(base, subject=key))
     if SCENARIOS[spec.scenario].protocol == "redis":
         return _resp_plan(spec, base)
     if spec.scenario == "reqrep":
@@ -351,6 +375,18 @@ def _resp_plan(spec: Spec, base: Job) -> _Plan:
     roles += [(resp.publisher, attrs.evolve(base, count=share + (i < extra))) for i in range(spec.pubs)]
     publishers = list(range(spec.subs, spec.subs + spec.pubs))
     return _Plan(roles, publishers, list(range(spec.subs)), expected=spec.msgs * spec.subs)
+
+
+def _key_plan(spec: Spec, base: Job) -> _Plan:
+    """Clients sharing the commands on one key, made ready by ``keys.prepare``."""
+    share, extra = divmod(spec.msgs, spec.pubs)
+    role = keys.ROLES[spec.scenario]
+    roles: list[tuple[Role, Job]] = [
+        (role, attrs.evolve(base, count=share + (i < extra))) for i in range(spec.pubs)
+    ]
+    clients = list(range(spec.pubs))
+    prepare = functools.partial(keys.prepare, spec.scenario, spec.endpoint, base)
+    return _Plan(roles, clients, clients, expected=spec.msgs, prepare=prepare)
 
 
 def _stream_plan(spec: Spec, base: Job) -> _Plan:
