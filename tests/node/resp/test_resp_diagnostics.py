@@ -150,6 +150,33 @@ def test_monitor_feed() -> None:
     assert monitor.send("PING") == b"+PONG\r\n"
 
 
+def test_monitor_shows_a_scripts_commands_after_it() -> None:
+    broker = Broker(Config())
+    monitor, client = Peer(broker), Peer(broker)
+    assert monitor.send("MONITOR") == b"+OK\r\n"
+    body = "redis.call('set', KEYS[1], ARGV[1]) return redis.call('get', KEYS[1])"
+    assert client.send("EVAL", body, "1", "k", "v") == b"$1\r\nv\r\n"
+    client.send("SELECT", "2")
+    library = (
+        "#!lua name=lib\nredis.register_function('f', function(k) return redis.call('get', k[1]) end)"
+    )
+    client.send("FUNCTION", "LOAD", library)
+    client.send("FCALL", "f", "1", "k")
+    client.send("EVALSHA", "0" * 40, "0")  # (shown though refused, as redis-server shows it)
+    feed = [line for line in bytes(monitor.conn.take_output()).decode().split("\r\n") if line]
+    shown = [line.split(" [", 1)[1] for line in feed]
+    assert shown == [
+        f'0 127.0.0.1:1] "EVAL" "{body}" "1" "k" "v"',
+        '0 lua] "set" "k" "v"',
+        '0 lua] "get" "k"',
+        '2 127.0.0.1:1] "SELECT" "2"',
+        '2 127.0.0.1:1] "FUNCTION" "LOAD" "' + library.replace("\n", "\\n") + '"',
+        '2 127.0.0.1:1] "FCALL" "f" "1" "k"',
+        '2 lua] "get" "k"',
+        f'2 127.0.0.1:1] "EVALSHA" "{"0" * 40}" "0"',
+    ]
+
+
 async def test_monitor_shows_a_blocked_read_once(nursery: trio.Nursery) -> None:
     node = await start_node(nursery, Config(redis=RedisConfig(host="127.0.0.1", port=0)))
     port = node.redis_port or 0
