@@ -65,6 +65,9 @@ HOT_PATH = [
     "node/resp/commands/stream_reads.py",
     "node/resp/commands/stream_groups.py",
     "node/resp/commands/tracking.py",
+    "node/resp/commands/scripting.py",
+    "node/scripting/records.py",
+    "node/scripting/registry.py",
 ]
 
 ext_modules = []

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -116,6 +117,8 @@ class Server:
         self.arrivals = Arrivals()
         """Redis clients' input is taken in the order it arrived, as redis-server takes it."""
         self._redis_sessions: set[Session] = set()
+        self._handler_nursery: trio.Nursery | None = None
+        self._redis_listeners: Sequence[trio.abc.Listener[Any]] = ()
         self.broker.scripts.while_busy = self._serve_while_busy
         self._tls = server_context(config.tls) if config.tls is not None else None
         self._verifications = trio.CapacityLimiter(VERIFICATIONS)
@@ -129,6 +132,7 @@ class Server:
     ) -> None:
         """Serve clients from ``listeners`` until ``shutdown`` is called (or the task is cancelled)."""
         async with trio.open_nursery() as handlers:
+            self._handler_nursery, self._redis_listeners = handlers, redis
             async with trio.open_nursery() as acceptors:
                 await acceptors.start(
                     partial(trio.serve_listeners, self.handle, list(listeners), handler_nursery=handlers)
@@ -249,6 +253,11 @@ class Server:
         if await self._refused(stream, error("max number of clients reached")):
             self.broker.redis_stats.rejected_connections += 1
             return
+        await self._serve_redis(self._redis_session(stream))
+
+    def _redis_session(self, stream: trio.abc.Stream) -> Session:
+        """The session of a new Redis connection, counted among those served while a script is
+        busy from now on."""
         host, port = _peer(stream)
         session = Session(stream)
         conn = RespConnection(
@@ -265,7 +274,13 @@ class Server:
         local = _local(stream)
         if local is not None:
             conn.local_address, conn.fd = local
+        session.conn = conn
         self._redis_sessions.add(session)
+        return session
+
+    async def _serve_redis(self, session: Session) -> None:
+        conn = session.conn
+        assert isinstance(conn, RespConnection)
         try:
             await self._serve(
                 session,
@@ -282,6 +297,7 @@ class Server:
         and answer it at once (``answer_while_busy``)."""
         running = self.broker.scripts.running
         caller = running.caller if running is not None else None
+        self._accept_while_busy()
         for session in list(self._redis_sessions):
             conn = session.conn
             if (
@@ -299,6 +315,25 @@ class Server:
             if data:
                 answer_while_busy(conn, data)
                 session.write_now()
+
+    def _accept_while_busy(self) -> None:
+        """Take the Redis clients waiting on a plain socket listener now (redis-server accepts
+        them while a script is busy and answers them BUSY): their sessions are served like the
+        others', and their tasks start once the script has ended."""
+        if self._handler_nursery is None or self.broker.at_connection_limit():
+            return
+        for listener in self._redis_listeners:
+            if not isinstance(listener, trio.SocketListener) or listener.socket.fileno() < 0:
+                continue
+            listening = socket.socket(fileno=listener.socket.fileno())
+            try:
+                accepted, _ = listening.accept()
+            except OSError:  # (nobody waiting, or the accept failed: the listener's task retries)
+                continue
+            finally:
+                listening.detach()
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(accepted))
+            self._handler_nursery.start_soon(self._serve_redis, self._redis_session(stream))
 
     async def _refused(self, stream: trio.abc.Stream, refusal: bytes) -> bool:
         """Whether the node is at its connection limit (then the newcomer is told so and cut off)."""

@@ -264,6 +264,13 @@ class Flusher:
         while True:
             if not conn.outbound and conn.closing is None:
                 await session.waker.wait()
+            if session.fd >= 0 and conn.outbound:
+                # What fits in the socket goes out at once: nothing stays marked as in the writer's
+                # hands while this task waits for its turn (a direct write must not wait for it).
+                session.write_now()
+                if not conn.outbound:
+                    self.wrote.set()
+                    await trio.lowlevel.checkpoint()
             data = conn.take_output()
             if data:
                 session.busy = True

@@ -364,7 +364,7 @@ class RespConnection(Connection):
         if self.blocked is None:
             self._count(command.name, args)
         monitors = self.broker.redis_stats.monitors
-        if monitors and not command.admin and self._retry_deadline < 0:
+        if monitors and not command.unmonitored and self._retry_deadline < 0:
             self._feed_monitors(monitors, args)
 
     def _count(self, name: str, args: list[bytes]) -> None:
@@ -376,8 +376,15 @@ class RespConnection(Connection):
         if stats.called(name, elapsed, failed):
             stats.slow(args, elapsed, f"{self.host}:{self.port}", self.name)
 
+    def show_to_monitors(self, args: list[bytes]) -> None:
+        """Show a ``skip_monitor`` command to MONITOR clients now (before what it runs)."""
+        monitors = self.broker.redis_stats.monitors
+        if monitors:
+            self._feed_monitors(monitors, args)
+
     def _feed_monitors(self, monitors: list[RespConnection], args: list[bytes]) -> None:
-        line = monitor_line(time.time_ns() // 1000, self.db, f"{self.host}:{self.port}", args)
+        addr = "lua" if self.scripted else f"{self.host}:{self.port}"
+        line = monitor_line(time.time_ns() // 1000, self.db, addr, args)
         for monitor in monitors:
             monitor.feed_monitor(line)
 

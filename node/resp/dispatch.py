@@ -22,6 +22,8 @@ FLAGS: Final = {
     "admin": "administers the node (redis-server's flag): not shown to MONITOR clients",
     "no_auth": "runs before the client signs in (redis-server's flag)",
     "noscript": "refused to scripts (redis-server's flag)",
+    "skip_monitor": "shown to MONITOR clients by its handler, before the commands it runs "
+    "(redis-server's flag)",
     "on_keys": "answered as a command on keys is (``write`` and ``readonly`` imply it): its reply "
     "may wait on the journal's commit, and becomes the journal's error if that fails (EXEC, for "
     "what it runs)",
@@ -70,6 +72,7 @@ class Command(Generic[C]):
         "queueable",
         "subcommands",
         "subscribed",
+        "unmonitored",
         "writes",
     )
 
@@ -101,6 +104,7 @@ class Command(Generic[C]):
         self.denyoom = "denyoom" in self.flags
         self.no_auth = "no_auth" in self.flags
         self.noscript = "noscript" in self.flags
+        self.unmonitored = self.admin or "skip_monitor" in self.flags
         self.subscribed = "subscribed" in self.flags
         self.ends_multi = "ends_multi" in self.flags
         self.queueable = not (self.ends_multi or "unqueued" in self.flags)

@@ -467,24 +467,29 @@ local yield = coroutine.yield
 local function work(f, n, args)
   setfenv(0, globals)
   while true do
-    f, n, args = yield(xpcall(function() return (f(unpack(args, 1, n))) end, handler))
+    if n == 0 then  -- (an EVAL script: called as it is, its first value used)
+      f, n, args = yield(xpcall(f, handler))
+    else
+      f, n, args = yield(xpcall(function() return (f(unpack(args, 1, n))) end, handler))
+    end
   end
 end
 local worker = nil
+
+local function outcome(caller, ...)
+  sethook(worker)
+  return finish(caller, ...)
+end
 
 -- Run ``f(...)`` in the worker, with the count hook set.
 local function sandboxed(caller, hook, f, ...)
   if worker == nil or coroutine.status(worker) == 'dead' then
     worker = coroutine.create(work)
-    coroutine.resume(worker)
+    resume(worker)
   end
   if hook > 0 then sethook(worker, hook_fn, '', hook) end
   local n = select('#', ...)
-  local function outcome(...)
-    sethook(worker)
-    return finish(caller, ...)
-  end
-  return outcome(coroutine.resume(worker, f, n, {...}))
+  return outcome(caller, resume(worker, f, n, n > 0 and {...} or nil))
 end
 
 local api = {}

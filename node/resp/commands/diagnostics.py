@@ -177,6 +177,22 @@ def _cluster(conn: RespConnection, args: list[bytes]) -> None:
     conn.error(_NO_CLUSTER)
 
 
+_CLUSTER_SUBCOMMANDS: Final = [
+    *((name, -3, "admin") for name in ("addslots", "delslots")),
+    *((name, -4, "admin") for name in ("addslotsrange", "delslotsrange", "meet", "setslot")),
+    *((name, 2, "admin") for name in ("bumpepoch", "flushslots", "saveconfig")),
+    *((name, 3, "admin") for name in ("count-failure-reports", "forget", "replicas", "replicate")),
+    *((name, 3, "admin") for name in ("set-config-epoch", "slaves")),
+    ("failover", -2, "admin"),
+    ("reset", -2, "admin noscript"),
+    *((name, 2, "") for name in ("help", "info", "links", "myid", "myshardid", "nodes", "shards")),
+    ("slots", 2, ""),
+    ("countkeysinslot", 3, ""),
+    ("keyslot", 3, ""),
+    ("getkeysinslot", 4, ""),
+]
+"""CLUSTER's subcommands as redis-server's table has them (each answered that cluster support
+is disabled): name, arity, flags."""
 _SLOWLOG_HELP: Final = [
     b"SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     b"GET [<count>]",
@@ -227,7 +243,15 @@ COMMANDS: Final = (
     Command("lastsave", 1, _lastsave),
     Command("role", 1, _role, "noscript"),
     Command("debug", -2, _debug, "admin noscript"),
-    Command("cluster", -2, _cluster),
+    Command(
+        "cluster",
+        -2,
+        None,
+        subcommands=[
+            Command(f"cluster|{name}", arity, _cluster, flags)
+            for name, arity, flags in _CLUSTER_SUBCOMMANDS
+        ],
+    ),
     Command("readonly", 1, _cluster),
     Command("readwrite", 1, _cluster),
 )

@@ -206,6 +206,7 @@ def _run_script(conn: RespConnection, args: list[bytes], numkeys: int, script: S
 
 def _eval(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
     def handler(conn: RespConnection, args: list[bytes]) -> None:
+        conn.show_to_monitors(args)  # (before the commands it runs)
         numkeys = _numkeys(conn, args)
         if numkeys is None:
             return
@@ -221,6 +222,7 @@ def _eval(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
 
 def _evalsha(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
     def handler(conn: RespConnection, args: list[bytes]) -> None:
+        conn.show_to_monitors(args)  # (before the commands it runs)
         sha = args[1]
         if len(sha) != 40:
             conn.error(NOSCRIPT)
@@ -443,6 +445,7 @@ def _stats(conn: RespConnection) -> bytes:
 
 def _fcall(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
     def handler(conn: RespConnection, args: list[bytes]) -> None:
+        conn.show_to_monitors(args)  # (before the commands it runs)
         engine = _engine(conn)
         function = engine.functions.get(args[1].lower())
         if function is None:
@@ -514,10 +517,10 @@ _FUNCTION_HELP = [
 ]
 
 COMMANDS: Final = (
-    Command("eval", -3, _eval(ro=False), "noscript on_keys"),
-    Command("evalsha", -3, _evalsha(ro=False), "noscript on_keys"),
-    Command("eval_ro", -3, _eval(ro=True), "noscript on_keys"),
-    Command("evalsha_ro", -3, _evalsha(ro=True), "noscript on_keys"),
+    Command("eval", -3, _eval(ro=False), "noscript on_keys skip_monitor"),
+    Command("evalsha", -3, _evalsha(ro=False), "noscript on_keys skip_monitor"),
+    Command("eval_ro", -3, _eval(ro=True), "noscript on_keys skip_monitor"),
+    Command("evalsha_ro", -3, _evalsha(ro=True), "noscript on_keys skip_monitor"),
     Command(
         "script",
         -2,
@@ -544,7 +547,7 @@ COMMANDS: Final = (
             Command("function|help", 2, help_reply(_FUNCTION_HELP)),
         ],
     ),
-    Command("fcall", -3, _fcall(ro=False), "noscript on_keys"),
-    Command("fcall_ro", -3, _fcall(ro=True), "noscript on_keys"),
+    Command("fcall", -3, _fcall(ro=False), "noscript on_keys skip_monitor"),
+    Command("fcall_ro", -3, _fcall(ro=True), "noscript on_keys skip_monitor"),
 )
 """The scripting commands, in COMMAND's order."""

@@ -32,6 +32,9 @@ SCENARIO: list[Step] = [
     (0, b"command getkeys xadd s * f v\r\ncommand getkeys del a b c\r\ncommand getkeys nope x\r\n"),
     (0, b"command getkeys xread COUNT 2 STREAMS a b 0 0\r\ncommand getkeys ping x\r\n"),
     (0, b"command getkeys xadd s\r\ncommand getkeys xgroup create s g $\r\n"),
+    (0, b"command getkeys eval x 2 a b c\r\ncommand getkeys fcall f 1 x y\r\n"),
+    (0, b"command getkeys evalsha s 0\r\ncommand getkeys eval_ro x 3 a\r\n"),
+    (0, b"command getkeys fcall_ro f x\r\n"),
     (0, b"command getkeysandflags xadd s * f v\r\ncommand getkeysandflags xrange s - +\r\n"),
     (0, b"command list filterby nope x\r\ncommand list filterby module x\r\ncommand list x\r\n"),
     (0, b"command info nope\r\ncommand docs nope\r\nmemory usage nope\r\nmemory usage nope x\r\n"),
@@ -148,6 +151,33 @@ def test_monitor_feed() -> None:
     assert monitor.send("RESET") == b"+RESET\r\n"
     client.send("PING")
     assert monitor.send("PING") == b"+PONG\r\n"
+
+
+def test_monitor_shows_a_scripts_commands_after_it() -> None:
+    broker = Broker(Config())
+    monitor, client = Peer(broker), Peer(broker)
+    assert monitor.send("MONITOR") == b"+OK\r\n"
+    body = "redis.call('set', KEYS[1], ARGV[1]) return redis.call('get', KEYS[1])"
+    assert client.send("EVAL", body, "1", "k", "v") == b"$1\r\nv\r\n"
+    client.send("SELECT", "2")
+    library = (
+        "#!lua name=lib\nredis.register_function('f', function(k) return redis.call('get', k[1]) end)"
+    )
+    client.send("FUNCTION", "LOAD", library)
+    client.send("FCALL", "f", "1", "k")
+    client.send("EVALSHA", "0" * 40, "0")  # (shown though refused, as redis-server shows it)
+    feed = [line for line in bytes(monitor.conn.take_output()).decode().split("\r\n") if line]
+    shown = [line.split(" [", 1)[1] for line in feed]
+    assert shown == [
+        f'0 127.0.0.1:1] "EVAL" "{body}" "1" "k" "v"',
+        '0 lua] "set" "k" "v"',
+        '0 lua] "get" "k"',
+        '2 127.0.0.1:1] "SELECT" "2"',
+        '2 127.0.0.1:1] "FUNCTION" "LOAD" "' + library.replace("\n", "\\n") + '"',
+        '2 127.0.0.1:1] "FCALL" "f" "1" "k"',
+        '2 lua] "get" "k"',
+        f'2 127.0.0.1:1] "EVALSHA" "{"0" * 40}" "0"',
+    ]
 
 
 async def test_monitor_shows_a_blocked_read_once(nursery: trio.Nursery) -> None:

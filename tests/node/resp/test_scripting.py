@@ -152,6 +152,16 @@ CASES: list[tuple[str, list[str], bytes]] = [
         b"-ERR This Redis command is not allowed from script\r\n",
     ),
     (
+        "pcall noscript subcommand",
+        ["EVAL", "return redis.pcall('cluster', 'reset')", "0"],
+        b"-ERR This Redis command is not allowed from script\r\n",
+    ),
+    (
+        "pcall cluster info",
+        ["EVAL", "return redis.pcall('cluster', 'info')", "0"],
+        b"-ERR This instance has cluster support disabled\r\n",
+    ),
+    (
         "pcall bad argument",
         ["EVAL", "return redis.pcall('echo', {})", "0"],
         b"-ERR Lua redis lib command arguments must be strings or integers\r\n",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import socket
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -292,8 +291,7 @@ def _busy(runner: Client, other: Client, request: list[str]) -> bytes:
     runner.sock.sendall(
         b"*%d\r\n" % len(request) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a.encode()) for a in request)
     )
-    time.sleep(0.2)  # (the script has started: a reply the node was still sending is out)
-    while True:
+    while True:  # (each PONG was written at once: none waits behind the script)
         answer = other.send("PING")
         if answer != b"+PONG\r\n":
             return answer
@@ -348,6 +346,39 @@ async def test_a_busy_script_answers_others_busy_and_can_be_killed() -> None:
             assert runner._reply().startswith(b"-ERR Script killed by user with SCRIPT KILL...")
             runner.close()
             other.close()
+
+        with trio.fail_after(60):
+            await trio.to_thread.run_sync(scenario)
+        nursery.cancel_scope.cancel()
+
+
+async def test_clients_connecting_while_a_script_is_busy_are_answered_busy() -> None:
+    async with trio.open_nursery() as nursery:
+        node = await start_redis_node(nursery)
+        node.server.broker.scripts.busy_reply_threshold_ms = 10
+        port = node.redis_port
+        assert port is not None
+
+        def scenario() -> None:
+            runner, other = Client(port), Client(port)
+            assert other.send("CONFIG", "SET", "lua-time-limit", "10") == b"+OK\r\n"
+            # the script and a PING pipelined behind it: the PING is answered after the kill
+            runner.sock.sendall(
+                b"*3\r\n$4\r\neval\r\n$33\r\nwhile 1 do redis.call('ping') end\r\n$1\r\n0\r\n"
+                b"*1\r\n$4\r\nping\r\n"
+            )
+            while other.send("PING") == b"+PONG\r\n":
+                pass
+            newcomers = [Client(port) for _ in range(3)]
+            for newcomer in newcomers:
+                assert newcomer.send("PING") == BUSY_EVAL
+                assert newcomer.send("GET", "k") == BUSY_EVAL
+            assert newcomers[0].send("SCRIPT", "KILL") == b"+OK\r\n"
+            assert runner._reply().startswith(b"-ERR Script killed by user with SCRIPT KILL...")
+            assert runner._reply() == b"+PONG\r\n"
+            for client in (other, runner, *newcomers):
+                assert client.send("PING") == b"+PONG\r\n"
+                client.close()
 
         with trio.fail_after(60):
             await trio.to_thread.run_sync(scenario)
