@@ -290,10 +290,20 @@ class SafetyChecker:
 
 
 class Simulation:
-    """``size`` nodes over a ``SimNetwork``, all from one seed."""
+    """``size`` nodes over a ``SimNetwork``, all from one seed.
+
+    ``compact_every``: a node snapshots its state machine once that many entries were applied since
+    its last snapshot (0: never), keeping half of them in its log.
+    """
 
     def __init__(
-        self, size: int, seed: int, *, election_ticks: int = 10, compact_every: int = 0
+        self,
+        size: int,
+        seed: int,
+        *,
+        compact_every: int = 0,
+        pre_vote: bool = True,
+        check_quorum: bool = True,
     ) -> None:
         self.rng = random.Random(seed)
         self.network = SimNetwork(self.rng)
@@ -303,7 +313,9 @@ class Simulation:
         self.nodes = {
             node_id: SimNode(
                 node_id,
-                RaftConfig(id=node_id, voters=ids, rng=self.rng, election_ticks=election_ticks),
+                RaftConfig(
+                    id=node_id, voters=ids, rng=self.rng, pre_vote=pre_vote, check_quorum=check_quorum
+                ),
             )
             for node_id in ids
         }
