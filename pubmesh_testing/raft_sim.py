@@ -15,10 +15,8 @@ persisting it), and ``restart`` from what its ``MemoryStorage`` holds.
 from __future__ import annotations
 
 import heapq
-import operator
 import random
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import attrs
@@ -46,6 +44,7 @@ __all__ = [
     "Heal",
     "Isolate",
     "MemoryStorage",
+    "Reboot",
     "Restart",
     "SafetyChecker",
     "SafetyViolation",
@@ -99,6 +98,13 @@ class Restart:
 
 
 @attrs.frozen
+class Reboot:
+    """Crash ``node`` and start it again at once from what it persisted (a supervised restart)."""
+
+    node: str
+
+
+@attrs.frozen
 class SetFaults:
     faults: Faults
 
@@ -110,7 +116,7 @@ class Transfer:
     to: str
 
 
-Action = Cut | Isolate | Heal | Crash | Restart | SetFaults | Transfer
+Action = Cut | Isolate | Heal | Crash | Restart | Reboot | SetFaults | Transfer
 
 
 class MemoryStorage:
@@ -449,6 +455,9 @@ class Simulation:
                 self.nodes[action.node].crash_point = action.point
         elif isinstance(action, Restart):
             self.restart(action.node)
+        elif isinstance(action, Reboot):
+            self.crash(action.node)
+            self.restart(action.node)
         elif isinstance(action, SetFaults):
             self.network.faults = action.faults
         else:
@@ -456,6 +465,28 @@ class Simulation:
             if leader is not None:
                 leader.transfer_leader(action.to)
                 self.settle()
+
+    def random_action(self) -> Action:
+        """A fault (or a repair) drawn from the simulation's own generator."""
+        rng = self.rng
+        a, b = rng.sample(sorted(self.nodes), 2)
+        faults = Faults(
+            loss=rng.choice([0.0, 0.1, 0.3]),
+            duplicate=rng.choice([0.0, 0.2]),
+            max_delay=rng.choice([0, 3, 8]),
+        )
+        choices: list[Action] = [
+            Cut(a, b),
+            Isolate(a),
+            Heal(),
+            Crash(a, rng.choice([None, "before-persist", "before-send"])),
+            Restart(a),
+            Restart(b),
+            Reboot(a),
+            SetFaults(faults),
+            Transfer(b),
+        ]
+        return rng.choice(choices)
 
     def isolate(self, node_id: str) -> None:
         for other in self.nodes:
@@ -485,15 +516,27 @@ class Simulation:
         return True
 
     def commit_one(self, within: int) -> int:
-        """Propose until a proposal is taken, then wait for it to be acknowledged: the ticks spent."""
+        """Write until a write is acknowledged: the ticks it took.
+
+        A write its leader took may still be lost if that leader is deposed before it commits (the
+        client saw no acknowledgement and would retry): then this writes again.
+        """
+        pending: tuple[Raft, int, int] | None = None
         for spent in range(within + 1):
-            index = self.propose()
-            if index is not None:
-                return spent + self.wait_until(
-                    partial(operator.contains, self.acked, index), within - spent
-                )
+            if pending is not None:
+                raft, term, index = pending
+                if index in self.acked:
+                    return spent
+                if raft.role is not Role.LEADER or raft.term != term:
+                    pending = None
+            if pending is None:
+                leader = self.leader()
+                index_or_none = self.propose()
+                if leader is not None and index_or_none is not None:
+                    pending = (leader, leader.term, index_or_none)
+                    continue
             self.step()
-        raise AssertionError(f"no leader took a proposal within {within} ticks")
+        raise AssertionError(f"no write acknowledged within {within} ticks (at tick {self.now})")
 
     def wait_until(self, condition: Callable[[], bool], within: int) -> int:
         """Step until ``condition()`` holds; the ticks it took (SafetyViolation-free), or raise."""

@@ -221,3 +221,11 @@ def test_a_restarted_node_keeps_its_term_and_vote() -> None:
     hard = take(raft).must_persist.hard_state or raft.hard_state
     again = node(persisted=Persisted(hard, None, ()))
     assert (again.term, again.vote) == (1, "a")
+
+
+def test_a_granted_vote_is_persisted_in_the_ready_that_sends_it() -> None:
+    raft = node(check_quorum=False)
+    raft.step(vote_request("a", 4))
+    ready = raft.ready()
+    assert ready.must_persist.hard_state == HardState(term=4, vote="b", commit=0)
+    assert of_type(list(ready.then_send), VoteResponse)[0].granted

@@ -20,6 +20,7 @@ from pubmesh_testing.raft_sim import (
     Faults,
     Heal,
     Isolate,
+    Reboot,
     Restart,
     SetFaults,
     Simulation,
@@ -44,6 +45,7 @@ def actions(size: int) -> st.SearchStrategy[Action]:
         st.just(Heal()),
         st.builds(Crash, nodes, st.sampled_from([None, "before-persist", "before-send"])),
         st.builds(Restart, nodes),
+        st.builds(Reboot, nodes),
         st.builds(SetFaults, faults),
         st.builds(Transfer, nodes),
     )
@@ -61,15 +63,24 @@ def scenarios(draw: st.DrawFn, max_actions: int) -> tuple[Simulation, list[tuple
     return sim, schedule
 
 
+def busy(sim: Simulation, ticks: int) -> None:
+    """Clients write on about half the ticks and read on a fifth of them."""
+    for _ in range(ticks):
+        if sim.rng.random() < 0.5:
+            sim.propose()
+        if sim.rng.random() < 0.2:
+            sim.read()
+        sim.step()
+
+
 def play(sim: Simulation, schedule: list[tuple[Action, int]]) -> None:
     for action, ticks in schedule:
         sim.apply(action)
-        for _ in range(ticks):
-            if sim.rng.random() < 0.5:
-                sim.propose()
-            if sim.rng.random() < 0.2:
-                sim.read()
-            sim.step()
+        busy(sim, ticks)
+    heal_and_check(sim)
+
+
+def heal_and_check(sim: Simulation) -> None:
     sim.heal()
     sim.wait_until(sim.converged, within=LIVENESS_BOUND)
     sim.commit_one(within=LIVENESS_BOUND)
@@ -79,7 +90,7 @@ def play(sim: Simulation, schedule: list[tuple[Action, int]]) -> None:
         assert not missing, f"{node.id} lacks acknowledged writes {missing}"
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(scenarios(max_actions=12))
 def test_safe_under_faults_and_live_after_healing(
     scenario: tuple[Simulation, list[tuple[Action, int]]],
@@ -87,11 +98,46 @@ def test_safe_under_faults_and_live_after_healing(
     play(*scenario)
 
 
+def storm(size: int, seed: int, compact_every: int, rate: float, ticks: int) -> None:
+    """A fault on about ``rate`` of the ticks, drawn by the simulation from ``seed``."""
+    sim = Simulation(size, seed, compact_every=compact_every)
+    for _ in range(ticks):
+        if sim.rng.random() < rate:
+            sim.apply(sim.random_action())
+        busy(sim, 1)
+    heal_and_check(sim)
+
+
+@settings(max_examples=8)
+@given(
+    st.sampled_from([3, 5]),
+    st.integers(0, 2**32),
+    st.sampled_from([0, 5, 17]),
+    st.sampled_from([0.05, 0.1, 0.2]),
+)
+def test_safe_and_live_through_a_storm_of_faults(
+    size: int, seed: int, compact_every: int, rate: float
+) -> None:
+    storm(size, seed, compact_every, rate, ticks=300)
+
+
 @pytest.mark.slow
-@settings(max_examples=400)
+@settings(max_examples=300)
 @given(scenarios(max_actions=40))
-def test_soak(scenario: tuple[Simulation, list[tuple[Action, int]]]) -> None:
+def test_soak_schedules(scenario: tuple[Simulation, list[tuple[Action, int]]]) -> None:
     play(*scenario)
+
+
+@pytest.mark.slow
+@settings(max_examples=300)
+@given(
+    st.sampled_from([3, 5]),
+    st.integers(0, 2**32),
+    st.sampled_from([0, 5, 17]),
+    st.sampled_from([0.05, 0.1, 0.2, 0.3]),
+)
+def test_soak_storms(size: int, seed: int, compact_every: int, rate: float) -> None:
+    storm(size, seed, compact_every, rate, ticks=1000)
 
 
 @pytest.mark.parametrize("seed", range(3))
