@@ -200,3 +200,12 @@ def test_a_single_node_group_commits_and_reads_alone() -> None:
     sim.commit_one(within=50)
     assert sim.read()
     assert sim.reads_answered == 1
+
+
+def test_a_follower_commits_only_what_it_knows_matches_the_leader() -> None:
+    follower = node("b", persisted=Persisted(HardState(term=2), None, entries(1, 2, 2)))
+    follower.step(
+        AppendEntries(sender="a", to="b", term=3, prev_index=1, prev_term=1, entries=(), commit=3)
+    )
+    flush(follower)
+    assert follower.log.committed == 1, "entries 2 and 3 may be a divergent tail the leader lacks"
