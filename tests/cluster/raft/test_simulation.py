@@ -122,14 +122,16 @@ def test_safe_and_live_through_a_storm_of_faults(
 
 
 @pytest.mark.slow
-@settings(max_examples=300)
+@pytest.mark.timeout(900)
+@settings(max_examples=100)
 @given(scenarios(max_actions=40))
 def test_soak_schedules(scenario: tuple[Simulation, list[tuple[Action, int]]]) -> None:
     play(*scenario)
 
 
 @pytest.mark.slow
-@settings(max_examples=300)
+@pytest.mark.timeout(900)
+@settings(max_examples=100)
 @given(
     st.sampled_from([3, 5]),
     st.integers(0, 2**32),
