@@ -1,0 +1,34 @@
+"""Raft consensus for replica groups, sans I/O: see ``cluster.raft.core``."""
+
+from cluster.raft.config import RaftConfig
+from cluster.raft.core import Raft
+from cluster.raft.errors import (
+    CompactionError,
+    LeadershipTransferring,
+    NotLeader,
+    RaftError,
+    UnknownPeer,
+)
+from cluster.raft.messages import Entry, EntryKind, Message, Snapshot
+from cluster.raft.ready import HardState, Persist, Persisted, ReadState, Ready, Role, SoftState
+
+__all__ = [
+    "CompactionError",
+    "Entry",
+    "EntryKind",
+    "HardState",
+    "LeadershipTransferring",
+    "Message",
+    "NotLeader",
+    "Persist",
+    "Persisted",
+    "Raft",
+    "RaftConfig",
+    "RaftError",
+    "ReadState",
+    "Ready",
+    "Role",
+    "Snapshot",
+    "SoftState",
+    "UnknownPeer",
+]

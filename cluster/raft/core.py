@@ -1,0 +1,373 @@
+"""The Raft consensus algorithm as a pure state machine, in the style of etcd's ``raft``.
+
+A ``Raft`` is one node of a replica group. It does no I/O, reads no clock and starts no tasks:
+
+* inputs: ``tick()`` (time passes), ``step(message)`` (a peer spoke), ``propose(data)``,
+  ``read_index(context)``, ``transfer_leader(to)``, ``compact(index, data)``;
+* outputs: ``ready()`` gathers what the host must persist, send, install and apply, in that order
+  (see ``cluster.raft.ready``), and ``advance(ready)`` tells the ``Raft`` it was done.
+
+Behaviours: leader election with randomized timeouts; pre-vote, so a node that was cut off does not
+depose a healthy leader when it returns; check-quorum, so a leader that cannot reach a majority for
+an election timeout steps down (and a node that hears from its leader ignores disruptive votes);
+log replication with conflict truncation and term-hinted backtracking; commit of current-term
+entries by majority; snapshots (``compact``, and InstallSnapshot for followers that fell behind the
+leader's compaction); read-index reads; leadership transfer. Membership is a fixed set of voters.
+"""
+
+from __future__ import annotations
+
+from cluster.raft.config import RaftConfig
+from cluster.raft.errors import NotLeader, Refusal
+from cluster.raft.leader import Leadership
+from cluster.raft.log import RaftLog
+from cluster.raft.messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    Message,
+    Snapshot,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from cluster.raft.ready import HardState, Persist, Persisted, ReadState, Ready, Role, SoftState
+from cluster.raft.tracker import has_quorum
+
+__all__ = ["Raft"]
+
+_FROM_LEADER = (AppendEntries, Heartbeat, InstallSnapshot)
+
+
+def _names_future_term(message: Message) -> bool:
+    """A pre-vote, or a pre-vote granted: its term is one nobody has entered yet."""
+    if isinstance(message, VoteRequest):
+        return message.pre
+    return isinstance(message, VoteResponse) and message.pre and message.granted
+
+
+class Raft:
+    def __init__(self, config: RaftConfig, persisted: Persisted | None = None) -> None:
+        self.config = config
+        self.id = config.id
+        hard = persisted.hard_state if persisted else HardState()
+        snapshot = persisted.snapshot if persisted and persisted.snapshot else None
+        self.log = RaftLog(
+            snapshot or Snapshot(0, 0, config.voters),
+            persisted.entries if persisted else (),
+            hard.commit,
+        )
+        self.term = hard.term
+        self.vote = hard.vote
+        self.role = Role.FOLLOWER
+        self.leader: str | None = None
+        self._lead: Leadership | None = None
+        self._votes: dict[str, bool] = {}
+        self._election_elapsed = 0
+        self._timeout = 0
+        self._reset_timeout()
+        self._outbox: list[Message] = []
+        self._read_states: list[ReadState] = []
+        self._snapshot_to_persist: Snapshot | None = None
+        self._snapshot_to_install: Snapshot | None = None
+        self._hard = hard
+        self._soft = SoftState(None, Role.FOLLOWER)
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        self._election_elapsed += 1
+        if self._lead is not None:
+            if not self._lead.tick():
+                self._become_follower(self.term, None)
+            else:
+                self._election_elapsed = self._lead.check_elapsed
+            self._collect_reads()
+            return
+        if self._election_elapsed >= self._timeout:
+            self._campaign(pre=self.config.pre_vote)
+
+    def propose(self, data: bytes) -> int | Refusal:
+        """Append ``data`` to the log: its index, or why not (only the leader takes proposals)."""
+        if self._lead is None:
+            return NotLeader(self.leader)
+        return self._lead.propose(data)
+
+    def read_index(self, context: bytes) -> Refusal | None:
+        """Ask for a linearizable read point: a ``ReadState`` with ``context`` comes in a ``Ready``."""
+        if self._lead is None:
+            return NotLeader(self.leader)
+        self._lead.read_index(context)
+        self._collect_reads()
+        return None
+
+    def transfer_leader(self, to: str) -> Refusal | None:
+        """Hand leadership to ``to`` once its log is caught up (it campaigns at once, no pre-vote)."""
+        if self._lead is None:
+            return NotLeader(self.leader)
+        self._lead.transfer(to)
+        return None
+
+    def compact(self, index: int, data: bytes) -> Snapshot:
+        """The state machine as of ``index`` (applied) is ``data``: drop the log up to there."""
+        snapshot = self.log.compact(index, self.config.voters, data)
+        self._snapshot_to_persist = snapshot
+        return snapshot
+
+    def step(self, message: Message) -> None:
+        if (
+            message.to != self.id
+            or message.sender not in self.config.voters
+            or message.sender == self.id
+        ):
+            return
+        if message.term > self.term:
+            if isinstance(message, VoteRequest) and self._in_lease() and not message.transfer:
+                return
+            if not _names_future_term(message):
+                leader = message.sender if isinstance(message, _FROM_LEADER) else None
+                self._become_follower(message.term, leader)
+        elif message.term < self.term:
+            self._step_stale(message)
+            return
+        if isinstance(message, VoteRequest):
+            self._on_vote_request(message)
+        elif self._lead is not None:
+            self._step_leader(message)
+        elif self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            self._step_candidate(message)
+        else:
+            self._step_follower(message)
+
+    # -- outputs --------------------------------------------------------------------------
+
+    def ready(self) -> Ready:
+        hard = HardState(self.term, self.vote, self.log.committed)
+        soft = SoftState(self.leader, self.role)
+        outbox, self._outbox = self._outbox, []
+        reads, self._read_states = self._read_states, []
+        return Ready(
+            must_persist=Persist(
+                hard_state=hard if hard != self._hard else None,
+                snapshot=self._snapshot_to_persist,
+                entries=self.log.unpersisted(),
+            ),
+            then_send=tuple(outbox),
+            install=self._snapshot_to_install,
+            apply=self.log.unapplied(),
+            soft_state=soft if soft != self._soft else None,
+            read_states=tuple(reads),
+        )
+
+    def advance(self, ready: Ready) -> None:
+        """The host carried ``ready`` out: it is durable, sent and applied."""
+        persist = ready.must_persist
+        if persist.hard_state is not None:
+            self._hard = persist.hard_state
+        if persist.snapshot is not None and persist.snapshot == self._snapshot_to_persist:
+            self._snapshot_to_persist = None
+        if ready.install is not None and ready.install == self._snapshot_to_install:
+            self._snapshot_to_install = None
+        if persist.entries:
+            last = persist.entries[-1]
+            self.log.persisted_to(last.index, last.term)
+        if ready.apply:
+            self.log.applied_to(ready.apply[-1].index)
+        if ready.soft_state is not None:
+            self._soft = ready.soft_state
+        if self._lead is not None:
+            self._lead.on_persisted()
+            self._collect_reads()
+
+    @property
+    def hard_state(self) -> HardState:
+        return HardState(self.term, self.vote, self.log.committed)
+
+    # -- roles ----------------------------------------------------------------------------
+
+    def _reset_timeout(self) -> None:
+        self._election_elapsed = 0
+        ticks = self.config.election_ticks
+        self._timeout = ticks + self.config.rng.randrange(ticks)
+
+    def _become_follower(self, term: int, leader: str | None) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = None
+        self.role = Role.FOLLOWER
+        self.leader = leader
+        self._lead = None
+        self._votes = {}
+        self._reset_timeout()
+
+    def _campaign(self, *, pre: bool, transfer: bool = False) -> None:
+        self._lead = None
+        self.leader = None
+        self._reset_timeout()
+        self._votes = {self.id: True}
+        if pre:
+            self.role = Role.PRE_CANDIDATE
+            term = self.term + 1
+        else:
+            self.role = Role.CANDIDATE
+            self.term += 1
+            self.vote = self.id
+            term = self.term
+        for voter in sorted(self.config.voters - {self.id}):
+            self._send(
+                VoteRequest(
+                    sender=self.id,
+                    to=voter,
+                    term=term,
+                    last_index=self.log.last_index,
+                    last_term=self.log.last_term,
+                    pre=pre,
+                    transfer=transfer,
+                )
+            )
+        self._tally()
+
+    def _tally(self) -> None:
+        granted = [voter for voter, yes in self._votes.items() if yes]
+        rejected = [voter for voter, yes in self._votes.items() if not yes]
+        if has_quorum(self.config.voters, granted):
+            if self.role is Role.PRE_CANDIDATE:
+                self._campaign(pre=False)
+            else:
+                self._become_leader()
+        elif has_quorum(self.config.voters, rejected):
+            self._become_follower(self.term, None)
+
+    def _become_leader(self) -> None:
+        self.role = Role.LEADER
+        self.leader = self.id
+        self._votes = {}
+        self._election_elapsed = 0
+        self._lead = Leadership(self.config, self.term, self.log, self._send)
+
+    def _in_lease(self) -> bool:
+        """Whether we heard from a live leader within an election timeout (check-quorum only)."""
+        return (
+            self.config.check_quorum
+            and self.leader is not None
+            and self._election_elapsed < self.config.election_ticks
+        )
+
+    # -- stepping -------------------------------------------------------------------------
+
+    def _step_stale(self, message: Message) -> None:
+        """A message from an earlier term: mostly ignored, but it may free a stuck peer."""
+        if isinstance(message, (AppendEntries, Heartbeat)) and (
+            self.config.check_quorum or self.config.pre_vote
+        ):
+            # A deposed leader (or one whose term we ran past while cut off) learns our term.
+            self._send(AppendResponse(sender=self.id, to=message.sender, term=self.term, index=0))
+        elif isinstance(message, VoteRequest) and message.pre:
+            self._send(
+                VoteResponse(sender=self.id, to=message.sender, term=self.term, granted=False, pre=True)
+            )
+
+    def _on_vote_request(self, message: VoteRequest) -> None:
+        can_vote = (
+            self.vote == message.sender
+            or (self.vote is None and self.leader is None)
+            or (message.pre and message.term > self.term)
+        )
+        if can_vote and self.log.is_up_to_date(message.last_index, message.last_term):
+            self._send(
+                VoteResponse(
+                    sender=self.id, to=message.sender, term=message.term, granted=True, pre=message.pre
+                )
+            )
+            if not message.pre:
+                self._election_elapsed = 0
+                self.vote = message.sender
+        else:
+            self._send(
+                VoteResponse(
+                    sender=self.id, to=message.sender, term=self.term, granted=False, pre=message.pre
+                )
+            )
+
+    def _step_leader(self, message: Message) -> None:
+        assert self._lead is not None
+        if isinstance(message, AppendResponse):
+            self._lead.on_append_response(message)
+        elif isinstance(message, HeartbeatResponse):
+            self._lead.on_heartbeat_response(message)
+        self._collect_reads()
+
+    def _step_candidate(self, message: Message) -> None:
+        if isinstance(message, _FROM_LEADER):
+            self._become_follower(self.term, message.sender)
+            self._step_follower(message)
+        elif isinstance(message, VoteResponse) and message.pre == (self.role is Role.PRE_CANDIDATE):
+            self._votes.setdefault(message.sender, message.granted)
+            self._tally()
+
+    def _step_follower(self, message: Message) -> None:
+        if isinstance(message, _FROM_LEADER):
+            self._election_elapsed = 0
+            self.leader = message.sender
+        if isinstance(message, AppendEntries):
+            self._on_append(message)
+        elif isinstance(message, Heartbeat):
+            self.log.commit_to(message.commit)
+            self._send(
+                HeartbeatResponse(
+                    sender=self.id, to=message.sender, term=self.term, read_seq=message.read_seq
+                )
+            )
+        elif isinstance(message, InstallSnapshot):
+            self._on_snapshot(message)
+        elif isinstance(message, TimeoutNow):
+            self._campaign(pre=False, transfer=True)
+
+    def _on_append(self, message: AppendEntries) -> None:
+        reply = AppendResponse(
+            sender=self.id, to=message.sender, term=self.term, index=self.log.committed
+        )
+        if message.prev_index < self.log.committed:
+            self._send(reply)
+            return
+        last = self.log.maybe_append(message.prev_index, message.prev_term, message.entries)
+        if last is not None:
+            self.log.commit_to(min(message.commit, last))
+            self._send(AppendResponse(sender=self.id, to=message.sender, term=self.term, index=last))
+            return
+        hint_index, hint_term = self.log.find_conflict_by_term(message.prev_index, message.prev_term)
+        self._send(
+            AppendResponse(
+                sender=self.id,
+                to=message.sender,
+                term=self.term,
+                index=message.prev_index,
+                reject=True,
+                hint_index=hint_index,
+                hint_term=hint_term,
+            )
+        )
+
+    def _on_snapshot(self, message: InstallSnapshot) -> None:
+        snapshot = message.snapshot
+        if snapshot.index > self.log.committed:
+            if self.log.matches(snapshot.index, snapshot.term):
+                self.log.commit_to(snapshot.index)
+            else:
+                self.log.restore(snapshot)
+                self._snapshot_to_persist = self._snapshot_to_install = snapshot
+        self._send(
+            AppendResponse(sender=self.id, to=message.sender, term=self.term, index=self.log.committed)
+        )
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _send(self, message: Message) -> None:
+        self._outbox.append(message)
+
+    def _collect_reads(self) -> None:
+        if self._lead is not None and self._lead.released:
+            self._read_states.extend(self._lead.released)
+            self._lead.released.clear()

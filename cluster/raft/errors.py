@@ -1,0 +1,48 @@
+"""Why Raft refused: refusals a caller expects are returned records, misuse raises.
+
+``propose`` and ``read_index`` return a ``Refusal`` instead of raising because being refused is
+ordinary (an election is under way, leadership is being handed over): the caller retries or
+redirects. Exceptions derive from ``RaftError`` and mean the caller broke a contract.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = [
+    "CompactionError",
+    "LeadershipTransferring",
+    "NotLeader",
+    "RaftError",
+    "Refusal",
+    "UnknownPeer",
+]
+
+
+@attrs.frozen
+class NotLeader:
+    """Only the leader takes proposals and reads; ``leader`` is who is, if known."""
+
+    leader: str | None
+
+
+@attrs.frozen
+class LeadershipTransferring:
+    """The leader is handing over to ``to`` and takes no proposals until that ends."""
+
+    to: str
+
+
+Refusal = NotLeader | LeadershipTransferring
+
+
+class RaftError(Exception):
+    """The caller broke the contract of ``Raft``."""
+
+
+class CompactionError(RaftError):
+    """A snapshot was asked for at an index not yet applied, or already compacted."""
+
+
+class UnknownPeer(RaftError):
+    """A peer id that is not a voter of the group."""

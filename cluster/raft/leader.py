@@ -1,0 +1,249 @@
+"""A leader's term of office: replication to each voter, commit, reads, and handing over.
+
+A ``Leadership`` lives from a node's election to the end of its term. It tracks each voter's
+``Progress``, sends appends, heartbeats and snapshots through ``send``, advances the commit mark
+(only ever to an entry of its own term held by a majority: Raft §5.4.2, so entries of earlier terms
+commit only beneath one of its own), confirms read indexes with a round of heartbeats, and hands
+leadership over on request. The leader's own copy counts toward a majority only once persisted
+(``on_persisted``): an acknowledged entry is on a majority of disks, the leader's included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from cluster.raft.config import RaftConfig
+from cluster.raft.errors import LeadershipTransferring, UnknownPeer
+from cluster.raft.log import RaftLog
+from cluster.raft.messages import (
+    AppendEntries,
+    AppendResponse,
+    Entry,
+    EntryKind,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    Message,
+    TimeoutNow,
+)
+from cluster.raft.ready import ReadState
+from cluster.raft.tracker import Progress, ProgressState, committed_index, has_quorum
+
+__all__ = ["Leadership"]
+
+
+@attrs.define
+class _PendingRead:
+    seq: int
+    index: int
+    context: bytes
+    acks: set[str]
+
+
+class Leadership:
+    def __init__(
+        self, config: RaftConfig, term: int, log: RaftLog, send: Callable[[Message], None]
+    ) -> None:
+        self._config = config
+        self._id = config.id
+        self.term = term
+        self._log = log
+        self._send = send
+        self.progress = {voter: Progress(next=log.last_index + 1) for voter in config.voters}
+        own = self.progress[self._id]
+        own.match = log.persisted
+        own.become_replicate()
+        own.recent_active = True
+        self._heartbeat_elapsed = 0
+        self.check_elapsed = 0
+        self.transferee: str | None = None
+        self._transfer_elapsed = 0
+        self._read_seq = 0
+        self._reads: list[_PendingRead] = []
+        self._reads_waiting: list[bytes] = []
+        self.released: list[ReadState] = []
+        """Read states confirmed and not yet taken by the ``Raft``."""
+        log.append((Entry(log.last_index + 1, term, kind=EntryKind.NOOP),))
+        self.broadcast_append()
+
+    # -- inputs from the Raft --------------------------------------------------------------
+
+    def tick(self) -> bool:
+        """One tick: heartbeats, check-quorum and transfer timeouts. False: step down now."""
+        self._heartbeat_elapsed += 1
+        if self._heartbeat_elapsed >= self._config.heartbeat_ticks:
+            self._heartbeat_elapsed = 0
+            self._broadcast_heartbeat()
+        if self.transferee is not None:
+            self._transfer_elapsed += 1
+            if self._transfer_elapsed >= self._config.election_ticks:
+                self.transferee = None
+        self.check_elapsed += 1
+        if self.check_elapsed < self._config.election_ticks:
+            return True
+        self.check_elapsed = 0
+        active = [voter for voter, progress in self.progress.items() if progress.recent_active]
+        for voter, progress in self.progress.items():
+            progress.recent_active = voter == self._id
+        return not self._config.check_quorum or has_quorum(self._config.voters, active)
+
+    def propose(self, data: bytes) -> int | LeadershipTransferring:
+        if self.transferee is not None:
+            return LeadershipTransferring(self.transferee)
+        entry = Entry(self._log.last_index + 1, self.term, data)
+        self._log.append((entry,))
+        self.broadcast_append(send_if_empty=False)
+        return entry.index
+
+    def read_index(self, context: bytes) -> None:
+        """Confirm leadership for a read at the current commit (answers arrive in ``released``)."""
+        if self._log.term(self._log.committed) != self.term:
+            # Until an entry of this term commits, our commit mark may lag the true one.
+            self._reads_waiting.append(context)
+            return
+        if len(self._config.voters) == 1:
+            self.released.append(ReadState(self._log.committed, context))
+            return
+        self._read_seq += 1
+        self._reads.append(_PendingRead(self._read_seq, self._log.committed, context, {self._id}))
+        self._broadcast_heartbeat()
+
+    def transfer(self, to: str) -> None:
+        if to not in self._config.voters:
+            raise UnknownPeer(to)
+        if to == self._id or to == self.transferee:
+            return
+        self.transferee = to
+        self._transfer_elapsed = 0
+        self._maybe_hand_over()
+
+    def on_persisted(self) -> None:
+        """The log is durable up to ``log.persisted``: count our own copy."""
+        if self.progress[self._id].maybe_update(self._log.persisted):
+            self._after_match_moved()
+
+    def on_append_response(self, message: AppendResponse) -> None:
+        progress = self.progress[message.sender]
+        progress.recent_active = True
+        if message.reject:
+            probe_at = message.hint_index
+            if message.hint_term > 0:
+                probe_at, _ = self._log.find_conflict_by_term(message.hint_index, message.hint_term)
+            if progress.maybe_decrease(message.index, probe_at):
+                if progress.state is ProgressState.REPLICATE:
+                    progress.become_probe()
+                self.send_append(message.sender)
+            return
+        probing = progress.state is ProgressState.PROBE
+        if not (progress.maybe_update(message.index) or (probing and progress.match == message.index)):
+            return
+        if probing:
+            progress.become_replicate()
+        elif progress.state is ProgressState.SNAPSHOT and progress.match + 1 >= self._log.first_index:
+            progress.become_probe()
+            progress.become_replicate()
+        if not self._after_match_moved():
+            while self.send_append(message.sender, send_if_empty=False):
+                pass
+        if message.sender == self.transferee:
+            self._maybe_hand_over()
+
+    def on_heartbeat_response(self, message: HeartbeatResponse) -> None:
+        progress = self.progress[message.sender]
+        progress.recent_active = True
+        progress.paused = False
+        if progress.state is ProgressState.SNAPSHOT:
+            # The snapshot may have been lost: probe again, which resends it if still needed.
+            progress.become_probe()
+        if progress.match < self._log.last_index or progress.state is ProgressState.PROBE:
+            self.send_append(message.sender)
+        if message.read_seq:
+            for read in self._reads:
+                if read.seq <= message.read_seq:
+                    read.acks.add(message.sender)
+            self._release_reads()
+
+    # -- replication ----------------------------------------------------------------------
+
+    def send_append(self, to: str, *, send_if_empty: bool = True) -> bool:
+        """Send ``to`` what it lacks (a snapshot if we compacted it away). False: nothing sent."""
+        if to == self._id:
+            return False
+        progress = self.progress[to]
+        if progress.is_paused():
+            return False
+        prev_index = progress.next - 1
+        prev_term = self._log.term(prev_index)
+        if prev_term is None:
+            snapshot = self._log.snapshot
+            self._send(InstallSnapshot(sender=self._id, to=to, term=self.term, snapshot=snapshot))
+            progress.become_snapshot(snapshot.index)
+            return True
+        last = min(self._log.last_index, prev_index + self._config.max_entries_per_append)
+        entries = self._log.slice(progress.next, last)
+        if not entries and not send_if_empty:
+            return False
+        self._send(
+            AppendEntries(
+                sender=self._id,
+                to=to,
+                term=self.term,
+                prev_index=prev_index,
+                prev_term=prev_term,
+                entries=entries,
+                commit=self._log.committed,
+            )
+        )
+        if progress.state is ProgressState.REPLICATE:
+            if entries:
+                progress.next = entries[-1].index + 1
+        else:
+            progress.paused = True
+        return True
+
+    def broadcast_append(self, *, send_if_empty: bool = True) -> None:
+        for voter in sorted(self.progress):
+            self.send_append(voter, send_if_empty=send_if_empty)
+
+    def _broadcast_heartbeat(self) -> None:
+        read_seq = self._reads[-1].seq if self._reads else 0
+        for voter in sorted(self.progress):
+            if voter != self._id:
+                commit = min(self.progress[voter].match, self._log.committed)
+                self._send(
+                    Heartbeat(
+                        sender=self._id, to=voter, term=self.term, commit=commit, read_seq=read_seq
+                    )
+                )
+
+    def _after_match_moved(self) -> bool:
+        """Commit what a majority now holds, if it is of our term. True: commit moved (and sent)."""
+        index = committed_index({voter: progress.match for voter, progress in self.progress.items()})
+        if index <= self._log.committed or self._log.term(index) != self.term:
+            return False
+        self._log.commit_to(index)
+        waiting, self._reads_waiting = self._reads_waiting, []
+        for context in waiting:
+            self.read_index(context)
+        self.broadcast_append()
+        return True
+
+    def _release_reads(self) -> None:
+        confirmed = -1
+        for position, read in enumerate(self._reads):
+            if has_quorum(self._config.voters, read.acks):
+                confirmed = position
+        for read in self._reads[: confirmed + 1]:
+            self.released.append(ReadState(read.index, read.context))
+        del self._reads[: confirmed + 1]
+
+    def _maybe_hand_over(self) -> None:
+        to = self.transferee
+        if to is None:
+            return
+        if self.progress[to].match == self._log.last_index:
+            self._send(TimeoutNow(sender=self._id, to=to, term=self.term))
+        else:
+            self.send_append(to)

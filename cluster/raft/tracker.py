@@ -1,0 +1,99 @@
+"""What a leader knows of each voter's log, and majorities over a set of voters.
+
+Each follower's ``Progress`` is in one of three states (as in etcd's raft):
+
+* **probe**: where its log matches ours is unknown; send one append at ``next - 1`` and wait for
+  the answer (or the next heartbeat response) before sending another;
+* **replicate**: it matches up to ``match``; stream appends optimistically, ``next`` runs ahead;
+* **snapshot**: it needs entries we compacted; a snapshot is on its way, appends wait.
+
+``recent_active`` records whether the voter answered since the last check-quorum round.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+__all__ = ["Progress", "ProgressState", "committed_index", "has_quorum", "quorum"]
+
+
+class ProgressState(enum.Enum):
+    PROBE = "probe"
+    REPLICATE = "replicate"
+    SNAPSHOT = "snapshot"
+
+
+@attrs.define
+class Progress:
+    match: int = 0
+    next: int = 1
+    state: ProgressState = ProgressState.PROBE
+    paused: bool = False
+    pending_snapshot: int = 0
+    recent_active: bool = False
+
+    def become_probe(self) -> None:
+        if self.state is ProgressState.SNAPSHOT:
+            self.next = max(self.match, self.pending_snapshot) + 1
+        else:
+            self.next = self.match + 1
+        self.state = ProgressState.PROBE
+        self.pending_snapshot = 0
+        self.paused = False
+
+    def become_replicate(self) -> None:
+        self.state = ProgressState.REPLICATE
+        self.next = self.match + 1
+        self.paused = False
+
+    def become_snapshot(self, index: int) -> None:
+        self.state = ProgressState.SNAPSHOT
+        self.pending_snapshot = index
+        self.paused = False
+
+    def maybe_update(self, index: int) -> bool:
+        """The follower matches up to ``index``: True if that is news."""
+        updated = index > self.match
+        if updated:
+            self.match = index
+            self.paused = False
+        self.next = max(self.next, index + 1)
+        return updated
+
+    def maybe_decrease(self, rejected: int, hint: int) -> bool:
+        """The follower refused an append at ``rejected``; back ``next`` off to ``hint`` + 1.
+
+        A stale rejection (for an index we already moved past) changes nothing.
+        """
+        if self.state is ProgressState.REPLICATE:
+            if rejected <= self.match:
+                return False
+            self.next = self.match + 1
+            return True
+        if self.next - 1 != rejected:
+            return False
+        self.next = max(min(rejected, hint + 1), self.match + 1, 1)
+        self.paused = False
+        return True
+
+    def is_paused(self) -> bool:
+        return self.state is ProgressState.SNAPSHOT or (
+            self.state is ProgressState.PROBE and self.paused
+        )
+
+
+def quorum(voters: Iterable[str]) -> int:
+    return len(frozenset(voters)) // 2 + 1
+
+
+def has_quorum(voters: frozenset[str], yes: Iterable[str]) -> bool:
+    return len(voters & frozenset(yes)) >= quorum(voters)
+
+
+def committed_index(matches: Mapping[str, int]) -> int:
+    """The highest index a majority of voters hold (each voter's ``match`` given)."""
+    ordered = sorted(matches.values(), reverse=True)
+    return ordered[quorum(matches) - 1]
