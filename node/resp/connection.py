@@ -357,14 +357,18 @@ class RespConnection(Connection):
         that blocks is shown when it first runs and counted when it is done (``_count``)."""
         self._failed = False
         assert command.handler is not None
+        monitors = self.broker.redis_stats.monitors
+        shown = not monitors or command.admin or self._retry_deadline >= 0
+        if not shown and command.shown_first:
+            self._feed_monitors(monitors, args)
+            shown = True
         try:
             command.handler(self, args)
         except WrongType:
             self.error(WRONGTYPE)
         if self.blocked is None:
             self._count(command.name, args)
-        monitors = self.broker.redis_stats.monitors
-        if monitors and not command.admin and self._retry_deadline < 0:
+        if not shown:
             self._feed_monitors(monitors, args)
 
     def _count(self, name: str, args: list[bytes]) -> None:
@@ -377,7 +381,8 @@ class RespConnection(Connection):
             stats.slow(args, elapsed, f"{self.host}:{self.port}", self.name)
 
     def _feed_monitors(self, monitors: list[RespConnection], args: list[bytes]) -> None:
-        line = monitor_line(time.time_ns() // 1000, self.db, f"{self.host}:{self.port}", args)
+        address = "lua" if self.scripted else f"{self.host}:{self.port}"
+        line = monitor_line(time.time_ns() // 1000, self.db, address, args)
         for monitor in monitors:
             monitor.feed_monitor(line)
 

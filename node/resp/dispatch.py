@@ -28,6 +28,7 @@ FLAGS: Final = {
     "subscribed": "runs in RESP2's subscribed mode",
     "unqueued": "runs at once inside MULTI rather than being queued",
     "ends_multi": "ends a transaction: runs at once inside MULTI, even past ``maxmemory``",
+    "shown_first": "shown to MONITOR clients before it runs, so that what its script runs follows it",
 }
 """The flags a command may carry, and what each means. The last three stand for lists of commands
 in redis-server's ``processCommand``."""
@@ -68,6 +69,7 @@ class Command(Generic[C]):
         "noscript",
         "on_keys",
         "queueable",
+        "shown_first",
         "subcommands",
         "subscribed",
         "writes",
@@ -96,6 +98,7 @@ class Command(Generic[C]):
             {sub.key.partition(b"|")[2]: sub for sub in subcommands} if subcommands else None
         )
         self.admin = "admin" in self.flags
+        self.shown_first = "shown_first" in self.flags
         self.writes = "write" in self.flags
         self.on_keys = self.writes or bool(self.flags & {"readonly", "on_keys"})
         self.denyoom = "denyoom" in self.flags

@@ -524,10 +524,10 @@ _FUNCTION_HELP = [
 ]
 
 COMMANDS: Final = (
-    Command("eval", -3, _eval(ro=False), "noscript on_keys"),
-    Command("evalsha", -3, _evalsha(ro=False), "noscript on_keys"),
-    Command("eval_ro", -3, _eval(ro=True), "noscript on_keys"),
-    Command("evalsha_ro", -3, _evalsha(ro=True), "noscript on_keys"),
+    Command("eval", -3, _eval(ro=False), "noscript on_keys shown_first"),
+    Command("evalsha", -3, _evalsha(ro=False), "noscript on_keys shown_first"),
+    Command("eval_ro", -3, _eval(ro=True), "noscript on_keys shown_first"),
+    Command("evalsha_ro", -3, _evalsha(ro=True), "noscript on_keys shown_first"),
     Command(
         "script",
         -2,
@@ -554,7 +554,7 @@ COMMANDS: Final = (
             Command("function|help", 2, help_reply(_FUNCTION_HELP)),
         ],
     ),
-    Command("fcall", -3, _fcall(ro=False), "noscript on_keys"),
-    Command("fcall_ro", -3, _fcall(ro=True), "noscript on_keys"),
+    Command("fcall", -3, _fcall(ro=False), "noscript on_keys shown_first"),
+    Command("fcall_ro", -3, _fcall(ro=True), "noscript on_keys shown_first"),
 )
 """The scripting commands, in COMMAND's order."""

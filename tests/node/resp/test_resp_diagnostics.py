@@ -220,3 +220,21 @@ def test_debug_memory_role_and_lastsave() -> None:
     assert b"$10\r\nkeys.count\r\n:1\r\n" in stats
     assert peer.send("ROLE") == b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"
     assert peer.send("LASTSAVE") == b":%d\r\n" % (broker.start_ns // 10**9)
+
+
+def test_monitor_shows_a_script_before_what_it_runs() -> None:
+    broker = Broker(Config())
+    monitor, client = Peer(broker), Peer(broker)
+    assert monitor.send("MONITOR") == b"+OK\r\n"
+    client.send("SELECT", "2")
+    client.send("EVAL", "redis.call('set', KEYS[1], ARGV[1])", "1", "k", "v")
+    client.send("FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('f', function(keys) "
+                "return redis.call('get', keys[1]) end)")  # fmt: skip
+    client.send("FCALL", "f", "1", "k")
+    feed = bytes(monitor.conn.take_output()).decode().split("\r\n")
+    shown = [line.split(" ", 1)[1] for line in feed if line]
+    assert shown[1:3] == [
+        '[2 127.0.0.1:1] "EVAL" "redis.call(\'set\', KEYS[1], ARGV[1])" "1" "k" "v"',
+        '[2 lua] "set" "k" "v"',
+    ]
+    assert shown[-2:] == ['[2 127.0.0.1:1] "FCALL" "f" "1" "k"', '[2 lua] "get" "k"']
