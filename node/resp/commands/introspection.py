@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+from node.integers import string2ll
 from node.resp.commands.common import SYNTAX, help_reply
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
@@ -51,6 +52,8 @@ _FLAG_NAMES: Final = {
 }
 _AFTER_STREAMS: Final = frozenset([b"xread", b"xreadgroup"])
 """Commands whose keys are the first half of the arguments after ``STREAMS``."""
+_NUMKEYS: Final = frozenset([b"eval", b"evalsha", b"eval_ro", b"evalsha_ro", b"fcall", b"fcall_ro"])
+"""Commands whose keys are as many as their third argument says, after it."""
 
 
 def _handler_of(command: Command[RespConnection]) -> Command[RespConnection]:
@@ -169,6 +172,11 @@ def command_keys(command: Command[RespConnection], args: list[bytes]) -> list[by
             return []
         rest = args[upper.index(b"STREAMS") + 1 :]
         return rest[: len(rest) // 2]
+    if command.key in _NUMKEYS:
+        numkeys = string2ll(args[2]) if len(args) > 2 else None
+        if numkeys is None or not 0 <= numkeys <= len(args) - 3:
+            return []
+        return args[3 : 3 + numkeys]
     first, last, step = command.keys
     if not first:
         return []
@@ -247,7 +255,7 @@ def _keys_of(
         conn.error("Invalid number of arguments specified for command")
         return None
     keys = command_keys(command, request)
-    if not keys:
+    if not keys and command.key not in _NUMKEYS:
         conn.error("The command has no key arguments")
         return None
     return command, keys
