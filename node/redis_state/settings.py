@@ -15,8 +15,8 @@ class RedisSettings:
     settings).
 
     Only the slow log and latency monitor settings and the stream node sizes change what the node
-    does; ``timeout``, ``hz`` and the output limits of the ``normal`` and ``replica`` classes are
-    kept and shown back only.
+    does; ``timeout``, ``hz``, the list node size and the output limits of the ``normal`` and
+    ``replica`` classes are kept and shown back only.
     """
 
     def __init__(self, pubsub_limits: tuple[int, int, int]) -> None:
@@ -24,6 +24,8 @@ class RedisSettings:
         """Shown back while the node keeps no journal (else the journal's policy is)."""
         self.stream_node_max_entries = 100
         self.stream_node_max_bytes = 4096
+        self.list_max_listpack_size = -2
+        """Kept and shown back only: the node holds no lists."""
         self.timeout = 0
         self.hz = 10
         self.slowlog_log_slower_than = 10000

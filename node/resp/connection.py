@@ -293,10 +293,10 @@ class RespConnection(Connection):
                     return
                 command = sub
             if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
-                self._reject(command, f"wrong number of arguments for '{command.name}' command")
+                self.reject(command, f"wrong number of arguments for '{command.name}' command")
                 return
             if self.user is None and not top.no_auth:
-                self._reject(command, NOAUTH)
+                self.reject(command, NOAUTH)
                 return
             if command.denyoom or self.queued is not None:
                 oom = self.broker.keyspaces.oom
@@ -306,17 +306,17 @@ class RespConnection(Connection):
                 refusal = self.broker.keyspaces.refusal
                 if refusal is not None:
                     self._queue_failed = self.queued is not None
-                    self._reject(command, refusal)
+                    self.reject(command, refusal)
                     return
             if self.writer is RESP2 and self.subscribed and not top.subscribed:
-                self._reject(
+                self.reject(
                     command,
                     f"Can't execute '{command.name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
                     "QUIT / RESET are allowed in this context",
                 )
                 return
             if self.monitoring and top.on_keys:
-                self._reject(command, "Replica can't interact with the keyspace")
+                self.reject(command, "Replica can't interact with the keyspace")
                 return
             if self.queued is not None and top.queueable:
                 self.queued.append(args)
@@ -337,7 +337,7 @@ class RespConnection(Connection):
                 held, self._held = self._held, bytearray()
                 self._send(bytes(held))
 
-    def _reject(self, command: Command[RespConnection], text: str) -> None:
+    def reject(self, command: Command[RespConnection], text: str) -> None:
         """Refuse a request before it runs, as ``rejectCommand`` does: a transaction it was to be
         queued in fails, and a refused EXEC ends its transaction (``text``: as ``error`` takes it);
         counted as rejected."""
@@ -429,7 +429,7 @@ class RespConnection(Connection):
         may add data; inside MULTI any but EXEC, DISCARD, QUIT and RESET, the transaction then
         failing; an EXEC of such a command ends its transaction)."""
         if self.queued is None:
-            self._reject(command, oom)  # (only a command that may add data gets here)
+            self.reject(command, oom)  # (only a command that may add data gets here)
             return True
         if command.key == b"exec":
             if not self._queued_denyoom:
@@ -441,7 +441,7 @@ class RespConnection(Connection):
         if command.ends_multi:
             return False
         self._queue_failed = True
-        self._reject(command, oom)
+        self.reject(command, oom)
         return True
 
     # -- output ----------------------------------------------------------------------------------

@@ -311,6 +311,10 @@ PARAMS: Final = (
         *_setting("stream_node_max_bytes", 0, _LLONG_MAX, memory=True),
     ),
     Param(
+        ["list-max-listpack-size", "list-max-ziplist-size"],
+        *_setting("list_max_listpack_size", -_INT_MAX - 1, _INT_MAX),
+    ),
+    Param(
         ["notify-keyspace-events"],
         lambda broker: format_flags(broker.keyspaces.notifier.configured),
         _notify,

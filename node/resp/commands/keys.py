@@ -8,6 +8,7 @@ arity was checked before it runs.
 from __future__ import annotations
 
 import hashlib
+import random
 from typing import Final
 
 from node.data.keyspace import Value
@@ -39,6 +40,12 @@ def _del(conn: RespConnection, args: list[bytes]) -> None:
 def _exists(conn: RespConnection, args: list[bytes]) -> None:
     db, now = conn.database, now_ms()
     conn.reply(integer(sum(1 for key in args[1:] if db.get(key, now) is not None)))
+
+
+def _randomkey(conn: RespConnection, args: list[bytes]) -> None:
+    """A key of the selected database picked at random among the live ones (a nil with none)."""
+    keys = list(conn.database.live_keys(now_ms()))
+    conn.reply(bulk(random.choice(keys)) if keys else conn.writer.null)
 
 
 def type_name(value: Value | None) -> bytes:
@@ -373,5 +380,7 @@ COMMANDS: Final = (
     Command("flushdb", -1, _flushdb, "write"),
     Command("flushall", -1, _flushall, "write"),
     Command("dbsize", 1, _dbsize, "readonly"),
+    Command("randomkey", 1, _randomkey, "readonly"),
+    Command("touch", -2, _exists, "readonly", keys=(1, -1, 1)),
 )
 """The key commands, in COMMAND's order."""

@@ -264,9 +264,15 @@ def _kill(conn: RespConnection, eval_mode: bool) -> bytes:
     return OK
 
 
+_ALLOW_BUSY: Final = frozenset((b"multi", b"discard", b"watch", b"unwatch"))
+"""The transaction commands redis-server runs while a script is busy."""
+
+
 def answer_while_busy(conn: RespConnection, data: bytes) -> None:
     """What another client sent while a script is busy: SCRIPT KILL and FUNCTION KILL act, FUNCTION
-    STATS answers, every other request is answered BUSY (as redis-server answers them then)."""
+    STATS answers, MULTI, DISCARD, WATCH, UNWATCH and unknown commands run as usual, every other
+    request is refused BUSY as redis-server refuses it then: a transaction it was to join fails,
+    and an EXEC ends its transaction with EXECABORT."""
     running = conn.broker.scripts.running
     try:
         conn.parser.receive_data(data)
@@ -278,8 +284,12 @@ def answer_while_busy(conn: RespConnection, data: bytes) -> None:
             elif (name, sub) == (b"function", b"stats"):
                 conn.send(_stats(conn))
             else:
-                eval_mode = running is None or running.eval_mode
-                conn.send(error(_BUSY_EVAL if eval_mode else _BUSY_FUNCTION))
+                found = conn.table.find(args[0])
+                if found is None or found.key in _ALLOW_BUSY:
+                    conn.execute(args)
+                else:
+                    eval_mode = running is None or running.eval_mode
+                    conn.reject(found, _BUSY_EVAL if eval_mode else _BUSY_FUNCTION)
     except RespProtocolError as exc:  # (as the connection answers one when it is not busy)
         if exc.message is not None:
             conn.send(protocol_error(exc.message))

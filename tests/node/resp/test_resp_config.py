@@ -48,6 +48,8 @@ SCENARIO: list[Step] = [
     (0, set_and_get(b"stream-node-max-entries", b"5", b"-1", b"abc", b"100")),
     (0, set_and_get(b"stream-node-max-bytes", b"1kb", b"x", b"-1", b"4096")),
     (0, set_and_get(b"timeout", b"300", b"-1", b"0")),
+    (0, set_and_get(b"list-max-listpack-size", b"-1", b"x", b"-2147483649", b"8")),
+    (0, set_and_get(b"list-max-ziplist-size", b"-2") + get(b"list-max-listpack-size")),
     (0, set_and_get(b"lua-time-limit", b"1000") + get(b"busy-reply-threshold")),
     (0, set_and_get(b"busy-reply-threshold", b"5000") + get(b"lua-time-limit")),
     (0, set_and_get(b"appendfsync", b"always", b"sometimes", b"EVERYSEC")),
@@ -148,6 +150,7 @@ NAMES = [
     b"hz", b"HZ", b"slowlog-log-slower-than", b"slowlog-max-len", b"latency-monitor-threshold",
     b"notify-keyspace-events", b"stream-node-max-entries", b"stream-node-max-bytes", b"timeout",
     b"lua-time-limit", b"busy-reply-threshold", b"databases", b"appendfsync", b"nope", b"",
+    b"list-max-listpack-size",
 ]  # fmt: skip
 VALUES = [
     b"0", b"1", b"-1", b"10", b"1000", b"99999999999999999999", b"abc", b"", b" 1", b"1kb", b"5mb",
@@ -157,7 +160,7 @@ DEFAULTS = [
     b"hz", b"10", b"slowlog-log-slower-than", b"10000", b"slowlog-max-len", b"128",
     b"latency-monitor-threshold", b"0", b"notify-keyspace-events", b"", b"stream-node-max-entries",
     b"100", b"stream-node-max-bytes", b"4096", b"timeout", b"0", b"busy-reply-threshold", b"5000",
-    b"appendfsync", b"everysec",
+    b"appendfsync", b"everysec", b"list-max-listpack-size", b"-2",
 ]  # fmt: skip
 
 

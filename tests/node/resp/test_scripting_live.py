@@ -383,3 +383,37 @@ async def test_clients_connecting_while_a_script_is_busy_are_answered_busy() -> 
         with trio.fail_after(60):
             await trio.to_thread.run_sync(scenario)
         nursery.cancel_scope.cancel()
+
+
+def _transactions_while_busy(port: int) -> list[bytes]:
+    """A transaction meeting a busy script: MULTI and DISCARD run, a command refused BUSY spoils
+    the transaction, and an EXEC refused BUSY ends it (what redis-server answers each time)."""
+    runner, other, killer = Client(port), Client(port), Client(port)
+    try:
+        answers = [killer.send("CONFIG", "SET", "lua-time-limit", "10"), killer.send("SET", "xx", "1")]
+        answers.append(_busy(runner, killer, ["EVAL", "while true do end", "0"]))
+        answers += [other.send("MULTI"), other.send("MULTI"), other.send("INCR", "xx")]
+        answers += [other.send("DISCARD"), other.send("MULTI"), other.send("INCR", "xx")]
+        answers += [killer.send("SCRIPT", "KILL"), runner._reply()[:40]]
+        answers += [other.send("INCR", "xx"), other.send("EXEC"), other.send("PING", "free")]
+        answers += [other.send("MULTI"), other.send("INCR", "xx")]
+        answers.append(_busy(runner, killer, ["EVAL", "while true do end", "0"]))
+        answers += [other.send("EXEC"), killer.send("SCRIPT", "KILL"), runner._reply()[:40]]
+        answers += [other.send("PING", "free"), other.send("GET", "xx")]
+        return answers
+    finally:
+        for client in (runner, other, killer):
+            client.close()
+
+
+@needs_redis_server
+async def test_a_transaction_meeting_a_busy_script_as_redis_server(redis_port: int) -> None:
+    expected = await trio.to_thread.run_sync(_transactions_while_busy, redis_port)
+    async with trio.open_nursery() as nursery:
+        node = await start_redis_node(nursery)
+        assert node.redis_port is not None
+        with trio.fail_after(60):
+            got = await trio.to_thread.run_sync(_transactions_while_busy, node.redis_port)
+        nursery.cancel_scope.cancel()
+    assert expected[12] == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+    assert got == expected
