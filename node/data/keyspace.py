@@ -23,8 +23,10 @@ redis-server serves blocked clients after the command that unblocked them. A blo
 what it waits for as a ``Condition``; readers waiting for equal conditions on a key form one queue,
 so a write costs a check per queue and a wake-up per reader served, however many wait in vain.
 
-**Memory.** ``Keyspaces.used_memory`` is what the keys hold, as MEMORY USAGE counts them (the key's
-name and ``Stream.memory_usage``, or a string's bytes and header: ``key_memory``), plus the
+**Memory.** ``Keyspaces.used_memory`` is a fixed overhead (``Keyspaces.overhead``: the bytes of
+the empty records the keys are kept in, measured once when they are made, so an empty node holds
+some memory as redis-server always does), plus what the keys hold, as MEMORY USAGE counts them (the
+key's name and ``Stream.memory_usage``, or a string's bytes and header: ``key_memory``), plus the
 clients' output buffers. The keys' part is a running total: a key written (``Database.touch``) or
 whose consumer groups changed (``Database.resized``) is only noted, and counted again when the total
 is read (``Keyspaces.settle``). A write thus costs a set insertion; reading the total costs one
@@ -48,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
 
-from node.data.notifications import EXPIRED, NEW, Notifier
+from node.data.notifications import EXPIRED, KEY_MISS, NEW, Notifier
 from node.data.streams import Stream
 
 __all__ = [
@@ -111,6 +113,18 @@ SWEEP_SECONDS = 0.002
 
 TRACKING_MAX_KEYS = 1_000_000
 """redis-server's default ``tracking-table-max-keys``."""
+
+
+def _stream(value: Value | None) -> Stream | None:
+    if value is None or isinstance(value, Stream):
+        return value
+    raise WrongType
+
+
+def _string(value: Value | None) -> bytes | bytearray | None:
+    if isinstance(value, Stream):
+        raise WrongType
+    return value
 
 
 class Watcher(Protocol):
@@ -308,16 +322,28 @@ class Database:
                 return None
         return value
 
+    def read(self, key: bytes, now: int) -> Value | None:
+        """``get``, for a command that reads the key: counted as a hit or a miss
+        (``Keyspaces.hits``, ``Keyspaces.misses``), a miss announced as ``keymiss``."""
+        value = self.get(key, now)
+        if value is None:
+            self.keyspaces.misses += 1
+            self.notify(KEY_MISS, b"keymiss", key)
+        else:
+            self.keyspaces.hits += 1
+        return value
+
     def stream(self, key: bytes, now: int) -> Stream | None:
         """The stream at ``key`` (as ``get``).
 
         Raises:
             WrongType: the key holds a string.
         """
-        value = self.get(key, now)
-        if value is None or isinstance(value, Stream):
-            return value
-        raise WrongType
+        return _stream(self.get(key, now))
+
+    def read_stream(self, key: bytes, now: int) -> Stream | None:
+        """The stream at ``key``, for a command that reads it (as ``read``; raises as ``stream``)."""
+        return _stream(self.read(key, now))
 
     def string(self, key: bytes, now: int) -> bytes | bytearray | None:
         """The string at ``key`` (as ``get``).
@@ -325,10 +351,11 @@ class Database:
         Raises:
             WrongType: the key holds a stream.
         """
-        value = self.get(key, now)
-        if isinstance(value, Stream):
-            raise WrongType
-        return value
+        return _string(self.get(key, now))
+
+    def read_string(self, key: bytes, now: int) -> bytes | bytearray | None:
+        """The string at ``key``, for a command that reads it (as ``read``; raises as ``string``)."""
+        return _string(self.read(key, now))
 
     def _expire(self, key: bytes) -> None:
         self.delete(key)
@@ -625,11 +652,14 @@ class Keyspaces:
         "_serving",
         "behind",
         "expired_keys",
+        "hits",
         "journal",
         "loading",
         "maxmemory",
+        "misses",
         "notifier",
         "output_bytes",
+        "overhead",
         "peak",
         "ready",
         "store",
@@ -656,6 +686,10 @@ class Keyspaces:
         self.maxmemory = 0
         self.expired_keys = 0
         """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
+        self.hits = 0
+        """Reads that found their key (``Database.read``; INFO's ``keyspace_hits``)."""
+        self.misses = 0
+        """Reads that did not (INFO's ``keyspace_misses``); both are zeroed by CONFIG RESETSTAT."""
         """Bytes of ``used_memory`` past which commands that add data are refused (0: no limit)."""
         self._dataset = 0
         self.unsettled: list[Database] = []
@@ -670,6 +704,11 @@ class Keyspaces:
         """Told of every change to a key while any client tracks keys (None: nobody does)."""
         self.tracking_max_keys = TRACKING_MAX_KEYS
         """Keys the tracker may remember at most (``tracking-table-max-keys``; 0: no limit)."""
+        self.overhead = sys.getsizeof(self) + sum(
+            sys.getsizeof(part) for part in (self._accounts, self.ready, self.unsettled, self.notifier)
+        )
+        """Bytes ``used_memory`` counts besides the keys and the output buffers: this record's and
+        its empty containers', as measured when it was made (see the module's notes)."""
 
     def settle(self) -> None:
         """Count the keys changed since the last time again (see the module's notes)."""
@@ -678,7 +717,7 @@ class Keyspaces:
             for db in unsettled:
                 self._dataset += db.settle()
             unsettled.clear()
-            self.peak = max(self.peak, self._dataset + self.output_bytes)
+            self.peak = max(self.peak, self.overhead + self._dataset + self.output_bytes)
 
     @property
     def dataset_bytes(self) -> int:
@@ -688,8 +727,9 @@ class Keyspaces:
 
     @property
     def used_memory(self) -> int:
-        """Bytes held: the keys and the clients' output buffers (as last measured)."""
-        return self.dataset_bytes + self.output_bytes
+        """Bytes held: the fixed ``overhead``, the keys and the clients' output buffers (as last
+        measured)."""
+        return self.overhead + self.dataset_bytes + self.output_bytes
 
     def measure_output(self, output_bytes: int) -> None:
         """The clients' output buffers now hold ``output_bytes``."""
@@ -705,7 +745,7 @@ class Keyspaces:
             return None
         if self.unsettled:
             self.settle()
-        return OOM if self._dataset + self.output_bytes > limit else None
+        return OOM if self.overhead + self._dataset + self.output_bytes > limit else None
 
     def keyspace(self, account: str) -> Keyspace:
         keyspace = self._accounts.get(account)

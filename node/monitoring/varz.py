@@ -144,8 +144,8 @@ async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:
     accounts. ``in_msgs``, ``in_bytes``, ``out_msgs``, ``out_bytes``: PUBLISHes taken and
     deliveries sent by Redis connections since start, payload bytes only (they are part of the
     node's totals above). ``maxmemory`` is the limit in force (0: none; CONFIG SET changes it) and
-    ``used_memory`` what it limits, as INFO memory reports it: what the keys hold plus the clients'
-    output buffers.
+    ``used_memory`` what it limits, as INFO memory reports it: a fixed overhead, what the keys hold
+    and the clients' output buffers.
     """
     config = broker.config.redis
     if config is None:
@@ -179,7 +179,9 @@ async def _redis_block(broker: Broker, pace: Pacer) -> dict[str, Any]:
         "out_msgs": out_msgs,
         "out_bytes": out_bytes,
         "maxmemory": broker.keyspaces.maxmemory,
-        "used_memory": broker.keyspaces.dataset_bytes + broker.pending_output(),
+        "used_memory": (
+            broker.keyspaces.overhead + broker.keyspaces.dataset_bytes + broker.pending_output()
+        ),
     }
 
 

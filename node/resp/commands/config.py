@@ -420,6 +420,8 @@ def _config_set(conn: RespConnection, args: list[bytes]) -> None:
 
 def _config_resetstat(conn: RespConnection, args: list[bytes]) -> None:
     conn.broker.redis_stats.reset()
+    keyspaces = conn.broker.keyspaces
+    keyspaces.hits = keyspaces.misses = 0
     conn.reply(OK)
 
 

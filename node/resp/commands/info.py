@@ -130,6 +130,8 @@ def _stats(conn: RespConnection) -> Fields:
         ("expired_keys", broker.keyspaces.expired_keys),
         ("evicted_keys", 0),
         ("evicted_clients", 0),
+        ("keyspace_hits", broker.keyspaces.hits),
+        ("keyspace_misses", broker.keyspaces.misses),
         ("pubsub_channels", len(channels)),
         ("pubsub_patterns", patterns),
         ("client_output_buffer_limit_disconnections", broker.slow_consumers),

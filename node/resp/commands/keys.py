@@ -39,7 +39,7 @@ def _del(conn: RespConnection, args: list[bytes]) -> None:
 
 def _exists(conn: RespConnection, args: list[bytes]) -> None:
     db, now = conn.database, now_ms()
-    conn.reply(integer(sum(1 for key in args[1:] if db.get(key, now) is not None)))
+    conn.reply(integer(sum(1 for key in args[1:] if db.read(key, now) is not None)))
 
 
 def _randomkey(conn: RespConnection, args: list[bytes]) -> None:
@@ -56,7 +56,7 @@ def type_name(value: Value | None) -> bytes:
 
 
 def _type(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(simple(type_name(conn.database.get(args[1], now_ms()))))
+    conn.reply(simple(type_name(conn.database.read(args[1], now_ms()))))
 
 
 def _keys(conn: RespConnection, args: list[bytes]) -> None:
@@ -183,7 +183,7 @@ def _ttl(unit: int, *, absolute: bool = False) -> Handler:
 
     def handler(conn: RespConnection, args: list[bytes]) -> None:
         db, now = conn.database, now_ms()
-        if db.get(args[1], now) is None:
+        if db.read(args[1], now) is None:
             conn.reply(integer(-2))
             return
         when = db.expires_at(args[1])
@@ -312,7 +312,7 @@ def _copy(conn: RespConnection, args: list[bytes]) -> None:
     if index == conn.db and key == new:
         conn.error("source and destination objects are the same")
         return
-    value = db.get(key, now)
+    value = db.read(key, now)
     if value is None:
         conn.reply(integer(0))
         return

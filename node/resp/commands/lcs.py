@@ -91,7 +91,7 @@ def _parse(conn: RespConnection, args: list[bytes]) -> _Options | None:
 
 def _lcs(conn: RespConnection, args: list[bytes]) -> None:
     db, now = conn.database, now_ms()
-    a, b = db.get(args[1], now), db.get(args[2], now)
+    a, b = db.read(args[1], now), db.read(args[2], now)
     if not isinstance(a, (bytes, bytearray, type(None))) or not isinstance(
         b, (bytes, bytearray, type(None))
     ):

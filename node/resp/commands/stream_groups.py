@@ -163,7 +163,7 @@ def _create(
 
 
 def _group_of(conn: RespConnection, key: bytes, name: bytes) -> tuple[Stream, ConsumerGroup] | None:
-    stream = conn.database.stream(key, now_ms())
+    stream = conn.database.read_stream(key, now_ms())
     group = stream.groups.get(name) if stream is not None else None
     return (stream, group) if stream is not None and group is not None else None
 
@@ -407,7 +407,7 @@ def _xinfo_stream(conn: RespConnection, args: list[bytes]) -> None:
                 conn.error(NOT_INTEGER)
                 return
             count = number if number >= 0 else 10
-    stream = conn.database.stream(args[2], now_ms())
+    stream = conn.database.read_stream(args[2], now_ms())
     if stream is None:
         conn.error("no such key")
         return
@@ -479,7 +479,7 @@ def _group_detail(w: Writer, stream: Stream, name: bytes, count: int) -> bytes:
 
 
 def _xinfo_groups(conn: RespConnection, args: list[bytes]) -> None:
-    stream = conn.database.stream(args[2], now_ms())
+    stream = conn.database.read_stream(args[2], now_ms())
     if stream is None:
         conn.error("no such key")
         return
@@ -504,7 +504,7 @@ def _xinfo_groups(conn: RespConnection, args: list[bytes]) -> None:
 
 def _xinfo_consumers(conn: RespConnection, args: list[bytes]) -> None:
     key, name = args[2], args[3]
-    stream = conn.database.stream(key, now_ms())
+    stream = conn.database.read_stream(key, now_ms())
     if stream is None:
         conn.error("no such key")
         return

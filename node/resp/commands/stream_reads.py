@@ -121,7 +121,7 @@ def _read(group_read: bool) -> Handler:
         ids_at = parsed.streams_at + len(parsed.keys)
         groups: list[ConsumerGroup | None] = []
         for key, arg in zip(parsed.keys, args[ids_at:], strict=True):
-            stream = db.stream(key, now)
+            stream = db.read_stream(key, now)
             group = None
             if parsed.group is not None:
                 group = stream.groups.get(parsed.group) if stream is not None else None
@@ -233,7 +233,7 @@ def _serve(
     db = conn.database
     served: list[tuple[bytes, Sequence[tuple[int, Fields | None]]]] = []
     for key, position, group in zip(parsed.keys, parsed.positions, groups, strict=True):
-        stream = db.stream(key, now)
+        stream = db.read_stream(key, now)
         if stream is None:
             continue
         if group is None:

@@ -305,7 +305,7 @@ def _range(reverse: bool) -> Handler:
             else:
                 conn.error(SYNTAX)
                 return
-        stream = conn.database.stream(args[1], now_ms())
+        stream = conn.database.read_stream(args[1], now_ms())
         if stream is None:
             conn.reply(b"*0\r\n")
         elif count == 0:
@@ -320,7 +320,7 @@ def _range(reverse: bool) -> Handler:
 
 
 def _xlen(conn: RespConnection, args: list[bytes]) -> None:
-    stream = conn.database.stream(args[1], now_ms())
+    stream = conn.database.read_stream(args[1], now_ms())
     conn.reply(integer(stream.length if stream is not None else 0))
 
 

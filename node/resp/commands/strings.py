@@ -162,7 +162,7 @@ def _set(conn: RespConnection, args: list[bytes]) -> None:
             return
     db, key = conn.database, args[1]
     if flags & _GET:
-        old = db.string(key, now)
+        old = db.read_string(key, now)
         conn.reply(conn.writer.null if old is None else _bulk(old))
         found = old is not None
     else:  # (a key found expired goes first, and with it the time KEEPTTL would keep)
@@ -201,13 +201,13 @@ def _bulk(value: bytes | bytearray) -> bytes:
 
 
 def _get(conn: RespConnection, args: list[bytes]) -> None:
-    value = conn.database.string(args[1], now_ms())
+    value = conn.database.read_string(args[1], now_ms())
     conn.reply(conn.writer.null if value is None else _bulk(value))
 
 
 def _getdel(conn: RespConnection, args: list[bytes]) -> None:
     db, key = conn.database, args[1]
-    value = db.string(key, now_ms())
+    value = db.read_string(key, now_ms())
     if value is None:
         conn.reply(conn.writer.null)
         return
@@ -222,7 +222,7 @@ def _getex(conn: RespConnection, args: list[bytes]) -> None:
     if parsed is None:
         return
     db, key, now = conn.database, args[1], now_ms()
-    value = db.string(key, now)
+    value = db.read_string(key, now)
     if value is None:
         conn.reply(conn.writer.null)
         return
@@ -247,7 +247,7 @@ def _getex(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _getset(conn: RespConnection, args: list[bytes]) -> None:
-    old = conn.database.string(args[1], now_ms())
+    old = conn.database.read_string(args[1], now_ms())
     conn.reply(conn.writer.null if old is None else _bulk(old))
     _store(conn, args[1], args[2], None, False)
 
@@ -256,7 +256,7 @@ def _mget(conn: RespConnection, args: list[bytes]) -> None:
     db, now, null = conn.database, now_ms(), conn.writer.null
     replies = []
     for key in args[1:]:
-        value = db.get(key, now)
+        value = db.read(key, now)
         replies.append(_bulk(value) if isinstance(value, (bytes, bytearray)) else null)
     conn.reply(array(replies))
 
@@ -373,7 +373,7 @@ def _append(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _strlen(conn: RespConnection, args: list[bytes]) -> None:
-    value = conn.database.string(args[1], now_ms())
+    value = conn.database.read_string(args[1], now_ms())
     conn.reply(integer(0 if value is None else len(value)))
 
 
@@ -382,7 +382,7 @@ def _getrange(conn: RespConnection, args: list[bytes]) -> None:
     if start is None or end is None:
         conn.error(NOT_INTEGER)
         return
-    value = conn.database.string(args[1], now_ms())
+    value = conn.database.read_string(args[1], now_ms())
     if value is None or (start < 0 and end < 0 and start > end):
         conn.reply(_EMPTY)
         return
@@ -467,7 +467,7 @@ def _getbit(conn: RespConnection, args: list[bytes]) -> None:
     offset = _bit_offset(conn, args[2])
     if offset is None:
         return
-    value = conn.database.string(args[1], now_ms())
+    value = conn.database.read_string(args[1], now_ms())
     place = offset >> 3
     on = value is not None and place < len(value) and value[place] & (0x80 >> (offset & 7))
     conn.reply(integer(1 if on else 0))
