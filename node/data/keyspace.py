@@ -426,6 +426,27 @@ class Database:
         self._sizes, other._sizes = other._sizes, {}
         self._cursor = 0
 
+    def exchange(self, other: Database) -> None:
+        """Hold ``other``'s keys and expiry times, and ``other`` these (SWAPDB; see
+        ``Keyspace.swap``): watchers and blocked readers stay where they are. The counts go with
+        the keys, so the keys changed since the total was last read must have been counted
+        (``Keyspaces.settle``)."""
+        for db in (self, other):
+            for key, watchers in db._watchers.items():
+                if key in self.keys or key in other.keys:
+                    for watcher in watchers:
+                        watcher.dirty = True
+        self.keys, other.keys = other.keys, self.keys
+        self._expires, other._expires = other._expires, self._expires
+        self._expiring, other._expiring = other._expiring, self._expiring
+        self._times, other._times = other._times, self._times
+        self._sizes, other._sizes = other._sizes, self._sizes
+        self._cursor = other._cursor = 0
+        ready = self.keyspaces.ready
+        for db in (self, other):
+            for key in db._blocked:
+                ready[(db, key)] = None
+
     def _forget_expiry(self, key: bytes) -> None:
         place = self._expires.pop(key, None)
         if place is None:
@@ -632,6 +653,16 @@ class Keyspace:
     def databases(self) -> dict[int, Database]:
         """The databases in use, by number."""
         return dict(self._databases)
+
+    def swap(self, first: int, second: int) -> None:
+        """SWAPDB: databases ``first`` and ``second`` exchange their keys, with their expiry
+        times, as redis-server swaps them: a client watching a key either database holds has its
+        transaction spoiled; the blocked readers of both are looked at again once the command has
+        finished (what they wait on may have come or gone); clients tracking keys are told
+        nothing (redis-server sends no invalidation for a swap)."""
+        if first != second:
+            self.keyspaces.settle()
+            self.database(first).exchange(self.database(second))
 
     def flush(self) -> None:
         """Remove every key of every database (FLUSHALL); the ``KeyTracker`` hears of it once."""

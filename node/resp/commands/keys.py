@@ -11,7 +11,7 @@ import hashlib
 import random
 from typing import Final
 
-from node.data.keyspace import Value
+from node.data.keyspace import DATABASES, Value
 from node.data.notifications import GENERIC
 from node.data.streams import Stream
 from node.integers import scan_cursor, string2ll
@@ -331,6 +331,23 @@ def _copy(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(integer(1))
 
 
+def _swapdb(conn: RespConnection, args: list[bytes]) -> None:
+    """SWAPDB: two databases of the caller's account exchange their keys."""
+    indexes = []
+    for arg, which in zip(args[1:], (b"first", b"second"), strict=True):
+        index = string2ll(arg)
+        if index is None or not -(2**31) <= index < 2**31:
+            conn.error(f"invalid {which.decode()} DB index")
+            return
+        indexes.append(index)
+    if not all(0 <= index < DATABASES for index in indexes):
+        conn.error("DB index is out of range")
+        return
+    conn.broker.keyspaces.keyspace(conn.account.name).swap(indexes[0], indexes[1])
+    conn.log_write([b"SWAPDB", b"%d" % indexes[0], b"%d" % indexes[1]])
+    conn.reply(OK)
+
+
 def _flush_option(conn: RespConnection, args: list[bytes]) -> bool:
     if len(args) > 2 or (len(args) == 2 and args[1].lower() not in (b"async", b"sync")):
         conn.error(SYNTAX)
@@ -378,6 +395,7 @@ COMMANDS: Final = (
     Command("move", 3, _move_to_db, "write", keys=(1, 1, 1)),
     Command("copy", -3, _copy, "write denyoom", keys=(1, 2, 1)),
     Command("flushdb", -1, _flushdb, "write"),
+    Command("swapdb", 3, _swapdb, "write"),
     Command("flushall", -1, _flushall, "write"),
     Command("dbsize", 1, _dbsize, "readonly"),
     Command("randomkey", 1, _randomkey, "readonly"),
