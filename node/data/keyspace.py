@@ -333,6 +333,16 @@ class Database:
             self.keyspaces.hits += 1
         return value
 
+    def inspect(self, key: bytes, now: int) -> Value | None:
+        """``get``, counted as ``read`` counts it but a miss not announced (OBJECT's lookups, as
+        redis-server's)."""
+        value = self.get(key, now)
+        if value is None:
+            self.keyspaces.misses += 1
+        else:
+            self.keyspaces.hits += 1
+        return value
+
     def stream(self, key: bytes, now: int) -> Stream | None:
         """The stream at ``key`` (as ``get``).
 

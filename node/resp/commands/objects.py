@@ -57,12 +57,12 @@ def encoding(value: Value) -> bytes:
 
 
 def _encoding(conn: RespConnection, args: list[bytes]) -> None:
-    value = conn.database.get(args[2], now_ms())
+    value = conn.database.inspect(args[2], now_ms())
     conn.reply(conn.writer.null if value is None else bulk(encoding(value)))
 
 
 def _refcount(conn: RespConnection, args: list[bytes]) -> None:
-    value = conn.database.get(args[2], now_ms())
+    value = conn.database.inspect(args[2], now_ms())
     if value is None:
         conn.reply(conn.writer.null)
         return
@@ -72,7 +72,7 @@ def _refcount(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _freq(conn: RespConnection, args: list[bytes]) -> None:
-    if conn.database.get(args[2], now_ms()) is None:
+    if conn.database.inspect(args[2], now_ms()) is None:
         conn.reply(conn.writer.null)
     else:
         conn.error(_NO_LFU)

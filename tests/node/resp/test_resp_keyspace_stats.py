@@ -33,6 +33,7 @@ COMMANDS = [
     ["GETRANGE", "s", "0", "1"], ["SUBSTR", "nx", "0", "1"], ["GETBIT", "s", "1"],
     ["EXISTS", "s", "nx", "x"], ["TOUCH", "s", "nx"], ["TYPE", "s"], ["TYPE", "nx"],
     ["TTL", "s"], ["PTTL", "nx"], ["EXPIRETIME", "s"], ["PEXPIRETIME", "nx"],
+    ["OBJECT", "ENCODING", "s"], ["OBJECT", "REFCOUNT", "nx"], ["OBJECT", "FREQ", "s"],
     ["LCS", "s", "nx"], ["COPY", "s", "s2"], ["COPY", "nx", "s3"],
     ["XLEN", "x"], ["XLEN", "nx"], ["XRANGE", "x", "-", "+"], ["XREVRANGE", "nx", "+", "-"],
     ["XREAD", "STREAMS", "x", "nx", "0", "0"], ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "x", ">"],
@@ -89,6 +90,7 @@ KEYMISS: list[Step] = [
     (1, b"psubscribe __key*\r\n"),
     (0, b"get s\r\nget nx\r\nmget s nx\r\nexists nx\r\ntype nx\r\nttl nx\r\nstrlen nx\r\n"),
     (0, b"xlen nx\r\nxrange nx - +\r\nxread streams nx 0\r\nincr n\r\nappend s x\r\n"),
+    (0, b"object encoding nx\r\nobject freq nx\r\nmemory usage nx\r\ndbsize\r\n"),
     (0, b"config set notify-keyspace-events Em\r\nget nx\r\nconfig set notify-keyspace-events KE\r\n"),
     (0, b"get nx\r\nconfig set notify-keyspace-events ''\r\n"),
 ]
