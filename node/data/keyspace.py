@@ -13,6 +13,13 @@ call tells the node's ``KeyTracker`` (client-side caching's invalidations) when 
 ``Database.notify`` announces what a write did as a keyspace notification
 (``node.data.notifications``); with neither in use a write pays one test for each.
 
+A command that reads a key looks it up with ``Database.read`` (or ``read_string``,
+``read_stream``), as redis-server's read lookups: the lookup is counted as a hit or a miss
+(``Keyspaces.hits``, ``Keyspaces.misses``: INFO's ``keyspace_hits`` and ``keyspace_misses``, one
+addition each time) and a miss is announced as ``keymiss``; OBJECT's lookups
+(``Database.inspect``) are counted but not announced. Writes, and the lookups redis-server does not
+count (SCAN, KEYS, RANDOMKEY, MEMORY USAGE, renames and the like), use ``get``.
+
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
 so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
 old value where a new one was written.
