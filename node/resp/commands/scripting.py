@@ -183,10 +183,15 @@ def _prepare(
             if ro:
                 conn.error("Can not execute a script with write flag using *_ro command.")
                 return None
-        if keyspaces.oom is not None and not flags & {"allow-oom", "no-writes"}:
+        oom = keyspaces.oom
+        if oom is not None and not flags & {"allow-oom", "no-writes"}:
+            # (a script that may write is a command that may add data: refused before it runs as
+            # any such command is, unless it runs inside EXEC, where only the script's flags tell)
             conn.error(
-                "-OOM allow-oom flag is not set on the script, can not run it when used memory > "
-                "'maxmemory'"
+                oom
+                if conn.may_block
+                else "-OOM allow-oom flag is not set on the script, can not run it when used "
+                "memory > 'maxmemory'"
             )
             return None
     read_only = ro or (flags is not None and "no-writes" in flags)
