@@ -40,7 +40,6 @@ from node.resp.commands.scripting import answer_while_busy
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.writer import error
-from transport.arrival import Arrivals
 from transport.sessions import READ_SIZE, Flusher, Session
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 
@@ -114,8 +113,6 @@ class Server:
         self._handlers = 0  # connection tasks still running
         self._handler_done = trio.Event()
         self.flusher = Flusher()
-        self.arrivals = Arrivals()
-        """Redis clients' input is taken in the order it arrived, as redis-server takes it."""
         self._redis_sessions: set[Session] = set()
         self._handler_nursery: trio.Nursery | None = None
         self._redis_listeners: Sequence[trio.abc.Listener[Any]] = ()
@@ -287,7 +284,6 @@ class Server:
                 conn,
                 partial(self._redis_timers, conn),
                 after_input=partial(self._after_input, session, conn),
-                arrivals=self.arrivals,
             )
         finally:
             self._redis_sessions.discard(session)
@@ -352,7 +348,6 @@ class Server:
         start: Callable[[], Awaitable[bool]] | None = None,
         *,
         after_input: Callable[[], Awaitable[None]] | None = None,
-        arrivals: Arrivals | None = None,
     ) -> None:
         """Run a client connection of either protocol: counted, served, then retired."""
         session.conn = conn
@@ -367,7 +362,6 @@ class Server:
                 write_deadline=self.config.write_deadline,
                 timers=timers,
                 after_input=after_input or self._stall_if_congested,
-                arrivals=arrivals,
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside

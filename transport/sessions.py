@@ -16,9 +16,6 @@ trip. So input is handled inside ``Flusher.process``: every connection that got 
 written at once, with one non-blocking write each, whenever its writer is idle; only what a socket
 does not take goes to the writer task, which waits for room. One ``Flusher`` serves a whole node,
 because a message read from a route is delivered to client connections and the other way round.
-
-**Arrival order.** A session given ``Arrivals`` (``transport.arrival``) reads its socket only in
-its turn: after the other sessions of that group whose input reached the node before its own.
 """
 
 from __future__ import annotations
@@ -30,8 +27,6 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
-
-from transport.arrival import Arrivals
 
 __all__ = ["Connection", "Flusher", "Hangup", "Session", "Waker", "contain"]
 
@@ -153,7 +148,6 @@ class Session:
         write_deadline: float,
         timers: Callable[[], Awaitable[None]] | None = None,
         after_input: Callable[[], Awaitable[None]] | None = None,
-        arrivals: Arrivals | None = None,
     ) -> None:
         """Serve the connection until it has closed and flushed (or the session is abandoned).
 
@@ -161,59 +155,24 @@ class Session:
             write_deadline: seconds one write may take before the peer counts as too slow.
             timers: the protocol's clocks (pings, auth timeout), run beside the reader.
             after_input: awaited after each piece of input (a producer pausing for its consumers).
-            arrivals: the group of connections whose input is taken in the order it arrived
-                (``transport.arrival``), if this one belongs to one.
         """
-        ordered = arrivals if self.fd >= 0 else None  # (a socket's only)
-        if ordered is not None:
-            ordered.add(self.fd)
-        try:
-            with self.scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._read, flusher, after_input, ordered)
-                    if timers is not None:
-                        nursery.start_soon(self._guard, timers)
-                    await flusher.write_loop(self, write_deadline)
-                    nursery.cancel_scope.cancel()
-        finally:
-            if ordered is not None:
-                ordered.remove(self.fd)
+        with self.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read, flusher, after_input)
+                if timers is not None:
+                    nursery.start_soon(self._guard, timers)
+                await flusher.write_loop(self, write_deadline)
+                nursery.cancel_scope.cancel()
 
-    async def _receive(self, arrivals: Arrivals | None) -> bytes:
-        """The next input (empty once the peer has closed); with ``arrivals``, read in its turn."""
-        if arrivals is None:
-            return bytes(await self.stream.receive_some(READ_SIZE))
-        fd = self.fd
-        while True:
-            arrivals.waiting.add(fd)
-            try:
-                await trio.lowlevel.wait_readable(fd)
-            finally:
-                arrivals.waiting.discard(fd)
-            await arrivals.turn(fd)
-            try:
-                data = os.read(fd, READ_SIZE)
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError from exc
-            arrivals.taken(fd)
-            return data
-
-    async def _read(
-        self,
-        flusher: Flusher,
-        after_input: Callable[[], Awaitable[None]] | None,
-        arrivals: Arrivals | None,
-    ) -> None:
-        conn = self.conn
+    async def _read(self, flusher: Flusher, after_input: Callable[[], Awaitable[None]] | None) -> None:
+        conn, stream = self.conn, self.stream
         try:
             while conn.closing is None:
-                data = await self._receive(arrivals)
+                data = await stream.receive_some(READ_SIZE)
                 if not data:
                     conn.hangup(Hangup.CLOSED_BY_PEER)
                     return
-                flusher.process(self, data)
+                flusher.process(self, bytes(data))
                 if after_input is not None:
                     await after_input()
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -187,6 +187,7 @@ def test_a_disk_that_fills_and_empties_during_a_kill_9_run_loses_nothing_acknowl
                     for tag, reply in zip(tags, replies, strict=True):
                         (refused if isinstance(reply, Exception) else acked).add(tag)
 
+        (device / "filler").touch()  # (the writers may fill the device before fill() opens it)
         with live_node(*store, redis=True) as node:
             writers = [threading.Thread(target=write, args=(node, i)) for i in range(3)]
             for thread in writers:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import gc
 import logging
 import os
 import queue
@@ -115,7 +116,9 @@ class ErrorLog(logging.Handler):
 
 def node_memory() -> int:
     """Bytes allocated (and still held) by the nodes' own code: traces whose innermost frame is
-    in one of the project's packages. Memory the test itself holds is left out."""
+    in one of the project's packages, once garbage is collected (what is only waiting for the
+    collector is not held). Memory the test itself holds is left out."""
+    gc.collect()
     snapshot = tracemalloc.take_snapshot().filter_traces(
         [tracemalloc.Filter(True, pattern) for pattern in PACKAGES]
     )
