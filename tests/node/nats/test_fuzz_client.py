@@ -19,9 +19,9 @@ The default number of examples keeps the file to a few seconds; ``FUZZ_EXAMPLES`
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
-import gc
 import logging
 import os
 import queue
