@@ -56,7 +56,7 @@ SLACK = 4 * MiB
 """Memory the nodes may otherwise gain (subject caches, the hypothesis example being sent)."""
 MEASURE_EVERY = 25
 """Examples between two measurements of the nodes' memory (each looks at every allocation)."""
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = [str(ROOT / package / "*") for package in ("node", "transport", "cluster", "routing")]
 """Where the nodes' own code is (the repository's packages)."""
 HOST = "127.0.0.1"
