@@ -57,7 +57,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
 
-from node.data.notifications import EXPIRED, KEY_MISS, NEW, Notifier
+from node.config.keyspace_events import EXPIRED, KEY_MISS, NEW
+from node.data.notifications import Notifier
 from node.data.streams import Stream
 
 __all__ = [

@@ -1,6 +1,5 @@
 """Keyspace notifications, as redis-server 7.2 sends them: the publishing of one event (the classes
-of events, and their ``notify-keyspace-events`` spelling, are ``node.config.keyspace_events``'s,
-and are re-exported here for the commands that announce them).
+of events, and their ``notify-keyspace-events`` spelling, are ``node.config.keyspace_events``'s).
 
 A write to a key announces what it did (``Database.notify``: a class and an event name such as
 ``xadd``) when ``notify-keyspace-events`` enables the class and at least one of ``K`` (keyspace) and
@@ -26,42 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from node.config.keyspace_events import (
-    ALL,
-    EVICTED,
-    EXPIRED,
-    GENERIC,
-    HASH,
-    KEY_MISS,
     KEYEVENT,
     KEYSPACE,
-    LIST,
-    MODULE,
-    NEW,
-    SET,
-    STREAM,
-    STRING,
-    ZSET,
 )
 
-__all__ = [
-    "ALL",
-    "EVICTED",
-    "EXPIRED",
-    "GENERIC",
-    "HASH",
-    "KEYEVENT",
-    "KEYSPACE",
-    "KEY_MISS",
-    "LIST",
-    "MODULE",
-    "NEW",
-    "SET",
-    "STREAM",
-    "STRING",
-    "ZSET",
-    "Notifier",
-    "Publish",
-]
+__all__ = ["Notifier", "Publish"]
 
 Publish = Callable[[str, bytes, bytes], None]
 """Publishes a message (account name, channel, payload) as PUBLISH would."""

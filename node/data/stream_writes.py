@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from node.config.keyspace_events import STREAM
 from node.data.keyspace import Database
-from node.data.notifications import STREAM
 from node.data.streams import Stream, Trim, format_id
 
 __all__ = ["Log", "add_entry", "trim_record"]

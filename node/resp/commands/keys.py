@@ -11,8 +11,8 @@ import hashlib
 import random
 from typing import Final
 
+from node.config.keyspace_events import GENERIC
 from node.data.keyspace import DATABASES, Value
-from node.data.notifications import GENERIC
 from node.data.streams import Stream
 from node.integers import scan_cursor, string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms

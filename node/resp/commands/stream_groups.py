@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from node.data.notifications import STREAM
+from node.config.keyspace_events import STREAM
 from node.data.streams import (
     MAX_ID,
     ConsumerGroup,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from node.config.keyspace_events import STREAM
 from node.data.keyspace import Condition, Database
-from node.data.notifications import STREAM
 from node.data.streams import MAX_ID, ConsumerGroup, Stream, StreamError, format_id, parse_id
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from node.data.notifications import STREAM
+from node.config.keyspace_events import STREAM
 from node.data.stream_writes import add_entry, trim_record
 from node.data.streams import (
     MAX_ID,

@@ -15,8 +15,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Final
 
+from node.config.keyspace_events import GENERIC, STRING
 from node.data.keyspace import Database
-from node.data.notifications import GENERIC, STRING
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.commands.string_numbers import (
