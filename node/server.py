@@ -42,6 +42,7 @@ from node.resp.connection import RespConnection
 from node.resp.writer import error
 from transport.sessions import READ_SIZE, Flusher, Session
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
+from transport.wake_order import keep_wake_order
 
 __all__ = ["ClosingPace", "Server", "closing_pace"]
 
@@ -127,7 +128,10 @@ class Server:
         redis: Sequence[trio.abc.Listener[Any]] = (),
         task_status: trio.TaskStatus[Sequence[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve clients from ``listeners`` until ``shutdown`` is called (or the task is cancelled)."""
+        """Serve clients from ``listeners`` until ``shutdown`` is called (or the task is cancelled).
+
+        Connections are served in the order their input arrived (``transport.wake_order``)."""
+        keep_wake_order()
         async with trio.open_nursery() as handlers:
             self._handler_nursery, self._redis_listeners = handlers, redis
             async with trio.open_nursery() as acceptors:
