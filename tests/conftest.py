@@ -11,6 +11,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from transport.wake_order import keep_wake_order
+
+# Tests run trio as a node does, woken tasks in wake order, from the start (pytest-trio would shuffle
+# each batch instead, and the first node a test starts would switch the rest of the run over).
+keep_wake_order()
+
 settings.register_profile(
     "default",
     deadline=None,
