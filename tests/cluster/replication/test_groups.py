@@ -1,0 +1,151 @@
+"""Replica groups on three nodes joined by routes over real sockets on 127.0.0.1: election,
+replication, failover, restart from the store, catch-up by log and by snapshot."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from cluster.config import ClusterConfig, ReplicationConfig
+from cluster.replication.group import Group, GroupSpec, NotLeaderError
+from node.config.options import Config
+from node.run.launch import NodeHandle
+from tests.cluster.replication.machines import Recorder
+from tests.support import start_node, until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+ROUTES = ClusterConfig(name="raft", host="127.0.0.1", port=0, ping_interval=0.5, ping_max=3)
+NAMES = ("n1", "n2", "n3")
+SPEC = GroupSpec("g1", frozenset(NAMES))
+
+
+class Member:
+    """One node of the test cluster, and its side of group g1."""
+
+    def __init__(self, name: str, store: Path) -> None:
+        self.name = name
+        self.store = store
+        self.handle: NodeHandle | None = None
+        self.group: Group | None = None
+        self.machine = Recorder()
+
+    async def start(
+        self, nursery: trio.Nursery, seeds: tuple[str, ...], replication: ReplicationConfig
+    ) -> None:
+        config = Config(
+            server_name=self.name,
+            store_dir=str(self.store),
+            cluster=ROUTES.evolve(seeds=seeds),
+            replication=replication,
+        )
+        self.handle = await start_node(nursery, config)
+        replicas = self.handle.node.replicas
+        assert replicas is not None
+        self.machine = Recorder()
+        self.group = await replicas.start_group(SPEC, self.machine)
+
+    async def stop(self) -> None:
+        assert self.handle is not None
+        self.handle.server.shutdown()
+        with trio.fail_after(10):
+            await self.handle.finished.wait()
+        self.handle = None
+
+    @property
+    def seed(self) -> str:
+        assert self.handle is not None
+        return f"nats://127.0.0.1:{self.handle.cluster_port}"
+
+
+async def start_members(
+    nursery: trio.Nursery, tmp_path: Path, replication: ReplicationConfig
+) -> list[Member]:
+    members = [Member(name, tmp_path / name) for name in NAMES]
+    await members[0].start(nursery, (), replication)
+    for member in members[1:]:
+        await member.start(nursery, (members[0].seed,), replication)
+    return members
+
+
+def leader_of(members: list[Member]) -> Member | None:
+    live = [m for m in members if m.group is not None and m.handle is not None]
+    leaders = [m for m in live if m.group is not None and m.group.status().role == "leader"]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+async def propose(member: Member, data: bytes) -> object:
+    assert member.group is not None
+    return await member.group.propose(data)
+
+
+def check_agreement(members: list[Member]) -> None:
+    """No applied entry differs between replicas (each is a prefix of the longest)."""
+    longest = max((m.machine.applied for m in members), key=len)
+    for member in members:
+        assert member.machine.applied == longest[: len(member.machine.applied)], member.name
+
+
+FAST = ReplicationConfig(tick=0.05, election_ticks=10, heartbeat_ticks=1)
+
+
+async def test_three_nodes_elect_replicate_fail_over_and_catch_up(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    members = await start_members(nursery, tmp_path, FAST)
+    leader = await until(lambda: leader_of(members))
+    follower = next(m for m in members if m is not leader)
+    with pytest.raises(NotLeaderError) as refused:
+        await propose(follower, b"nope")
+    assert refused.value.leader in (leader.name, None)
+
+    for i in range(20):
+        assert await propose(leader, b"a%d" % i) == i + 1
+    await until(lambda: all(len(m.machine.applied) == 20 for m in members))
+    check_agreement(members)
+
+    # The leader's node stops: the others elect a new one and go on.
+    stopped_at = time.monotonic()
+    await leader.stop()
+    rest = [m for m in members if m is not leader]
+    new_leader = await until(lambda: leader_of(rest))
+    failover = time.monotonic() - stopped_at
+    assert new_leader is not leader
+    for i in range(20, 40):
+        await propose(new_leader, b"a%d" % i)
+    await until(lambda: all(len(m.machine.applied) == 40 for m in rest))
+    print(f"failover (node stopped -> new leader): {failover:.2f} s")
+
+    # The stopped node restarts from its store_dir and catches up from the log.
+    await leader.start(nursery, (new_leader.seed,), FAST)
+    await until(lambda: len(leader.machine.applied) == 40)
+    assert leader.machine.applied == [b"a%d" % i for i in range(40)]
+    check_agreement(members)
+
+
+async def test_a_node_behind_a_compaction_catches_up_by_snapshot(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    config = FAST.evolve(snapshot_entries=10)
+    members = await start_members(nursery, tmp_path, config)
+    leader = await until(lambda: leader_of(members))
+    lagging = next(m for m in members if m is not leader)
+    await lagging.stop()
+    for i in range(35):
+        await propose(leader, b"b%d" % i)
+    assert leader.group is not None
+    await until(lambda: leader.group is not None and leader.group.status().snapshot_index >= 30)
+    await lagging.start(nursery, (leader.seed,), config)
+    await until(lambda: len(lagging.machine.applied) == 35)
+    assert lagging.machine.restores >= 1
+    live = [m for m in members if m.handle is not None]
+    check_agreement(live)
+
+    # A restart of a compacted node restores its snapshot, then the entries after it.
+    await lagging.stop()
+    await lagging.start(nursery, (leader.seed,), config)
+    await until(lambda: len(lagging.machine.applied) == 35)
+    assert lagging.machine.applied == [b"b%d" % i for i in range(35)]
