@@ -46,6 +46,7 @@ from cluster.raft import (
     Persist,
     Raft,
     RaftConfig,
+    RaftError,
     Ready,
     Role,
 )
@@ -327,7 +328,12 @@ class Group:
 
     def _take_inputs(self, raft: Raft) -> None:
         while self._inbox:
-            raft.step(self._inbox.popleft())
+            message = self._inbox.popleft()
+            try:
+                raft.step(message)
+            except (RaftError, ValueError) as exc:  # (a peer broke the protocol: not our crash)
+                log.warning("Group %s: dropped %s from %s: %s",
+                            self.name, type(message).__name__, message.sender, exc)  # fmt: skip
         ticks, self._ticks = min(self._ticks, 3), 0  # (a stall does not become an election)
         for _ in range(ticks):
             raft.tick()
