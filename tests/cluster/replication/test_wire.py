@@ -62,7 +62,7 @@ def test_every_message_survives_the_frame_codec(group: str, message: m.Message) 
 
 
 VALUE = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.text(max_size=10)
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=10)
     | st.binary(max_size=10) | st.floats(),
     lambda inner: st.lists(inner, max_size=9),
     max_leaves=20,
