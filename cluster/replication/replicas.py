@@ -76,6 +76,8 @@ class Replicas:
         self.groups: dict[str, Group] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
+        self._handing_over = 0
+        self._handed_over = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the groups started, until cancelled."""
@@ -135,6 +137,30 @@ class Replicas:
         scope = self._scopes.get(name)
         if scope is not None:
             scope.cancel()
+
+    def hand_over(self) -> None:
+        """Hand leadership of every group this node leads to another voter (lame duck mode, or a
+        step-down for maintenance), in the background; ``handed_over`` waits for it."""
+        if self._nursery is None:
+            return
+        for group in self.groups.values():
+            if group.status().role == "leader":
+                self._handing_over += 1
+                self._nursery.start_soon(self._hand_over, group)
+
+    async def _hand_over(self, group: Group) -> None:
+        try:
+            await group.transfer_leadership()
+        finally:
+            self._handing_over -= 1
+            if not self._handing_over:
+                self._handed_over.set()
+                self._handed_over = trio.Event()
+
+    async def handed_over(self) -> None:
+        """Wait until no hand-over is under way (each is bounded in time)."""
+        if self._handing_over:
+            await self._handed_over.wait()
 
     def _send(self, group: str, to: str, message: Message) -> None:
         self._send_frame(to, RaftFrame(group, message))

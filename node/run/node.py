@@ -70,8 +70,11 @@ class Node:
         self.cluster_changed()
 
     def lame_duck(self) -> None:
-        """Enter lame duck mode (SIGUSR2): peers stop advertising this node to their clients, and
-        the server moves its own clients away before it stops (see ``Server.lame_duck``)."""
+        """Enter lame duck mode (SIGUSR2): the replica groups this node leads are handed to other
+        voters, peers stop advertising this node to their clients, and the server moves its own
+        clients away before it stops (see ``Server.lame_duck``)."""
+        if self.replicas is not None:
+            self.replicas.hand_over()
         if self.routes is not None and self.routes.client_urls:
             self.routes.advertise_clients(())
         self.server.lame_duck()
@@ -120,6 +123,8 @@ class Node:
                 await links.start(self.gateways.run, listeners.gateways)
             task_status.started()
             await self.server.stopping.wait()
+            if self.replicas is not None:
+                await self.replicas.handed_over()  # (lame duck mode: the groups it led first)
             links.cancel_scope.cancel()
 
 

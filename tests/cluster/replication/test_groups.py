@@ -38,6 +38,7 @@ class Member:
     ) -> None:
         config = Config(
             server_name=self.name,
+            lame_duck_grace_period=60,
             store_dir=str(self.store),
             cluster=ROUTES.evolve(seeds=seeds),
             replication=replication,
@@ -149,3 +150,24 @@ async def test_a_node_behind_a_compaction_catches_up_by_snapshot(
     await lagging.start(nursery, (leader.seed,), config)
     await until(lambda: len(lagging.machine.applied) == 35)
     assert lagging.machine.applied == [b"b%d" % i for i in range(35)]
+
+
+async def test_lame_duck_mode_hands_leadership_over(nursery: trio.Nursery, tmp_path: Path) -> None:
+    members = await start_members(nursery, tmp_path, FAST)
+    leader = await until(lambda: leader_of(members))
+    await propose(leader, b"first")
+    handle = leader.handle
+    assert handle is not None
+    # A client keeps the lame duck node up through its grace period (far longer than the test).
+    client = await trio.open_tcp_stream("127.0.0.1", handle.port)
+    await client.send_all(b"CONNECT {}\r\nPING\r\n")
+    with trio.fail_after(10):
+        while b"PONG" not in await client.receive_some(4096):
+            pass
+    handle.node.lame_duck()
+    successor = await until(lambda: (m := leader_of(members)) is not leader and m)
+    assert successor is not None
+    assert not handle.finished.is_set()  # (handed over, not elected after the node stopped)
+    await propose(successor, b"second")
+    await until(lambda: all(m.machine.applied == [b"first", b"second"] for m in members))
+    await client.aclose()
