@@ -3,8 +3,10 @@ replication, failover, restart from the store, catch-up by log and by snapshot."
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -14,6 +16,7 @@ from cluster.replication.group import Group, GroupSpec, NotLeaderError
 from node.config.options import Config
 from node.run.launch import NodeHandle
 from tests.cluster.replication.machines import Recorder
+from tests.node.monitoring.test_monitor import _http_get
 from tests.support import start_node, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -38,6 +41,7 @@ class Member:
     ) -> None:
         config = Config(
             server_name=self.name,
+            http_port=0,
             lame_duck_grace_period=60,
             store_dir=str(self.store),
             cluster=ROUTES.evolve(seeds=seeds),
@@ -78,6 +82,15 @@ def leader_of(members: list[Member]) -> Member | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
+async def raftz(member: Member) -> dict[str, Any]:
+    assert member.handle is not None
+    assert member.handle.http_port is not None
+    reply = await trio.to_thread.run_sync(_http_get, member.handle.http_port, "/raftz")
+    assert reply.status == 200
+    doc: dict[str, Any] = json.loads(reply.body)
+    return doc
+
+
 async def propose(member: Member, data: bytes) -> object:
     assert member.group is not None
     return await member.group.propose(data)
@@ -107,6 +120,17 @@ async def test_three_nodes_elect_replicate_fail_over_and_catch_up(
         assert await propose(leader, b"a%d" % i) == i + 1
     await until(lambda: all(len(m.machine.applied) == 20 for m in members))
     check_agreement(members)
+    doc = await raftz(leader)
+    (group,) = doc["groups"]
+    assert (group["name"], group["role"], group["leader"]) == ("g1", "leader", leader.name)
+    assert group["applied"] == group["commit"] == group["last_index"] == 21  # (and the no-op)
+    assert sorted(p["name"] for p in group["peers"]) == sorted(
+        m.name for m in members[:3] if m is not leader
+    )
+    assert all(p["match"] + p["lag"] == 21 for p in group["peers"])
+    follower_doc = await raftz(follower)
+    assert follower_doc["groups"][0]["role"] == "follower"
+    assert follower_doc["groups"][0]["leader"] == leader.name
 
     # The leader's node stops: the others elect a new one and go on.
     stopped_at = time.monotonic()
