@@ -76,7 +76,10 @@ class StateMachine(Protocol):
     """What a group replicates: entries are applied in log order, on every member alike."""
 
     def apply(self, data: bytes) -> object:
-        """Carry out one committed entry; what it returns answers the proposal (on its proposer)."""
+        """Carry out one committed entry; what it returns answers the proposal (on its proposer).
+
+        It must not raise: an entry is applied on every member alike, so one that cannot be
+        applied stops the group on this node (logged) rather than let the replicas part ways."""
         ...
 
     def snapshot(self) -> bytes:
@@ -202,6 +205,8 @@ class Group:
         self._changed = trio.Event()
         self.leader: str | None = None
         self.role = Role.FOLLOWER
+        self.started = False
+        """Whether ``run`` loaded the stored state and runs."""
         self.stopped = False
         self.dropped = 0
         """Messages from peers dropped because the inbox was full."""
@@ -294,6 +299,7 @@ class Group:
             self.raft = Raft(config, persisted)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._clock)
+                self.started = True
                 task_status.started()
                 await self._drive(self.raft)
         finally:

@@ -22,6 +22,7 @@ key to the leader that ``status`` (or ``NotLeaderError.leader``) names.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,8 @@ from cluster.replication.wire import GROUP_NAME
 from transport.records import DISK, Disk
 
 __all__ = ["Replicas", "SendFrame"]
+
+log = logging.getLogger("pubmesh")
 
 SendFrame = Callable[[str, RaftFrame], bool]
 """Sends a frame to the route peer of that server name; False if no route to it is up."""
@@ -117,6 +120,10 @@ class Replicas:
             with scope:
                 try:
                     await group.run(task_status=task_status)
+                except Exception:
+                    if not group.started:
+                        raise  # (to start_group's caller)
+                    log.exception("Group %s stopped on this node: its state machine failed", spec.name)
                 finally:
                     if self.groups.get(spec.name) is group:
                         del self.groups[spec.name]

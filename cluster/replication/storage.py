@@ -92,6 +92,18 @@ def _snapshot_record(snapshot: Snapshot) -> bytes:
     return frame(_pack(["SNAP", snapshot.index, snapshot.term, voters, snapshot.data])) + COMMIT
 
 
+def _after_snapshot(base: tuple[int, int], entries: list[Entry], index: int, term: int) -> list[Entry]:
+    """What is left of a log (``entries`` after ``base``, an (index, term)) once the snapshot at
+    (``index``, ``term``) becomes its base: the entries after it if the log has that entry, else
+    nothing."""
+    if index == base[0]:
+        matches = term == base[1]
+    else:
+        position = index - base[0] - 1
+        matches = 0 <= position < len(entries) and entries[position].term == term
+    return entries[index - base[0] :] if matches else []
+
+
 class _Replay:
     """The log as ``load`` rebuilds it, record by record, checking that it makes sense."""
 
@@ -137,18 +149,9 @@ class _Replay:
         del self.entries[entry.index - first :]
         self.entries.append(entry)
 
-    def term(self, index: int) -> int | None:
-        if index == self.base[0]:
-            return self.base[1]
-        position = index - self.base[0] - 1
-        return self.entries[position].term if 0 <= position < len(self.entries) else None
-
     def rebase(self, index: int, term: int) -> None:
         """The snapshot at (index, term) became the log's base."""
-        if self.term(index) == term:
-            self.entries = self.entries[index - self.base[0] :]
-        else:
-            self.entries = []
+        self.entries = _after_snapshot(self.base, self.entries, index, term)
         self.base = (index, term)
 
 
@@ -322,15 +325,13 @@ class RaftStorage:
         """What is now on disk, mirrored (for the next compaction)."""
         snapshot = persist.snapshot
         if snapshot is not None:
-            replay = _Replay(self.path)
-            replay.base = (self.snapshot.index, self.snapshot.term) if self.snapshot else (0, 0)
-            replay.entries = self.entries
-            replay.rebase(snapshot.index, snapshot.term)
-            self.snapshot, self.entries = snapshot, replay.entries
+            base = (self.snapshot.index, self.snapshot.term) if self.snapshot else (0, 0)
+            self.entries = _after_snapshot(base, self.entries, snapshot.index, snapshot.term)
+            self.snapshot = snapshot
         if persist.entries:
             first = persist.entries[0].index
-            base = self.snapshot.index if self.snapshot is not None else 0
-            del self.entries[first - base - 1 :]
+            offset = self.snapshot.index if self.snapshot is not None else 0
+            del self.entries[first - offset - 1 :]
             self.entries.extend(persist.entries)
         if persist.hard_state is not None:
             self.hard = persist.hard_state

@@ -1,4 +1,5 @@
-"""A state machine for tests: it records every entry applied, in order, and answers with its index."""
+"""A state machine for tests: it records every entry applied, in order, and answers with its index
+(an entry ``boom`` it cannot apply: it raises)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ class Recorder:
         self.restores = 0
 
     def apply(self, data: bytes) -> object:
+        if data == b"boom":
+            raise ValueError("cannot apply")
         self.applied.append(data)
         return len(self.applied)
 

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from cluster.config import ClusterConfig, ReplicationConfig
-from cluster.replication.group import Group, GroupSpec, NotLeaderError
+from cluster.replication.group import Group, GroupSpec, GroupStopped, NotLeaderError
 from node.config.options import Config
 from node.run.launch import NodeHandle
 from tests.cluster.replication.machines import Recorder
@@ -195,3 +195,20 @@ async def test_lame_duck_mode_hands_leadership_over(nursery: trio.Nursery, tmp_p
     await propose(successor, b"second")
     await until(lambda: all(m.machine.applied == [b"first", b"second"] for m in members))
     await client.aclose()
+
+
+async def test_an_entry_the_state_machine_cannot_apply_stops_the_group_not_the_node(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    members = await start_members(nursery, tmp_path, FAST)
+    leader = await until(lambda: leader_of(members))
+    await propose(leader, b"fine")
+    with pytest.raises(GroupStopped):
+        await propose(leader, b"boom")
+    for member in members:
+        assert member.handle is not None
+        replicas = member.handle.node.replicas
+        assert replicas is not None
+        await until(lambda r=replicas: not r.groups)  # type: ignore[misc]
+        assert not member.handle.finished.is_set()
+        assert member.machine.applied == [b"fine"]
