@@ -4,6 +4,7 @@ save fail (nothing counts) until it works again."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -14,6 +15,7 @@ import pytest
 
 from cluster.raft import Entry, EntryKind, HardState, Persist, Persisted, Snapshot
 from cluster.replication.storage import LOG_FILE, SNAPSHOT_FILE, RaftStorage, StorageError, StorageFailed
+from tests.node.data.test_store_full_disk import tmpfs
 from transport.records import Disk
 
 VOTERS = frozenset({"a", "b", "c"})
@@ -196,3 +198,40 @@ def crash_copy(path: Path) -> Persisted:
         return reopen(copy)
     finally:
         shutil.rmtree(copy)
+
+
+def fill(directory: Path) -> Path:
+    """Take every byte left on the device with one file (unbuffered, to the last block)."""
+    path = directory / "filler"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (65536, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return path
+
+
+async def test_a_real_full_device_fails_saves_until_room_is_made() -> None:
+    """On a small tmpfs filled to the last byte: saves fail and nothing half-written stays; once a
+    file is removed, the same save succeeds, and a restart finds exactly what was saved."""
+    with tmpfs(4) as device:
+        storage = RaftStorage(device / "g")
+        storage.load()
+        await storage.save(Persist(entries=entries(1, 2, 1), hard_state=HardState(1, "a", 0)))
+        filler = fill(device)
+        big = tuple(Entry(i, 1, b"x" * 65536) for i in range(3, 40))
+        with pytest.raises(StorageFailed):
+            await storage.save(Persist(entries=big))
+        storage.close()  # (closing writes nothing: what a restart finds is on the device now)
+        assert reopen(device / "g") == Persisted(HardState(1, "a", 0), None, entries(1, 2, 1))
+        storage = RaftStorage(device / "g")
+        storage.load()
+        with pytest.raises(StorageFailed):
+            await storage.save(Persist(entries=big))
+        filler.unlink()
+        await storage.save(Persist(entries=big))
+        storage.close()
+        assert reopen(device / "g").entries == (*entries(1, 2, 1), *big)
