@@ -16,7 +16,8 @@ group replicates. Its task (``run``) loops:
 ``await group.propose(data)`` returns what the state machine's ``apply`` returned for the entry,
 once it is committed and applied on this node, or raises a ``ProposalError``: ``NotLeaderError``
 (naming the leader if known), ``ProposalTimeout``, ``ProposalLost`` (a new leader replaced the entry:
-it was never committed), ``GroupStopped``. An entry whose proposal timed out may still commit
+it was never committed), ``GroupStopped``, or ``ProposalError`` itself when a snapshot from a new
+leader covered the entry (committed or not: unknown). An entry whose proposal timed out may still commit
 later: a caller that retries must make its data idempotent (the keyspace will carry client ids).
 
 ``transfer_leadership`` hands leadership over (maintenance, lame duck mode) to the named voter or
