@@ -24,6 +24,7 @@ HOT_PATH = [
     "routing/glob.py",
     "routing/patterns.py",
     "transport/outbox.py",
+    "cluster/checks.py",
     "cluster/frames.py",
     "cluster/link.py",
     "cluster/peer.py",

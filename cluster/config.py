@@ -8,7 +8,7 @@ import attrs
 
 from transport.tls import TlsConfig
 
-__all__ = ["ClusterConfig", "GatewayConfig", "parse_url"]
+__all__ = ["ClusterConfig", "GatewayConfig", "ReplicationConfig", "parse_url"]
 
 DEFAULT_CLUSTER_PORT = 6222
 DEFAULT_GATEWAY_PORT = 7222
@@ -16,6 +16,39 @@ DEFAULT_MAX_PENDING = 32 * 1024 * 1024
 """Bytes a link may hold for a peer that does not read them before it is cut as a slow consumer
 (nats-server bounds clients at 64 MiB; a link serves many, but what it holds is all in memory)."""
 DEFAULT_WRITE_DEADLINE = 10.0
+
+
+@attrs.frozen
+class ReplicationConfig:
+    """How a node runs its replica groups (``cluster.replication``): Raft's clock and limits.
+
+    With the defaults a follower notices a dead leader within 1 to 2 s (an election timeout is
+    drawn from [``election_ticks``, 2 * ``election_ticks``) ticks) and an election takes a few
+    round trips more, so writes resume well within 3 s.
+
+    Attributes:
+        tick: seconds per Raft tick.
+        election_ticks: the election timeout's lower bound, in ticks.
+        heartbeat_ticks: ticks between a leader's heartbeats.
+        snapshot_entries: applied entries after which a group snapshots its state machine and
+            drops the log before it.
+        propose_timeout: seconds a proposal may wait to be committed and applied.
+    """
+
+    tick: float = 0.1
+    election_ticks: int = 10
+    heartbeat_ticks: int = 1
+    snapshot_entries: int = 8192
+    propose_timeout: float = 5.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.tick <= 0 or not 0 < self.heartbeat_ticks < self.election_ticks:
+            raise ValueError("need tick > 0 and 0 < heartbeat_ticks < election_ticks")
+        if self.snapshot_entries < 1 or self.propose_timeout <= 0:
+            raise ValueError("need snapshot_entries >= 1 and propose_timeout > 0")
+
+    def evolve(self, **changes: Any) -> ReplicationConfig:
+        return attrs.evolve(self, **changes)
 
 
 @attrs.frozen

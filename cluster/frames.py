@@ -23,6 +23,8 @@ Operations, in the order a link opens (see ``cluster.handshake``):
   every node of a cluster dials every cluster any of them has heard of.
 * ``CLIENTS [host:port, ...]``: where the sender now takes clients (its HELLO said so first): an
   empty list once it stops (lame duck mode), so its peers stop advertising it to their clients.
+* ``RAFT group message``: one Raft message for a replica group (``cluster.replication.wire`` says
+  how a message is laid out and checked); routes only.
 * ``ERR text``: why the sender is about to close.
 """
 
@@ -34,6 +36,17 @@ from typing import Any
 
 import attrs
 import msgpack
+
+from cluster.checks import MAX_ARRAY, LinkError
+from cluster.checks import array as _list
+from cluster.checks import blob as _bytes
+from cluster.checks import integer as _int
+from cluster.checks import mapping as _map
+from cluster.checks import opt_blob as _opt_bytes
+from cluster.checks import opt_text as _opt_str
+from cluster.checks import text as _str
+from cluster.raft.messages import Message as RaftMessage
+from cluster.replication import wire
 
 __all__ = [
     "HANDSHAKE_FRAME",
@@ -57,6 +70,7 @@ __all__ = [
     "Ping",
     "Pong",
     "Proof",
+    "RaftFrame",
     "RouteHello",
     "Snapshot",
     "SubAdd",
@@ -79,14 +93,8 @@ MAX_CLIENT_URLS = 32
 MAX_CLIENT_URL = 270
 """The longest client URL (``host:port``: a DNS name of 253 characters, or a bracketed IPv6
 address with a zone)."""
-MAX_ARRAY = 4096
-"""The longest array or map in any frame once a link is open (SNAP batches, queue lists)."""
 MAX_TEXT = 64 * 1024
 """The longest string in any frame (account names, subjects, URLs)."""
-
-
-class LinkError(Exception):
-    """A peer broke the link protocol; the link must close, with this as the logged reason."""
 
 
 @attrs.frozen(slots=True)
@@ -216,13 +224,19 @@ class ClientUrls:
 
 
 @attrs.define(slots=True)
+class RaftFrame:
+    group: str
+    message: RaftMessage
+
+
+@attrs.define(slots=True)
 class Err:
     text: str
 
 
 Frame = (
     Challenge | Proof | Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | MessageFrame | Gossip
-    | Gateways | ClientUrls | Err
+    | Gateways | ClientUrls | RaftFrame | Err
 )  # fmt: skip
 
 _PING: bytes = msgpack.packb(["PING"])
@@ -258,6 +272,8 @@ def encode(frame: Frame) -> bytes:
         return _pack(["GATEWAYS", {name: list(urls) for name, urls in frame.known.items()}])
     if isinstance(frame, ClientUrls):
         return _pack(["CLIENTS", list(frame.urls)])
+    if isinstance(frame, RaftFrame):
+        return _pack(["RAFT", frame.group, wire.pack(frame.message)])
     return _pack(["ERR", frame.text])
 
 
@@ -295,49 +311,9 @@ def _hello_map(info: RouteHello | GatewayHello) -> dict[str, Any]:
 # -- checked decoding ------------------------------------------------------------------------
 
 
-def _str(value: Any) -> str:
-    if type(value) is not str:
-        raise LinkError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else _str(value)
-
-
-def _bytes(value: Any) -> bytes:
-    if type(value) is not bytes:
-        raise LinkError(f"expected bytes, got {type(value).__name__}")
-    return value
-
-
-def _opt_bytes(value: Any) -> bytes | None:
-    return None if value is None else _bytes(value)
-
-
-def _int(value: Any, low: int, high: int) -> int:
-    if type(value) is not int or not low <= value <= high:
-        raise LinkError(f"expected an integer from {low} to {high}, got {str(value)[:20]!r}")
-    return value
-
-
 def _weight(value: Any) -> int:
     if type(value) is not int or value < 1:
         raise LinkError(f"bad queue weight {str(value)[:20]!r}")
-    return value
-
-
-def _list(value: Any, most: int = MAX_ARRAY) -> list[Any]:
-    if type(value) is not list:
-        raise LinkError(f"expected an array, got {type(value).__name__}")
-    if len(value) > most:
-        raise LinkError(f"an array of {len(value)} where at most {most} may be")
-    return value
-
-
-def _map(value: Any) -> dict[Any, Any]:
-    if type(value) is not dict:
-        raise LinkError(f"expected a map, got {type(value).__name__}")
     return value
 
 
@@ -463,6 +439,8 @@ def _decode(obj: Any) -> Frame:
         return Gateways(_gateways(obj[1]))
     if op == "CLIENTS" and n == 2:
         return ClientUrls(_client_urls(obj[1]))
+    if op == "RAFT" and n == 3:
+        return RaftFrame(wire.check_group(obj[1]), wire.unpack(obj[2]))
     if op == "ERR" and n == 2:
         return Err(_str(obj[1]))
     raise LinkError(f"unknown or malformed frame {str(op)[:16]!r}/{n}")

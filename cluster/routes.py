@@ -46,6 +46,7 @@ from cluster.frames import (
     Gossip,
     LinkError,
     PeerInfo,
+    RaftFrame,
     RouteHello,
     Snapshot,
     SubAdd,
@@ -133,6 +134,9 @@ class RouteManager(LinkManager[AccountT]):
         """Where each connected peer takes clients, by server id."""
         self.on_client_urls: Callable[[], None] = _nothing
         """Called when a connected peer's client URLs come, change or go."""
+        self.on_raft: Callable[[str, RaftFrame], None] | None = None
+        """Takes each RAFT frame with the sending peer's server name (``cluster.replication``);
+        None: the frames are dropped. It may raise ``LinkError`` to close the link."""
 
     # -- running -----------------------------------------------------------------------------
 
@@ -207,6 +211,9 @@ class RouteManager(LinkManager[AccountT]):
                 self.gateways.learn(frame.known)  # type: ignore[union-attr]
         elif kind is ClientUrls:
             self._peer_clients(peer_of(link), frame.urls)  # type: ignore[union-attr]
+        elif kind is RaftFrame:
+            if self.on_raft is not None:
+                self.on_raft(peer_of(link).name, frame)  # type: ignore[arg-type]
         else:
             raise LinkError(f"unexpected {kind.__name__} frame on a route")
 
@@ -368,6 +375,16 @@ class RouteManager(LinkManager[AccountT]):
             peer.disconnected.set()
             self._peer_clients(peer, ())
         self._dial_missing(peer)
+
+    def send_raft(self, name: str, frame: RaftFrame) -> bool:
+        """Send a RAFT frame to the connected peer called ``name``, on its first slot up; False
+        (dropped) if there is none."""
+        for peer in self.peers.values():
+            if peer.name == name and peer.slots:
+                link = peer.slots.get(0) or next(iter(peer.slots.values()))
+                link.send(frame)
+                return True
+        return False
 
     # -- client URLs -------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ leader's compaction); read-index reads; leadership transfer. Membership is a fix
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cluster.raft.config import RaftConfig
 from cluster.raft.errors import NotLeader, Refusal
 from cluster.raft.leader import Leadership
@@ -34,7 +36,7 @@ from cluster.raft.messages import (
     VoteResponse,
 )
 from cluster.raft.ready import HardState, Persist, Persisted, ReadState, Ready, Role, SoftState
-from cluster.raft.tracker import has_quorum
+from cluster.raft.tracker import Progress, has_quorum
 
 __all__ = ["Raft"]
 
@@ -180,6 +182,11 @@ class Raft:
         if self._lead is not None:
             self._lead.on_persisted()
             self._collect_reads()
+
+    @property
+    def progress(self) -> Mapping[str, Progress]:
+        """Each voter's replication progress as the leader tracks it (empty unless leader)."""
+        return self._lead.progress if self._lead is not None else {}
 
     @property
     def hard_state(self) -> HardState:

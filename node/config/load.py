@@ -42,6 +42,7 @@ from node.config.tables import (
     read_gateway,
     read_imports,
     read_redis,
+    read_replication,
     read_streams,
     read_tls,
     read_user,
@@ -164,7 +165,7 @@ def _from_nats(table: natsconf.Table, where: str) -> Config:
             raise ConfigError(f"{exc.table.positions[exc.key]}: {exc.what}") from None
 
 
-_SECTIONS = ("tls", "authorization", "cluster", "gateway", "redis", "accounts", "streams")
+_SECTIONS = ("tls", "authorization", "cluster", "gateway", "redis", "accounts", "streams", "replication")
 
 
 def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
@@ -196,6 +197,9 @@ def from_mapping(data: dict[str, Any], *, where: str = "config") -> Config:
             fields["cluster"] = read_cluster(as_table(value, f"{where}: cluster"), f"{where}: cluster")
         elif key == "gateway":
             fields["gateway"] = read_gateway(as_table(value, f"{where}: gateway"), f"{where}: gateway")
+        elif key == "replication":
+            spot = f"{where}: replication"
+            fields["replication"] = read_replication(as_table(value, spot), spot)
         elif key == "redis":
             fields["redis"] = read_redis(as_table(value, f"{where}: redis"), f"{where}: redis")
         elif key == "streams":

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from cluster.config import ClusterConfig, GatewayConfig
+from cluster.config import ClusterConfig, GatewayConfig, ReplicationConfig
 from transport.tls import TlsConfig
 
 __all__ = [
@@ -184,6 +184,9 @@ class Config:
     """Route settings; None runs a node on its own."""
     gateway: GatewayConfig | None = None
     """Gateway settings; None keeps the node's cluster to itself."""
+    replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
+    """Raft's clock and limits for replica groups (a clustered node with a ``store_dir`` and a
+    ``server_name`` runs them)."""
     accounts: tuple[AccountConfig, ...] = ()
     redis: RedisConfig | None = None
     """The Redis front door; None runs none."""

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from cluster.config import ClusterConfig, GatewayConfig, parse_url
+from cluster.config import ClusterConfig, GatewayConfig, ReplicationConfig, parse_url
 from node.config import natsconf
 from node.config.keyspace_events import INVALID, parse_flags
 from node.config.options import (
@@ -49,6 +49,7 @@ __all__ = [
     "read_gateway",
     "read_imports",
     "read_redis",
+    "read_replication",
     "read_streams",
     "read_tls",
     "read_user",
@@ -286,6 +287,28 @@ def read_redis(body: dict[str, Any], where: str) -> RedisConfig:
     if parse_flags(fields.get("notify_keyspace_events", "").encode()) is None:
         raise ConfigError(f"{where}: notify_keyspace_events: {INVALID}")
     return RedisConfig(**fields)
+
+
+_REPLICATION_OPTIONS: dict[str, type | str] = {
+    "tick": DURATION,
+    "election_ticks": int,
+    "heartbeat_ticks": int,
+    "snapshot_entries": int,
+    "propose_timeout": DURATION,
+}
+
+
+def read_replication(body: dict[str, Any], where: str) -> ReplicationConfig:
+    """The ``[replication]`` table: Raft's clock and limits for the node's replica groups."""
+    fields: dict[str, Any] = {}
+    for key, value in body.items():
+        if key not in _REPLICATION_OPTIONS:
+            raise UnknownOption(body, key, _REPLICATION_OPTIONS, where)
+        fields[key] = scalar(value, _REPLICATION_OPTIONS[key], f"{where}: {key}")
+    try:
+        return ReplicationConfig(**fields)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 _REMOTE_GATEWAY = {"name", "url", "urls"}

@@ -3,12 +3,12 @@
 Operators point ``curl``, ``nats-top``, dashboards and Prometheus at a NATS server's monitoring port,
 so paths, query parameters, status codes and error texts follow nats-server: ``/varz``, ``/connz``,
 ``/subsz`` (and its alias ``/subscriptionsz``), ``/routez``, ``/gatewayz``, ``/accountz``,
-``/accstatz``, ``/healthz``, plus
-``/streamz`` (Redis streams), ``/metrics`` in the Prometheus text format, and ``/dashboard``, a
-live page of the whole super-cluster with its event stream ``/dashboard/events``
-(``node.monitoring.dashboard``), which answer only GET and HEAD (405 otherwise). The server runs in
-the node's own trio run and reads the broker directly; documents are built and encoded a slice at a
-time (``Pacer``), so a large one never holds up the node's connections for long.
+``/accstatz``, ``/healthz``, plus ``/streamz`` (Redis streams), ``/raftz`` (replica groups),
+``/metrics`` in the Prometheus text format, and ``/dashboard``, a live page of the whole
+super-cluster with its event stream ``/dashboard/events`` (``node.monitoring.dashboard``), which
+answer only GET and HEAD (405 otherwise). The server runs in the node's own trio run and reads the
+broker directly; documents are built and encoded a slice at a time (``Pacer``), so a large one never
+holds up the node's connections for long.
 
 Whatever goes wrong while a document is built is logged and answered with a 500 and a JSON error,
 and the next request is served as usual: monitoring must keep working when something is odd.
@@ -36,6 +36,7 @@ from node.monitoring.connz import ConnState, ConnzOptions, connz
 from node.monitoring.dashboard import ASSETS, Dashboard, Viewer
 from node.monitoring.links import GatewayzOptions, RoutezOptions, gatewayz, link_problems, routez
 from node.monitoring.pacing import Pacer
+from node.monitoring.raftz import raftz
 from node.monitoring.state import DEFAULT_LIST_SIZE, BadRequest, MonitoredNode, MonitorState
 from node.monitoring.streamz import StreamzOptions, streamz
 from node.monitoring.subsz import SubszOptions, subsz
@@ -271,6 +272,10 @@ async def _streamz(state: MonitorState, query: Query, pace: Pacer) -> Response:
     return await _listing(state, pace, partial(streamz, state.node, opts, pace))
 
 
+async def _raftz(state: MonitorState, query: Query, pace: Pacer) -> Response:
+    return await _json(raftz(state.node), pace)
+
+
 async def _metrics(state: MonitorState, query: Query, pace: Pacer) -> Response:
     async with state.listing:
         return _text(200, await metrics.exposition(state, pace), metrics.CONTENT_TYPE)
@@ -309,6 +314,7 @@ _LINKS = (
     ("accountz", "Accounts"),
     ("accstatz", "Account stats"),
     ("streamz", "Streams"),
+    ("raftz", "Replica groups"),
     ("healthz", "Health"),
     ("metrics", "Prometheus metrics"),
     ("dashboard", "Dashboard"),
@@ -333,6 +339,7 @@ _ROUTES: dict[str, tuple[str, Handler]] = {
     "/accountz": ("/accountz", _accountz),
     "/accstatz": ("/accstatz", _accstatz),
     "/streamz": ("/streamz", _streamz),
+    "/raftz": ("/raftz", _raftz),
     "/healthz": ("/healthz", _healthz),
     "/metrics": ("/metrics", _metrics),
 }

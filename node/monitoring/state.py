@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from cluster.gateways import GatewayManager
+from cluster.replication.replicas import Replicas
 from cluster.routes import RouteManager
 from node.accounts.account import Account
 from node.broker import Broker
@@ -33,7 +34,8 @@ class BadRequest(ValueError):
 
 class MonitoredNode(Protocol):
     """What monitoring reads of a running node: its broker, its route and gateway managers (None
-    when it has no routes or gateways), and the streams that capture subjects (None without any)."""
+    when it has no routes or gateways), the streams that capture subjects (None without any) and
+    its replica groups (None when it runs none)."""
 
     @property
     def broker(self) -> Broker: ...
@@ -46,6 +48,9 @@ class MonitoredNode(Protocol):
 
     @property
     def captures(self) -> Captures | None: ...
+
+    @property
+    def replicas(self) -> Replicas | None: ...
 
 
 class CpuMeter:

@@ -15,6 +15,7 @@ import trio
 
 from cluster.connections import Dial
 from cluster.gateways import GatewayManager
+from cluster.replication.replicas import Replicas
 from cluster.routes import RouteManager
 from node.accounts.imports import install_imports
 from node.broker import Broker
@@ -31,7 +32,8 @@ __all__ = ["assemble"]
 
 
 def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | None = None) -> Node:
-    """A node built from ``config``: clustered if it has ``cluster`` settings, joined to other
+    """A node built from ``config``: clustered if it has ``cluster`` settings (and ready to form
+    replica groups if it also has a ``store_dir`` and a ``server_name``), joined to other
     clusters if it has ``gateway`` settings, capturing subjects into the streams it lists, and
     answering in its system account.
 
@@ -64,6 +66,15 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
     if config.cluster is not None:
         node.routes = RouteManager(server.broker, config.cluster, server.flusher, dial=dial, rng=rng())
         node.routes.on_client_urls = node.cluster_changed
+        if config.store_dir is not None and config.server_name:
+            node.replicas = Replicas(
+                config.server_name,
+                config.store_dir,
+                config.replication,
+                node.routes.send_raft,
+                rng=rng(),
+            )
+            node.routes.on_raft = node.replicas.receive
     if config.gateway is not None:
         node.gateways = GatewayManager(
             server.broker, config.gateway, server.flusher, routes=node.routes, dial=dial, rng=rng()

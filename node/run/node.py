@@ -1,5 +1,5 @@
 """A node's parts and how they run: the server (and its broker), its route and gateway links, the
-store, the streams that capture subjects, and the system account.
+store, the replica groups, the streams that capture subjects, and the system account.
 
 ``Node.run`` serves until the server shuts down; how the parts are built from a configuration is
 ``node.run.assembly``'s to say.
@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from cluster.gateways import GatewayManager
+from cluster.replication.replicas import Replicas
 from cluster.routes import RouteManager
 from node.accounts.account import Account
 from node.broker import Broker
@@ -50,6 +51,8 @@ class Node:
     gateways: GatewayManager[Account] | None = None
     store: Store | None = None
     """The append-only file of the Redis keys (``store_dir``)."""
+    replicas: Replicas | None = None
+    """The replica groups this node is a member of (clustered, with a ``store_dir``)."""
     captures: Captures | None = None
     system: SystemAccount | None = None
     """The system account's requests and events (None with ``no_system_account``)."""
@@ -67,8 +70,11 @@ class Node:
         self.cluster_changed()
 
     def lame_duck(self) -> None:
-        """Enter lame duck mode (SIGUSR2): peers stop advertising this node to their clients, and
-        the server moves its own clients away before it stops (see ``Server.lame_duck``)."""
+        """Enter lame duck mode (SIGUSR2): the replica groups this node leads are handed to other
+        voters, peers stop advertising this node to their clients, and the server moves its own
+        clients away before it stops (see ``Server.lame_duck``)."""
+        if self.replicas is not None:
+            self.replicas.hand_over()
         if self.routes is not None and self.routes.client_urls:
             self.routes.advertise_clients(())
         self.server.lame_duck()
@@ -109,12 +115,16 @@ class Node:
                 await links.start(self.captures.run)
             if self.system is not None:
                 await links.start(self.system.run)
+            if self.replicas is not None:
+                await links.start(self.replicas.run)
             if self.routes is not None:
                 await links.start(self.routes.run, listeners.routes)
             if self.gateways is not None:
                 await links.start(self.gateways.run, listeners.gateways)
             task_status.started()
             await self.server.stopping.wait()
+            if self.replicas is not None:
+                await self.replicas.handed_over()  # (lame duck mode: the groups it led first)
             links.cancel_scope.cancel()
 
 

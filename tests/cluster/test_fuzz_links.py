@@ -32,7 +32,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from cluster.config import ClusterConfig, GatewayConfig
-from cluster.frames import MAX_CLUSTERS, Challenge, Err
+from cluster.frames import MAX_CLUSTERS, Challenge, Err, RaftFrame, encode
+from cluster.raft import messages as raft_messages
+from cluster.replication.group import GroupSpec
 from cluster.routes import MAX_UNMET_PEERS
 from node.config.options import Config
 from node.run.launch import NodeHandle, run_node
@@ -102,10 +104,12 @@ def rss() -> int:
 
 
 @pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
-    """One node with routes and gateways on 127.0.0.1, in a thread with its own trio loop."""
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """One node with routes and gateways on 127.0.0.1, in a thread with its own trio loop; it is a
+    member of replica group ``g`` with the impostors' name, so their Raft messages reach a group."""
     config = Config(
         server_name="fuzzed",
+        store_dir=str(tmp_path_factory.mktemp("store")),
         host="127.0.0.1",
         port=0,
         cluster=ClusterConfig(
@@ -120,6 +124,8 @@ def target() -> Iterator[Target]:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             handle = await nursery.start(run_node, config)
+            assert handle.node.replicas is not None
+            await handle.node.replicas.start_group(GroupSpec("g", RAFT_VOTERS), Sink())
             started.put((handle, trio.lowlevel.current_trio_token()))
 
     thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
@@ -138,7 +144,26 @@ def target() -> Iterator[Target]:
 # -- what is sent ----------------------------------------------------------------------------------
 
 OPS = ["CHALLENGE", "PROOF", "HELLO", "PING", "PONG", "RS+", "RS-", "SNAP", "MSG", "GOSSIP",
-       "GATEWAYS", "CLIENTS", "ERR"]  # fmt: skip
+       "GATEWAYS", "CLIENTS", "RAFT", "ERR"]  # fmt: skip
+IMPOSTOR = "0" * 56
+"""The name (and id) of the route peer an impostor with a HELLO claims to be."""
+RAFT_VOTERS = frozenset({"fuzzed", IMPOSTOR, "absent"})
+RAFT_OPS = ["VOTE", "VOTED", "APPEND", "APPENDED", "BEAT", "BEATEN", "SNAP", "TIMEOUT"]
+
+
+class Sink:
+    """A state machine that takes anything (what a hostile leader sends is its business)."""
+
+    def apply(self, data: bytes) -> object:
+        return None
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    def restore(self, data: bytes) -> None:
+        pass
+
+
 # No ":" in any string: nothing generated is a URL, so a node that accepts what it is sent never
 # dials (or resolves) anything but what the test names.
 TEXT = st.text(st.characters(codec="utf-8", blacklist_characters=":"), max_size=20)
@@ -186,6 +211,39 @@ TYPED_FRAME = st.one_of(
         st.binary(max_size=64),
     ),
 )
+NAME = st.sampled_from([IMPOSTOR, "fuzzed", "absent"])
+INDEX = st.integers(0, 2**63 - 1) | st.integers(0, 50)
+ENTRY = st.builds(raft_messages.Entry, INDEX, INDEX, st.binary(max_size=20))
+WELL_FORMED_RAFT = st.one_of(
+    st.builds(raft_messages.VoteRequest, sender=NAME, to=NAME, term=INDEX, last_index=INDEX,
+              last_term=INDEX, pre=st.booleans(), transfer=st.booleans()),
+    st.builds(raft_messages.VoteResponse, sender=NAME, to=NAME, term=INDEX, granted=st.booleans(),
+              pre=st.booleans()),
+    st.builds(lambda prev, entries, **kw: raft_messages.AppendEntries(
+        prev_index=prev, entries=tuple(attrs.evolve(e, index=prev + 1 + i)
+                                       for i, e in enumerate(entries)), **kw),
+        st.integers(0, 60), st.lists(ENTRY, max_size=4), sender=NAME, to=NAME, term=INDEX,
+        prev_term=INDEX, commit=INDEX),
+    st.builds(raft_messages.AppendResponse, sender=NAME, to=NAME, term=INDEX, index=INDEX,
+              reject=st.booleans(), hint_index=INDEX, hint_term=INDEX),
+    st.builds(raft_messages.Heartbeat, sender=NAME, to=NAME, term=INDEX, commit=INDEX,
+              read_seq=INDEX),
+    st.builds(raft_messages.InstallSnapshot, sender=NAME, to=NAME, term=INDEX,
+              snapshot=st.builds(raft_messages.Snapshot, INDEX, INDEX,
+                                 st.frozensets(NAME, max_size=3), st.binary(max_size=20))),
+    st.builds(raft_messages.TimeoutNow, sender=NAME, to=NAME, term=INDEX),
+)  # fmt: skip
+RAFT_FRAME = st.one_of(
+    # a Raft message of a known type, its fields anything
+    st.builds(
+        lambda group, op, fields: packed(["RAFT", group, [op, *fields]]),
+        st.sampled_from(["g", "nope"]) | TEXT,
+        st.sampled_from(RAFT_OPS) | TEXT,
+        st.lists(NAME | VALUE, max_size=9),
+    ),
+    # a well-formed Raft message, whoever it claims to be from and to
+    st.builds(lambda message: encode(RaftFrame("g", message)), WELL_FORMED_RAFT),
+)
 UNTYPED = st.one_of(st.binary(max_size=4096), VALUE.map(packed))
 
 
@@ -203,7 +261,7 @@ class Case:
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    stream = b"".join(draw(st.lists(TYPED_FRAME | UNTYPED, min_size=1, max_size=4)))
+    stream = b"".join(draw(st.lists(TYPED_FRAME | RAFT_FRAME | UNTYPED, min_size=1, max_size=4)))
     cuts = tuple(sorted(draw(st.lists(st.integers(0, len(stream)), max_size=4))))
     return Case(
         draw(st.sampled_from(["route", "gateway"])),
@@ -238,7 +296,7 @@ async def attack(target: Target, case: Case) -> Outcome:
             hello = b""
             if case.handshake == "hello":
                 # (an id that sorts first, so the node never dials back a route to nowhere)
-                hello = route_hello("0" * 56, "fuzz") if case.port == "route" else gateway_hello("x")
+                hello = route_hello(IMPOSTOR, "fuzz") if case.port == "route" else gateway_hello("x")
             assert await impostor.authenticate(hello) is not None
         outcome.received = impostor.received
 
@@ -322,6 +380,9 @@ def bounded(node: NodeHandle) -> None:
     assert all(len(gateway.urls) <= MAX_CLUSTERS for gateway in gateways.remotes.values())
     for manager in (routes, gateways):
         assert len(manager.link_accounts) <= manager.config.max_accounts
+    replicas = node.node.replicas
+    assert replicas is not None
+    assert not replicas.groups["g"].stopped  # (whatever the peers said, the group runs on)
 
 
 HEAVY = [

@@ -59,10 +59,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import attrs
 import trio
 
 from node.config.options import FSYNC_POLICIES
@@ -70,6 +68,7 @@ from node.data.keyspace import CommitFailed, Keyspaces
 from node.data.store import snapshot
 from node.data.store.records import COMMIT, CorruptRecord, encode
 from node.data.store.replay import Executor, ReplayRefused, replay_file
+from transport.records import DISK, Disk, fsync_dir, write_all
 
 __all__ = ["FILE_NAME", "Disk", "Store", "StoreError"]
 
@@ -92,37 +91,6 @@ class StoreError(Exception):
     """The store cannot be opened: in use, unreadable, or damaged other than by a torn tail."""
 
 
-def _free_bytes(fd: int) -> int:
-    stats = os.fstatvfs(fd)
-    return stats.f_bavail * stats.f_frsize
-
-
-@attrs.frozen
-class Disk:
-    """The system calls the store writes its file with (tests hand it ones that fail on purpose)."""
-
-    write: Callable[[int, memoryview], int] = os.write
-    fsync: Callable[[int], None] = os.fsync
-    ftruncate: Callable[[int, int], None] = os.ftruncate
-    free_bytes: Callable[[int], int] = _free_bytes
-
-
-def _write_all(write: Callable[[int, memoryview], int], fd: int, data: bytes | bytearray) -> None:
-    """Write all of ``data``. (On failure, views of ``data`` may live on in the traceback: a
-    bytearray written here is replaced afterwards, never resized.)"""
-    view = memoryview(data)
-    while view:
-        view = view[write(fd, view) :]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Store:
     """One node's append-only file: the keyspaces' journal, and its replay and rewriting.
 
@@ -143,7 +111,7 @@ class Store:
         appendfsync: str = "everysec",
         rewrite_percentage: int = 100,
         rewrite_min_size: int = 64 << 20,
-        disk: Disk = Disk(),
+        disk: Disk = DISK,
     ) -> None:
         if appendfsync not in FSYNC_POLICIES:
             raise ValueError(f"appendfsync must be one of {FSYNC_POLICIES}, not {appendfsync!r}")
@@ -297,7 +265,7 @@ class Store:
             raise CommitFailed(self._failure)
         self._buffer += COMMIT
         try:
-            _write_all(self.disk.write, self._fd, self._buffer)
+            write_all(self.disk.write, self._fd, self._buffer)
             if self._policy == "always":
                 self.disk.fsync(self._fd)
         except OSError as exc:
@@ -375,7 +343,7 @@ class Store:
             if disk.free_bytes(self._fd) < _RESUME_ROOM:
                 return False
             batch = self._expiries + COMMIT
-            _write_all(disk.write, self._fd, batch)
+            write_all(disk.write, self._fd, batch)
             disk.fsync(self._fd)
         except OSError:
             self._cut_back()
@@ -522,7 +490,7 @@ class Store:
         try:
             while self._kept is not None and len(self._kept) > _LAST_ROUND:
                 kept, self._kept = self._kept, bytearray()
-                _write_all(self.disk.write, fd, kept)
+                write_all(self.disk.write, fd, kept)
                 await trio.to_thread.run_sync(self.disk.fsync, fd)
             async with self._fd_lock:  # (not while the everysec fsync uses the old file)
                 switching = time.perf_counter()
@@ -551,10 +519,10 @@ class Store:
         assert self._kept is not None
         if self._buffer:
             self._kept += self._buffer + COMMIT
-        _write_all(self.disk.write, fd, self._kept)
+        write_all(self.disk.write, fd, self._kept)
         self.disk.fsync(fd)
         os.replace(self._temporary, self.path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         old, self._fd = self._fd, fd
         self._buffer.clear()
         self._kept = None
@@ -617,7 +585,7 @@ def _child(keyspaces: Keyspaces, path: Path, done: int, *, parent: int) -> None:
         os.nice(10)  # (the parent, serving clients, comes first for the CPU)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for chunk in snapshot.chunks(keyspaces, _WRITE_CHUNK):
-            _write_all(os.write, fd, chunk)
+            write_all(os.write, fd, chunk)
         os.fsync(fd)
         os.close(fd)
         os.write(done, b"\x01")

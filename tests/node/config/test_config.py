@@ -190,3 +190,16 @@ def test_tls_flags_as_nats_server_takes_them(certs: Certs) -> None:
         command_line_config(["--tls"])
     with pytest.raises(ConfigError, match="TLS cert and key required for HTTPS"):
         command_line_config(["--https_port", "8443"])
+
+
+def test_the_replication_table_sets_raft_timing() -> None:
+    config = from_mapping(
+        tomllib.loads('[replication]\ntick = "50ms"\nelection_ticks = 20\npropose_timeout = "2s"\n')
+    )
+    assert config.replication.tick == pytest.approx(0.05)
+    assert config.replication.election_ticks == 20
+    assert config.replication.propose_timeout == 2.0
+    assert from_mapping({}).replication.election_ticks == 10
+    for bad in ("[replication]\nheartbeat_ticks = 10\n", "[replication]\nelection = 3\n"):
+        with pytest.raises(ConfigError, match="replication"):
+            from_mapping(tomllib.loads(bad))

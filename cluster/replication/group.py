@@ -1,0 +1,407 @@
+"""One replica group on one node: the Raft core driven by a trio task, a clock, links and a disk.
+
+A ``Group`` owns a ``cluster.raft.Raft``, the group's ``RaftStorage`` and the ``StateMachine`` the
+group replicates. Its task (``run``) loops:
+
+1. take what arrived: messages from peers (``receive``), ticks of the clock (one every
+   ``ReplicationConfig.tick`` seconds), proposals, leadership transfers;
+2. while the core has a ``Ready``: **persist** it (fsynced; on a disk failure the same save is
+   tried again with backoff, and until it works nothing else happens: no message leaves, nothing
+   is applied, nothing is acknowledged), **send** its messages (to a peer whose link is down they
+   are dropped; Raft resends), **apply** committed entries to the state machine (or restore a
+   snapshot from the leader), then **advance** the core;
+3. once ``snapshot_entries`` entries were applied since the last snapshot, snapshot the state
+   machine and let the core drop the log before it (saved on disk by the next ``Ready``).
+
+``await group.propose(data)`` returns what the state machine's ``apply`` returned for the entry,
+once it is committed and applied on this node, or raises a ``ProposalError``: ``NotLeaderError``
+(naming the leader if known), ``ProposalTimeout``, ``ProposalLost`` (a new leader replaced the entry:
+it was never committed), ``GroupStopped``, or ``ProposalError`` itself when a snapshot from a new
+leader covered the entry (committed or not: unknown). An entry whose proposal timed out may still commit
+later: a caller that retries must make its data idempotent (the keyspace will carry client ids).
+
+``transfer_leadership`` hands leadership over (maintenance, lame duck mode) to the named voter or
+to the one most caught up. ``status`` describes the group for monitoring.
+
+The state machine is called only from the group's task, in log order, exactly once per committed
+entry after a restart from the stored snapshot (``restore`` first, then the entries after it).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+import attrs
+import trio
+
+from cluster.config import ReplicationConfig
+from cluster.raft import (
+    EntryKind,
+    LeadershipTransferring,
+    Message,
+    NotLeader,
+    Persist,
+    Raft,
+    RaftConfig,
+    RaftError,
+    Ready,
+    Role,
+)
+from cluster.replication.storage import RaftStorage, StorageFailed
+
+__all__ = [
+    "Group",
+    "GroupSpec",
+    "GroupStatus",
+    "GroupStopped",
+    "NotLeaderError",
+    "PeerStatus",
+    "ProposalError",
+    "ProposalLost",
+    "ProposalTimeout",
+    "StateMachine",
+]
+
+log = logging.getLogger("pubmesh")
+
+MAX_INBOX = 10_000
+"""Messages from peers held for the group's task at most; more are dropped (Raft resends)."""
+_RETRY_FIRST, _RETRY_MOST = 0.05, 2.0
+
+
+class StateMachine(Protocol):
+    """What a group replicates: entries are applied in log order, on every member alike."""
+
+    def apply(self, data: bytes) -> object:
+        """Carry out one committed entry; what it returns answers the proposal (on its proposer).
+
+        It must not raise: an entry is applied on every member alike, so one that cannot be
+        applied stops the group on this node (logged) rather than let the replicas part ways."""
+        ...
+
+    def snapshot(self) -> bytes:
+        """The whole state, as ``restore`` takes it."""
+        ...
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with a snapshot's."""
+        ...
+
+
+@attrs.frozen
+class GroupSpec:
+    """A replica group: its name (unique in the cluster; its directory's name) and its voters,
+    by server name."""
+
+    name: str
+    voters: frozenset[str]
+
+
+class ProposalError(Exception):
+    """A proposal was not carried out (or its outcome is unknown)."""
+
+
+class NotLeaderError(ProposalError):
+    def __init__(self, group: str, leader: str | None) -> None:
+        where = f"the leader is {leader}" if leader else "no leader is known"
+        super().__init__(f"not the leader of group {group}: {where}")
+        self.leader = leader
+
+
+class ProposalTimeout(ProposalError):
+    """Not applied in time: it may still be committed later."""
+
+
+class ProposalLost(ProposalError):
+    """Another leader's entry took its place: it was never committed."""
+
+
+class GroupStopped(ProposalError):
+    """The group stopped on this node before the proposal was applied."""
+
+
+@attrs.frozen
+class PeerStatus:
+    name: str
+    match: int
+    """The last index the leader knows the peer holds."""
+    lag: int
+    """Entries the peer is behind the leader's log."""
+
+
+@attrs.frozen
+class GroupStatus:
+    name: str
+    node: str
+    role: str
+    leader: str | None
+    term: int
+    commit: int
+    applied: int
+    last_index: int
+    snapshot_index: int
+    peers: tuple[PeerStatus, ...]
+    """Each other voter's progress (known on the leader only)."""
+    disk_failure: str | None
+    """Why the group cannot save (and so acknowledges nothing), if it cannot."""
+
+
+class _Waiter:
+    """One proposal waiting for its entry to be applied."""
+
+    def __init__(self, term: int) -> None:
+        self.term = term
+        self.done = trio.Event()
+        self.result: object = None
+        self.error: ProposalError | None = None
+
+    def finish(self, result: object = None, error: ProposalError | None = None) -> None:
+        if not self.done.is_set():
+            self.result, self.error = result, error
+            self.done.set()
+
+
+class Group:
+    """One node's member of a replica group.
+
+    Args:
+        spec: the group and its voters.
+        node: this node's server name (one of the voters).
+        storage: the group's storage, not yet loaded (``run`` loads it).
+        machine: the state machine it replicates.
+        send: hands a message to the link to its recipient (dropping it if that is down).
+        config: ticks and limits.
+        rng: the source of election timeouts.
+    """
+
+    def __init__(
+        self,
+        spec: GroupSpec,
+        node: str,
+        storage: RaftStorage,
+        machine: StateMachine,
+        send: Callable[[str, Message], None],
+        config: ReplicationConfig,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.node = node
+        self.storage = storage
+        self.machine = machine
+        self._send = send
+        self.config = config
+        self._rng = rng or random.Random()
+        self.raft: Raft | None = None
+        self._inbox: deque[Message] = deque()
+        self._proposals: deque[tuple[bytes, _Waiter]] = deque()
+        self._transfers: deque[str] = deque()
+        self._waiters: dict[int, _Waiter] = {}
+        self._ticks = 0
+        self._wake = trio.Event()
+        self._changed = trio.Event()
+        self.leader: str | None = None
+        self.role = Role.FOLLOWER
+        self.started = False
+        """Whether ``run`` loaded the stored state and runs."""
+        self.stopped = False
+        self.dropped = 0
+        """Messages from peers dropped because the inbox was full."""
+
+    # -- what other tasks call ----------------------------------------------------------------
+
+    def receive(self, message: Message) -> None:
+        """A message from a peer (its link checked who sent it)."""
+        if len(self._inbox) >= MAX_INBOX:
+            self.dropped += 1
+            return
+        self._inbox.append(message)
+        self._wake.set()
+
+    async def propose(self, data: bytes) -> object:
+        """Replicate ``data``: the state machine's answer once committed and applied here.
+
+        Raises:
+            ProposalError: not carried out (see the module docstring for which and why).
+        """
+        if self.stopped:
+            raise GroupStopped(f"group {self.name} is stopped")
+        waiter = _Waiter(0)
+        self._proposals.append((data, waiter))
+        self._wake.set()
+        with trio.move_on_after(self.config.propose_timeout):
+            await waiter.done.wait()
+        if not waiter.done.is_set():
+            waiter.finish(error=ProposalTimeout(f"group {self.name}: not applied in time"))
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
+
+    async def transfer_leadership(self, to: str | None = None, *, within: float = 5.0) -> bool:
+        """Hand leadership to ``to`` (default: the voter most caught up); whether this node no
+        longer leads when it returns (within ``within`` seconds)."""
+        if self.raft is None or self.role is not Role.LEADER:
+            return True
+        if to is None:
+            others = [p for p in self.raft.progress.items() if p[0] != self.node]
+            if not others:
+                return False
+            to = max(others, key=lambda item: item[1].match)[0]
+        self._transfers.append(to)
+        self._wake.set()
+        with trio.move_on_after(within):
+            while self.role is Role.LEADER:
+                await self._changed.wait()
+        return self.role is not Role.LEADER
+
+    def status(self) -> GroupStatus:
+        raft = self.raft
+        if raft is None:
+            return GroupStatus(self.name, self.node, "starting", None, 0, 0, 0, 0, 0, (), None)
+        last = raft.log.last_index
+        peers = tuple(
+            PeerStatus(name, progress.match, last - progress.match)
+            for name, progress in sorted(raft.progress.items())
+            if name != self.node
+        )
+        return GroupStatus(
+            name=self.name,
+            node=self.node,
+            role=raft.role.value,
+            leader=raft.leader,
+            term=raft.term,
+            commit=raft.log.committed,
+            applied=raft.log.applied,
+            last_index=last,
+            snapshot_index=raft.log.snapshot.index,
+            peers=peers,
+            disk_failure=self.storage.failure,
+        )
+
+    # -- the group's task ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load the stored state and drive the group until cancelled (then stop it)."""
+        persisted = self.storage.load()
+        try:
+            config = RaftConfig(
+                id=self.node,
+                voters=self.spec.voters,
+                rng=self._rng,
+                election_ticks=self.config.election_ticks,
+                heartbeat_ticks=self.config.heartbeat_ticks,
+            )
+            if persisted.snapshot is not None:
+                self.machine.restore(persisted.snapshot.data)
+            self.raft = Raft(config, persisted)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._clock)
+                self.started = True
+                task_status.started()
+                await self._drive(self.raft)
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        self.stopped = True
+        error = GroupStopped(f"group {self.name} stopped")
+        for _, waiter in self._proposals:
+            waiter.finish(error=error)
+        for waiter in self._waiters.values():
+            waiter.finish(error=error)
+        self._proposals.clear()
+        self._waiters.clear()
+        self.storage.close()
+        self._changed.set()
+
+    async def _clock(self) -> None:
+        while True:
+            await trio.sleep(self.config.tick)
+            self._ticks += 1
+            self._wake.set()
+
+    async def _drive(self, raft: Raft) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            self._take_inputs(raft)
+            while ready := raft.ready():
+                await self._carry_out(raft, ready)
+            self._maybe_compact(raft)
+
+    def _take_inputs(self, raft: Raft) -> None:
+        while self._inbox:
+            message = self._inbox.popleft()
+            try:
+                raft.step(message)
+            except (RaftError, ValueError) as exc:  # (a peer broke the protocol: not our crash)
+                log.warning("Group %s: dropped %s from %s: %s",
+                            self.name, type(message).__name__, message.sender, exc)  # fmt: skip
+        ticks, self._ticks = min(self._ticks, 3), 0  # (a stall does not become an election)
+        for _ in range(ticks):
+            raft.tick()
+        while self._transfers:
+            raft.transfer_leader(self._transfers.popleft())
+        while self._proposals:
+            data, waiter = self._proposals.popleft()
+            if waiter.done.is_set():
+                continue  # (timed out meanwhile)
+            index = raft.propose(data)
+            if isinstance(index, NotLeader):
+                waiter.finish(error=NotLeaderError(self.name, index.leader))
+            elif isinstance(index, LeadershipTransferring):
+                waiter.finish(error=NotLeaderError(self.name, index.to))
+            else:
+                waiter.term = raft.term
+                self._waiters[index] = waiter
+
+    async def _carry_out(self, raft: Raft, ready: Ready) -> None:
+        await self._persist(ready.must_persist)
+        for message in ready.then_send:
+            self._send(message.to, message)
+        if ready.install is not None:
+            self.machine.restore(ready.install.data)
+            for index in [i for i in self._waiters if i <= ready.install.index]:
+                self._waiters.pop(index).finish(
+                    error=ProposalError(f"group {self.name}: outcome unknown (snapshot installed)")
+                )
+        for entry in ready.apply:
+            result = self.machine.apply(entry.data) if entry.kind is EntryKind.COMMAND else None
+            waiter = self._waiters.pop(entry.index, None)
+            if waiter is None:
+                continue
+            if waiter.term == entry.term:
+                waiter.finish(result)
+            else:
+                waiter.finish(error=ProposalLost(f"group {self.name}: entry {entry.index} replaced"))
+        if ready.soft_state is not None:
+            self.leader, self.role = ready.soft_state.leader, ready.soft_state.role
+            self._changed.set()
+            self._changed = trio.Event()
+            if self.role is Role.LEADER:
+                log.info("Group %s: %s leads in term %d", self.name, self.node, raft.term)
+        raft.advance(ready)
+
+    async def _persist(self, persist: Persist) -> None:
+        """Save, trying again with backoff until the disk takes it."""
+        pause = _RETRY_FIRST
+        while True:
+            try:
+                await self.storage.save(persist)
+                return
+            except StorageFailed:
+                await trio.sleep(pause)
+                pause = min(pause * 2, _RETRY_MOST)
+
+    def _maybe_compact(self, raft: Raft) -> None:
+        applied = raft.log.applied
+        if applied - raft.log.snapshot.index < self.config.snapshot_entries:
+            return
+        if applied > raft.log.persisted:
+            return
+        raft.compact(applied, self.machine.snapshot())
+        self._wake.set()
