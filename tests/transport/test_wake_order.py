@@ -36,6 +36,6 @@ async def _orders() -> list[list[int]]:
 
 
 async def test_woken_tasks_run_in_wake_order() -> None:
-    keep_wake_order()
-    keep_wake_order()  # (idempotent)
+    assert keep_wake_order()
+    assert keep_wake_order()  # (idempotent)
     assert all(ran == [0, 1, 2] for ran in await _orders())
