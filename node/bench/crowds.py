@@ -91,7 +91,7 @@ class ClientsCase:
         share = _shares(outcomes, lambda r: r.generator_share)
         return (
             f"{self.label}: the load generator (the requesters and responders, one Python thread"
-            f" on one selectors loop) used {share} of one core (median CPU time over wall time)."
+            f" on one selectors loop) used, of one core (median CPU time over wall time), {share}."
         )
 
 
@@ -132,7 +132,7 @@ class RespClientsCase:
 
     def remark(self, outcomes: Mapping[str, Sequence[Any]]) -> str:
         share = _shares(outcomes, lambda r: r.tool_share)
-        return f"{self.label}: redis-benchmark itself used {share} of one core."
+        return f"{self.label}: redis-benchmark itself used, of one core, {share}."
 
 
 @attrs.frozen
