@@ -5,7 +5,10 @@ so numbers from either tool are set up the same way; the ``resp-`` scenarios tak
 against a Redis-protocol server (``resp-set``, ``resp-get`` and ``resp-evalsha`` work one key,
 made unique per run, with ``--pubs`` clients; for ``resp-xadd``, ``resp-consume`` and ``resp-blocked``,
 ``--subject`` names the stream, made unique per run, and ``--pubs`` / ``--subs`` count adders /
-consumers or blocked readers). Exit status:
+consumers or blocked readers). ``clients``, ``resp-clients`` and ``memory`` measure many clients
+at once: requesters against a queue group (``node.bench.clients``), ``redis-benchmark`` runs
+(``node.bench.redis_benchmark``), and a server's memory per client (``node.bench.footprint``). Exit
+status:
 0 when every message was counted, 1 when the check failed, 2 when the run could not be made at all.
 """
 
@@ -14,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
-from node.bench import expiry, keys, stall
+from node.bench import clients, expiry, footprint, keys, redis_benchmark, stall
 from node.bench.compare import compare
 from node.bench.interest import Convergence, Resync, converge, resync
 from node.bench.progress import ProgressBar
@@ -82,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         "--seconds", type=float, default=stall.SECONDS, help="go on publishing this long (≥ 1 PUBLISH)"
     )
     h.add_argument("--json", action="store_true", help="print the result as JSON")
+    _crowd_parsers(commands, defaults)
     c = commands.add_parser(
         "compare",
         help="start pubmesh and nats-server on 127.0.0.1 and run the same scenarios against both",
@@ -103,6 +108,77 @@ def _parser() -> argparse.ArgumentParser:
         help="run only the cases whose label contains these words (e.g. 'hostile patterns')",
     )
     return p
+
+
+def _crowd_parsers(commands: Any, defaults: type[argparse.HelpFormatter]) -> None:
+    """The many-clients measurements: ``clients``, ``resp-clients`` and ``memory``."""
+    n = commands.add_parser(
+        "clients",
+        help="many NATS requesters at once, one request in flight each, against a queue group",
+        formatter_class=defaults,
+    )
+    n.add_argument("--url", "--server", dest="url", default=DEFAULT_URLS["nats"], help="server URL")
+    n.add_argument("--clients", type=int, default=50, help="requesters (connections)")
+    n.add_argument("--responders", type=int, default=4, help="members of the responders' group")
+    n.add_argument("--requests", type=int, default=50_000, help="requests in all")
+    n.add_argument("--size", type=int, default=16, help="payload bytes")
+    n.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds the run may take")
+    n.add_argument("--json", action="store_true", help="print the result as JSON")
+    r = commands.add_parser(
+        "resp-clients",
+        help="RESP: many clients at once, measured by redis-benchmark (which must be on PATH)",
+        formatter_class=defaults,
+    )
+    r.add_argument("--url", "--server", dest="url", default=DEFAULT_URLS["redis"], help="server URL")
+    r.add_argument("--clients", type=int, default=50, help="connections (-c)")
+    r.add_argument("--requests", type=int, default=100_000, help="requests per command (-n)")
+    r.add_argument("--pipeline", "-P", type=int, default=1, help="commands in flight per client")
+    r.add_argument("--size", type=int, default=3, help="bytes of PUBLISH, XADD and SET values")
+    r.add_argument(
+        "--commands",
+        default=",".join(redis_benchmark.COMMANDS),
+        help="which to measure, comma-separated",
+    )
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    m = commands.add_parser(
+        "memory",
+        help="how much RSS a server on this machine gains per idle client (or blocked reader)",
+        formatter_class=defaults,
+    )
+    m.add_argument("--url", "--server", dest="url", default=DEFAULT_URLS["nats"], help="server URL")
+    m.add_argument("--pid", type=int, required=True, help="the server's process id")
+    m.add_argument("--connections", type=int, default=2000, help="clients connected")
+    m.add_argument(
+        "--blocked",
+        action="store_true",
+        help="RESP: readers blocked in XREADGROUP ... BLOCK 0 instead of idle clients",
+    )
+    m.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _crowd(args: argparse.Namespace) -> int:
+    """Run ``clients``, ``resp-clients`` or ``memory``, print it, say whether it passed."""
+    outcome: clients.CrowdRun | redis_benchmark.Sweep | footprint.Footprint
+    if args.command == "clients":
+        load = clients.Crowd(args.clients, args.responders, args.requests, args.size, args.timeout)
+        outcome = clients.crowd(parse_url(args.url), load)
+        text = clients.describe(outcome)
+    elif args.command == "resp-clients":
+        load_ = redis_benchmark.Load(args.clients, args.requests, args.pipeline, args.size)
+        names = [n for n in args.commands.split(",") if n]
+        outcome = redis_benchmark.sweep(parse_url(args.url, "redis"), load_, names)
+        text = redis_benchmark.describe(outcome)
+    else:
+        endpoint = parse_url(args.url)
+        kind: footprint.Kind = "nats-idle"
+        if endpoint.scheme == "redis":
+            kind = "resp-blocked" if args.blocked else "resp-idle"
+        elif args.blocked:
+            raise BenchError("--blocked needs a redis:// URL")
+        outcome = footprint.measure(endpoint, args.pid, kind, args.connections)
+        text = footprint.describe(outcome)
+    print(json.dumps(outcome.as_dict()) if args.json else text)
+    return 0 if outcome.ok else 1
 
 
 def _scenario_options(p: argparse.ArgumentParser, scenario: Scenario) -> None:
@@ -143,6 +219,8 @@ def main(argv: list[str]) -> int:
             return _reclaim(args)
         if args.command == "resp-stall":
             return _stall(args)
+        if args.command in ("clients", "resp-clients", "memory"):
+            return _crowd(args)
         sub_url = getattr(args, "sub_url", None)
         spec = Spec(
             args.command,

@@ -18,16 +18,25 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import attrs
 
-from node.bench import expiry, interest, stall
+from node.bench import crowds, expiry, footprint, interest, redis_benchmark, stall
+from node.bench.crowds import (
+    CLIENTS,
+    IDLE_CLIENTS,
+    RESPONDERS,
+    ClientsCase,
+    FootprintCase,
+    RespClientsCase,
+)
 from node.bench.progress import ProgressBar
 from node.bench.scenarios import Spec, run
 from node.bench.servers import PUBMESH, PUBMESH_RESP, Flavor, Servers, nats_server, redis_server
 from node.bench.streams import READ_COUNT
-from node.bench.wire import BenchError, Endpoint
+from node.bench.target import Metric, Outcome, Target, scaled
+from node.bench.wire import BenchError
 
 __all__ = [
     "CASES",
@@ -48,40 +57,6 @@ __all__ = [
 RUN_TIMEOUT = 120.0
 SIZE = 16
 CLUSTER_SIZE = 3
-
-
-class Outcome(Protocol):
-    """What one run of a case produced, whatever the case measures."""
-
-    @property
-    def ok(self) -> bool: ...
-
-    def failure(self) -> str: ...
-
-    def as_dict(self) -> dict[str, Any]: ...
-
-
-Metric = tuple[str, str, Callable[[Any], float]]
-"""A table row a case fills: what is measured, its number format, and how to read it from an
-outcome (of the type the case's ``measure`` returns)."""
-
-
-@attrs.frozen
-class Target:
-    """One server under test, in every shape the cases need: a single node, and a cluster's nodes."""
-
-    name: str
-    version: str
-    flavor: Flavor | None
-    """How to start more of it; None for a RESP server, which only runs load cases on ``node``."""
-    node: Endpoint
-    cluster: tuple[Endpoint, ...] = ()
-    supercluster: tuple[Endpoint, ...] = ()
-    """Cluster A's node, then cluster B's."""
-
-
-def _scaled(n: int, scale: float) -> int:
-    return max(1, round(n * scale))
 
 
 Via = Literal["node", "route", "gateway"]
@@ -120,14 +95,14 @@ class LoadCase:
 
     def amount(self, scale: float) -> str:
         noun = "requests" if self.scenario == "reqrep" else "msgs"
-        return f"{_scaled(self.msgs, scale):,} {noun}"
+        return f"{scaled(self.msgs, scale):,} {noun}"
 
     def spec(self, target: Target, scale: float) -> Spec:
         if self.via == "node":
             pub, sub = target.node, None
         else:
             pub, sub = (target.cluster if self.via == "route" else target.supercluster)[:2]
-        msgs = _scaled(self.msgs, scale)
+        msgs = scaled(self.msgs, scale)
         return Spec(
             self.scenario,
             pub,
@@ -162,11 +137,11 @@ class ConvergenceCase:
     scenario: str = "convergence"
 
     def amount(self, scale: float) -> str:
-        return f"{_scaled(self.samples, scale):,} subscriptions"
+        return f"{scaled(self.samples, scale):,} subscriptions"
 
     def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
         pub, sub = target.cluster[:2]
-        return interest.converge(pub, sub, _scaled(self.samples, scale), bar)
+        return interest.converge(pub, sub, scaled(self.samples, scale), bar)
 
     def metrics(self) -> list[Metric]:
         return [
@@ -185,12 +160,12 @@ class ResyncCase:
     scenario: str = "resync"
 
     def amount(self, scale: float) -> str:
-        return f"{_scaled(self.subs, scale):,} subscriptions"
+        return f"{scaled(self.subs, scale):,} subscriptions"
 
     def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
         if target.flavor is None:
             raise BenchError(f"{target.name} cannot be started afresh for {self.label}")
-        return interest.resync(target.flavor, _scaled(self.subs, scale), bar)
+        return interest.resync(target.flavor, scaled(self.subs, scale), bar)
 
     def metrics(self) -> list[Metric]:
         return [("s from first route (pubmesh target < 2)", ",.2f", lambda r: r.seconds)]
@@ -206,10 +181,10 @@ class ExpiryCase:
     scenario: str = "resp-expiry"
 
     def amount(self, scale: float) -> str:
-        return f"{_scaled(self.keys, scale):,} keys"
+        return f"{scaled(self.keys, scale):,} keys"
 
     def measure(self, target: Target, scale: float, bar: ProgressBar) -> Outcome:
-        return expiry.reclaim(target.node, _scaled(self.keys, scale), self.ttl_ms, bar)
+        return expiry.reclaim(target.node, scaled(self.keys, scale), self.ttl_ms, bar)
 
     def metrics(self) -> list[Metric]:
         return [
@@ -245,7 +220,16 @@ class StallCase:
         ]
 
 
-Case = LoadCase | ConvergenceCase | ResyncCase | ExpiryCase | StallCase
+Case = (
+    LoadCase
+    | ConvergenceCase
+    | ResyncCase
+    | ExpiryCase
+    | StallCase
+    | ClientsCase
+    | RespClientsCase
+    | FootprintCase
+)
 
 CASES: tuple[Case, ...] = (
     LoadCase("publish only", "pub", 1_500_000, subs=0),
@@ -253,6 +237,12 @@ CASES: tuple[Case, ...] = (
     LoadCase("fan-out 1→10", "fanout", 200_000, subs=10),
     LoadCase("queue group of 4", "queue", 400_000, subs=4),
     LoadCase("request/reply", "reqrep", 5_000, subs=1),
+    ClientsCase(
+        f"request/reply, {CLIENTS} requesters at once → queue group of {RESPONDERS}",
+        clients=CLIENTS,
+        responders=RESPONDERS,
+        requests=50_000,
+    ),
     LoadCase(
         "pub/sub 1:1 through a route", "pubsub", 800_000, subs=1, via="route", baseline="pub/sub 1:1"
     ),
@@ -267,6 +257,7 @@ CASES: tuple[Case, ...] = (
     LoadCase("request/reply across a gateway", "reqrep", 5_000, subs=1, via="gateway"),
     ConvergenceCase("interest convergence across a route", samples=200),
     ResyncCase("route resync of a joining node", subs=100_000),
+    FootprintCase("memory of idle clients (after CONNECT and PING)", "nats-idle", IDLE_CLIENTS),
 )
 """Sized so a pubmesh run takes one to two seconds and a nats-server run still a few tenths."""
 PATTERNS = 10_000
@@ -290,6 +281,14 @@ RESP_CASES: tuple[Case, ...] = (
         subs=BLOCKED_READERS,
     ),
     ExpiryCase("RESP keys expiring unread, TTL 100 ms", keys=100_000, ttl_ms=100),
+    RespClientsCase(f"RESP {CLIENTS} clients, one command in flight each", CLIENTS, 1, requests=100_000),
+    RespClientsCase(
+        f"RESP {CLIENTS} clients, 16 commands in flight each (-P 16)", CLIENTS, 16, requests=100_000
+    ),
+    FootprintCase("RESP memory of idle clients (after one PING)", "resp-idle", IDLE_CLIENTS),
+    FootprintCase(
+        "RESP memory of readers blocked in XREADGROUP … BLOCK 0", "resp-blocked", IDLE_CLIENTS
+    ),
     LoadCase("RESP pub/sub 1:1, no patterns", "resp-pubsub", PATTERN_MSGS, subs=1),
     LoadCase(
         f"RESP publish with {PATTERNS:,} non-matching patterns",
@@ -378,6 +377,7 @@ def compare(
     """
     if runs < 1 or scale <= 0:
         raise BenchError("--runs and --scale must be positive")
+    footprint.raise_fd_limit()  # (before any server starts: they inherit it)
     nats_cases, resp_cases = _chosen(CASES, only), _chosen(RESP_CASES, only) if resp else ()
     if not nats_cases and not resp_cases:
         raise BenchError(f"no case's label contains {only!r}")
@@ -396,7 +396,10 @@ def compare(
                         with ProgressBar.on_terminal(label) as bar:
                             outcome = case.measure(target, scale, bar)
                         results.setdefault((case.label, target.name), []).append(outcome)
-    blocks = [block for block, _ in plans]
+    blocks = [
+        attrs.evolve(block, notes=block.notes + crowds.remarks(block.cases, block.versions, results))
+        for block, _ in plans
+    ]
     elapsed = time.monotonic() - started
     if as_json:
         print(json.dumps(_as_json(results, blocks, runs, scale)))
@@ -415,7 +418,7 @@ def _nats_block(servers: Servers) -> tuple[Block, list[Target]]:
     nats = nats_server()
     flavors = [PUBMESH] if nats is None else [PUBMESH, nats]
     targets = [_target(servers, flavor) for flavor in flavors]
-    notes = [ROUTES_NOTE]
+    notes = [ROUTES_NOTE, crowds.CLIENTS_NOTE, crowds.MEMORY_NOTE]
     if nats is None:
         notes.append("nats-server was not found on PATH: only pubmesh was measured.")
     versions = {t.name: t.version for t in targets}
@@ -425,7 +428,11 @@ def _nats_block(servers: Servers) -> tuple[Block, list[Target]]:
 def resp_block(servers: Servers) -> tuple[Block, list[Target]]:
     """The RESP servers that could be started; a note for each that could not."""
     targets: list[Target] = []
-    notes = [RESP_NOTE]
+    notes = [RESP_NOTE, crowds.RESP_CLIENTS_NOTE, crowds.MEMORY_NOTE]
+    cases = RESP_CASES
+    if redis_benchmark.program() is None:
+        notes.append("redis-benchmark was not found on PATH: the many-clients rows are left out.")
+        cases = tuple(case for case in cases if not isinstance(case, RespClientsCase))
     redis = redis_server()
     for flavor in (PUBMESH_RESP, redis):
         if flavor is None:
@@ -439,9 +446,9 @@ def resp_block(servers: Servers) -> tuple[Block, list[Target]]:
                 f" its RESP rows are skipped ({exc})."
             )
             continue
-        targets.append(Target(flavor.name, server.version, None, server.endpoint))
+        targets.append(Target(flavor.name, server.version, None, server.endpoint, resp_flavor=flavor))
     versions = {t.name: t.version for t in targets}
-    return Block("RESP", RESP_CASES if targets else (), versions, tuple(notes)), targets
+    return Block("RESP", cases if targets else (), versions, tuple(notes)), targets
 
 
 def _target(servers: Servers, flavor: Flavor) -> Target:

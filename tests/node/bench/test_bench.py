@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from cluster.config import ClusterConfig
 from node.bench import cli, resp
+from node.bench.clients import Crowd, CrowdRun
 from node.bench.compare import (
     CASES,
     RESP_CASES,
@@ -33,8 +34,11 @@ from node.bench.compare import (
     render,
     resp_block,
 )
+from node.bench.crowds import ClientsCase, FootprintCase, RespClientsCase
 from node.bench.expiry import Reclaim
+from node.bench.footprint import Footprint
 from node.bench.interest import Convergence, Resync, converge, resync
+from node.bench.redis_benchmark import COMMANDS, Figures, Sweep
 from node.bench.scenarios import Result, Spec, run
 from node.bench.servers import PUBMESH, Flavor, ServerProcess, Servers, nats_server, redis_server
 from node.bench.stall import Stall
@@ -510,6 +514,8 @@ def made_up(case: Any, seconds: float) -> Outcome:
     if case.scenario == "resp-expiry":
         pings = (round(seconds * 1e6),) * 3
         return Reclaim(REDIS, case.keys, case.ttl_ms, seconds, seconds, pings, left=0)
+    if isinstance(case, ClientsCase | RespClientsCase | FootprintCase):
+        return made_up_crowd(case, seconds)
     if isinstance(case, StallCase):
         ns = (round(seconds * 1e9),)
         return Stall(
@@ -521,6 +527,21 @@ def made_up(case: Any, seconds: float) -> Outcome:
             seconds=seconds,
         )
     return Resync("pubmesh", case.subs, seconds, seconds, seconds, swept=case.subs)
+
+
+def made_up_crowd(case: ClientsCase | RespClientsCase | FootprintCase, seconds: float) -> Outcome:
+    """A passed run of a many-clients case: ``10 / seconds`` requests a second, latencies and bytes
+    per client of ``seconds`` (in ms, µs and thousands), its load generator busy half the time."""
+    if isinstance(case, ClientsCase):
+        load = Crowd(case.clients, case.responders, requests=10)
+        latencies = (round(seconds * 1000),) * 3
+        return CrowdRun(TARGET.node.url, load, 10, seconds, latencies, seconds / 2, per_responder=(10,))
+    if isinstance(case, RespClientsCase):
+        figures = tuple(
+            (name, Figures(name, 10 / seconds, seconds, seconds, seconds, seconds)) for name in COMMANDS
+        )
+        return Sweep(REDIS.url, case.clients, 10, case.pipeline, figures, seconds, seconds / 2)
+    return Footprint(REDIS.url, case.kind, 1000, before=0, after=round(seconds * 1_000_000))
 
 
 def test_compare_table_shows_both_servers_and_the_ratio() -> None:
