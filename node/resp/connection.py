@@ -33,7 +33,8 @@ from node.accounts.permissions import PermissionSet
 from node.broker import Broker
 from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
-from node.data.keyspace import WRONGTYPE, CommitFailed, Condition, Database, WrongType
+from node.data.durability import CommitFailed
+from node.data.keyspace import WRONGTYPE, Condition, Database, WrongType
 from node.redis_state.stats import redact
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
