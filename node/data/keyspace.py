@@ -76,6 +76,7 @@ __all__ = [
     "KeyTracker",
     "Keyspace",
     "Keyspaces",
+    "Shared",
     "Value",
     "Waiter",
     "Watcher",
@@ -194,6 +195,63 @@ class _Blocked:
         self.conditions: dict[Waiter, Condition] = {}
 
 
+class Shared:
+    """What every database of the node shares: the lookup and expiry counters, the hooks a write
+    calls (the journal, the ``KeyTracker``, the notifier), whether the journal is being replayed,
+    and the queues of databases whose keys to count again and of keys whose blocked readers to
+    serve. ``Keyspaces``, which holds every database, extends this record; a concrete class rather
+    than a protocol, so that the compiled database code reads and writes these fields directly."""
+
+    __slots__ = (
+        "_serving",
+        "expired_keys",
+        "hits",
+        "journal",
+        "loading",
+        "misses",
+        "notifier",
+        "ready",
+        "tracker",
+        "unsettled",
+    )
+
+    def __init__(self) -> None:
+        self.journal: Journal | None = None
+        """Where changes are recorded (None: keys live in memory only)."""
+        self.loading = False
+        """The journal is being replayed: keys do not expire meanwhile."""
+        self.ready: dict[tuple[Database, bytes], None] = {}
+        """Keys written since their blocked readers were last looked at, in the order written."""
+        self._serving = False
+        self.expired_keys = 0
+        """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
+        self.hits = 0
+        """Reads that found their key (``Database.read``; INFO's ``keyspace_hits``)."""
+        self.misses = 0
+        """Reads that did not (INFO's ``keyspace_misses``); both are zeroed by CONFIG RESETSTAT."""
+        self.unsettled: list[Database] = []
+        """Databases with keys to count again (``Database.resized``)."""
+        self.notifier = Notifier()
+        """``notify-keyspace-events``, and where events are published."""
+        self.tracker: KeyTracker | None = None
+        """Told of every change to a key while any client tracks keys (None: nobody does)."""
+
+    def serve_ready(self) -> None:
+        """Serve the readers that writes made ready (``Database.serve``), key by key in the order
+        the keys were written (a reader served here may write and make others ready: they are
+        served in the same loop)."""
+        if self._serving:
+            return
+        self._serving = True
+        try:
+            while self.ready:
+                ready, self.ready = self.ready, {}
+                for db, key in ready:
+                    db.serve(key)
+        finally:
+            self._serving = False
+
+
 class Database:
     """One numbered database of one account.
 
@@ -221,7 +279,7 @@ class Database:
         "keyspaces",
     )
 
-    def __init__(self, keyspaces: Keyspaces, account: str, index: int) -> None:
+    def __init__(self, keyspaces: Shared, account: str, index: int) -> None:
         self.keyspaces = keyspaces
         self.account = account
         self.index = index
@@ -615,66 +673,38 @@ class Keyspace:
             tracker.flushed(self.name)
 
 
-class Keyspaces:
+class Keyspaces(Shared):
     """Every account's keys on this node, and the queue of blocked readers a write woke."""
 
     __slots__ = (
         "_accounts",
         "_dataset",
         "_next_sweep",
-        "_serving",
         "behind",
-        "expired_keys",
-        "hits",
-        "journal",
-        "loading",
         "maxmemory",
-        "misses",
-        "notifier",
         "output_bytes",
         "overhead",
         "peak",
-        "ready",
         "store",
-        "tracker",
         "tracking_max_keys",
-        "unsettled",
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self._accounts: dict[str, Keyspace] = {}
-        self.journal: Journal | None = None
-        """Where changes are recorded (None: keys live in memory only)."""
         self.store: Persistence | None = None
         """The store that keeps the journal (None: keys live in memory only)."""
-        self.loading = False
-        """The journal is being replayed: keys do not expire meanwhile."""
-        self.ready: dict[tuple[Database, bytes], None] = {}
-        """Keys written since their blocked readers were last looked at, in the order written."""
-        self._serving = False
         self.behind = False
         """The last sweep ran out of time with expired keys likely left."""
         self._next_sweep = 0
         """Where, in the list of databases with expiring keys, the next sweep starts."""
         self.maxmemory = 0
-        self.expired_keys = 0
-        """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
-        self.hits = 0
-        """Reads that found their key (``Database.read``; INFO's ``keyspace_hits``)."""
-        self.misses = 0
-        """Reads that did not (INFO's ``keyspace_misses``); both are zeroed by CONFIG RESETSTAT."""
         """Bytes of ``used_memory`` past which commands that add data are refused (0: no limit)."""
         self._dataset = 0
-        self.unsettled: list[Database] = []
-        """Databases with keys to count again (``Database.resized``)."""
         self.output_bytes = 0
         """Clients' output buffers, as last measured (``measure_output``)."""
         self.peak = 0
         """The most ``used_memory`` was seen to be."""
-        self.notifier = Notifier()
-        """``notify-keyspace-events``, and where events are published."""
-        self.tracker: KeyTracker | None = None
-        """Told of every change to a key while any client tracks keys (None: nobody does)."""
         self.tracking_max_keys = TRACKING_MAX_KEYS
         """Keys the tracker may remember at most (``tracking-table-max-keys``; 0: no limit)."""
         self.overhead = sys.getsizeof(self) + sum(
@@ -757,21 +787,6 @@ class Keyspaces:
             for index in set(mine._databases) | set(theirs._databases):
                 mine.database(index).take_keys(theirs.database(index))
         self._dataset, other._dataset = other._dataset, 0
-
-    def serve_ready(self) -> None:
-        """Serve the readers that writes made ready (``Database.serve``), key by key in the order
-        the keys were written (a reader served here may write and make others ready: they are
-        served in the same loop)."""
-        if self._serving:
-            return
-        self._serving = True
-        try:
-            while self.ready:
-                ready, self.ready = self.ready, {}
-                for db, key in ready:
-                    db.serve(key)
-        finally:
-            self._serving = False
 
     def sweep(self, now: int, seconds: float = SWEEP_SECONDS) -> int:
         """Reclaim expired keys nobody asked for, as redis-server's active expiry does; return how
