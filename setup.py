@@ -46,6 +46,7 @@ HOT_PATH = [
     "node/redis_state/settings.py",
     "node/redis_state/stats.py",
     "node/data/keyspace.py",
+    "node/data/keyspaces.py",
     "node/data/streams/ids.py",
     "node/data/streams/entries.py",
     "node/data/streams/stream.py",

@@ -32,7 +32,7 @@ import trio
 from node.broker import Broker
 from node.config.options import Config
 from node.connection import Connection, Reason
-from node.data.keyspace import SWEEP_SECONDS
+from node.data.keyspaces import SWEEP_SECONDS
 from node.nats.client import ClientConnection
 from node.nats.discovery import connect_urls
 from node.nats.protocol import writer as w
