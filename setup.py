@@ -42,6 +42,7 @@ HOT_PATH = [
     "node/resp/dispatch.py",
     "node/resp/tracking.py",
     "node/resp/connection.py",
+    "node/resp/monitor_lines.py",
     "node/data/notifications.py",
     "node/redis_state/settings.py",
     "node/redis_state/stats.py",

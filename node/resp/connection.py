@@ -35,9 +35,9 @@ from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
 from node.data.durability import CommitFailed
 from node.data.keyspace import WRONGTYPE, Condition, Database, WrongType
-from node.redis_state.stats import redact
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
+from node.resp.monitor_lines import monitor_line
 from node.resp.parser import RequestParser
 from node.resp.tracking import ClientTracking, Tracker
 from node.resp.writer import (
@@ -803,32 +803,6 @@ class RespConnection(Connection):
             f"lib-ver={self.options.get('version') or ''}\n"
         )
         return line.encode("utf-8", "surrogateescape")
-
-
-def _quoted(arg: bytes) -> str:
-    """An argument as MONITOR shows it: quoted, with C escapes for what is not printable."""
-    out = ['"']
-    for byte in arg:
-        char = chr(byte)
-        if char in '\\"':
-            out.append("\\" + char)
-        elif char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif 32 <= byte < 127:
-            out.append(char)
-        else:
-            out.append(f"\\x{byte:02x}")
-    out.append('"')
-    return "".join(out)
-
-
-_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b"}
-
-
-def monitor_line(micros: int, db: int, addr: str, args: list[bytes]) -> bytes:
-    """A MONITOR line: ``+<unix seconds>.<micros> [<db> <addr>] "arg" ...`` (AUTH redacted)."""
-    shown = " ".join(_quoted(arg) for arg in redact(args))
-    return f"+{micros // 10**6}.{micros % 10**6:06d} [{db} {addr}] {shown}\r\n".encode()
 
 
 def _ignore() -> None:
