@@ -40,6 +40,7 @@ from node.resp.errors import RespProtocolError
 from node.resp.monitor_lines import monitor_line
 from node.resp.parser import RequestParser
 from node.resp.tracking import ClientTracking, Tracker
+from node.resp.transaction import Transaction
 from node.resp.writer import (
     RESP2,
     Writer,
@@ -128,14 +129,9 @@ class RespConnection(Connection):
         self._reply_off = self._skip = self._skip_next = False
         self._running = False
         self._held = bytearray()  # pushes produced while a command runs: they go after its reply
-        self.queued: list[list[bytes]] | None = None
-        """Commands queued since MULTI (None outside a transaction)."""
-        self._queue_failed = False
-        self._queued_denyoom = False  # a command that may add data was queued since MULTI
+        self.transaction = Transaction()
+        """MULTI's queue and the keys WATCHed (``node.resp.transaction``)."""
         self._captured: list[bytes] | None = None  # EXEC's replies, collected
-        self.dirty = False
-        """A key this connection WATCHes was written (its next EXEC fails)."""
-        self._watching: list[tuple[Database, bytes]] = []
         self.blocked: _Blocked | None = None
         """The blocking read waiting for a write to one of its keys (XREAD ... BLOCK)."""
         self._retry_deadline = -1.0
@@ -280,7 +276,7 @@ class RespConnection(Connection):
                     if len(shown) >= 128:
                         break
                     shown += f"'{as_text(arg)[: 128 - len(shown)]}' "
-                self._queue_failed = self.queued is not None
+                self.transaction.refused()
                 self.error(
                     f"unknown command '{as_text(args[0])[:128]}', with args beginning with: {shown}"
                 )
@@ -299,14 +295,15 @@ class RespConnection(Connection):
             if self.user is None and not top.no_auth:
                 self.reject(command, NOAUTH)
                 return
-            if command.denyoom or self.queued is not None:
+            transaction = self.transaction
+            if command.denyoom or transaction.queued is not None:
                 oom = self.broker.keyspaces.oom
                 if oom is not None and self._refuse_on_oom(command, oom):
                     return
             if command.writes:  # (a blocked XREADGROUP's retry too: nothing left to take back)
                 refusal = self.broker.keyspaces.refusal
                 if refusal is not None:
-                    self._queue_failed = self.queued is not None
+                    transaction.refused()
                     self.reject(command, refusal)
                     return
             if self.writer is RESP2 and self.subscribed and not top.subscribed:
@@ -319,9 +316,8 @@ class RespConnection(Connection):
             if self.monitoring and top.on_keys:
                 self.reject(command, "Replica can't interact with the keyspace")
                 return
-            if self.queued is not None and top.queueable:
-                self.queued.append(args)
-                self._queued_denyoom = self._queued_denyoom or command.denyoom
+            if transaction.queued is not None and top.queueable:
+                transaction.queue(args, command.denyoom)
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
@@ -344,11 +340,10 @@ class RespConnection(Connection):
         counted as rejected."""
         self.broker.redis_stats.rejected(command.name)
         if command.key == b"exec":
-            self.queued = None
-            self.unwatch()
+            self.transaction.discard()
             self.error(f"-EXECABORT Transaction discarded because of: {text.removeprefix('-')}")
             return
-        self._queue_failed = self.queued is not None
+        self.transaction.refused()
         self.error(text)
 
     def _call(self, command: Command[RespConnection], args: list[bytes]) -> None:
@@ -412,7 +407,7 @@ class RespConnection(Connection):
         finally:
             tracker.current = outer
         state = self.tracking
-        if state is not None and self.queued is None and top.key != b"client":
+        if state is not None and self.transaction.queued is None and top.key != b"client":
             state.caching = False
 
     def _remember(self, command: Command[RespConnection], args: list[bytes]) -> None:
@@ -429,19 +424,19 @@ class RespConnection(Connection):
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
         may add data; inside MULTI any but EXEC, DISCARD, QUIT and RESET, the transaction then
         failing; an EXEC of such a command ends its transaction)."""
-        if self.queued is None:
+        transaction = self.transaction
+        if transaction.queued is None:
             self.reject(command, oom)  # (only a command that may add data gets here)
             return True
         if command.key == b"exec":
-            if not self._queued_denyoom:
+            if not transaction.denyoom:
                 return False
-            self.queued = None
-            self.unwatch()
+            transaction.discard()
             self.error(f"-EXECABORT Transaction discarded because of: {oom.removeprefix('-')}")
             return True
         if command.ends_multi:
             return False
-        self._queue_failed = True
+        transaction.failed = True
         self.reject(command, oom)
         return True
 
@@ -568,17 +563,12 @@ class RespConnection(Connection):
         if journal is not None:
             journal.append(self.account.name, self.db, args)
 
-    def start_transaction(self) -> None:
-        """MULTI: queue the commands that follow."""
-        self.queued = []
-        self._queue_failed = self._queued_denyoom = False
-
     def exec_queued(self) -> None:
         """EXEC: run the queued commands as one, their replies gathered into one array."""
-        queued, self.queued = self.queued, None
+        transaction = self.transaction
+        queued, dirty, failed = transaction.queued, transaction.dirty, transaction.failed
         assert queued is not None
-        dirty, failed = self.dirty, self._queue_failed
-        self.unwatch()
+        transaction.discard()
         if failed:
             self.error("-EXECABORT Transaction discarded because of previous errors.")
             return
@@ -610,18 +600,6 @@ class RespConnection(Connection):
         finally:
             self._captured = None
         return b"".join(replies)
-
-    def watch(self, keys: list[bytes]) -> None:
-        db = self.database
-        for key in keys:
-            db.watch(key, self)
-            self._watching.append((db, key))
-
-    def unwatch(self) -> None:
-        for db, key in self._watching:
-            db.unwatch(key, self)
-        self._watching.clear()
-        self.dirty = False
 
     @property
     def may_block(self) -> bool:
@@ -712,9 +690,7 @@ class RespConnection(Connection):
         self.stop_monitoring()
         self._drop_all()
         self._stop_tracking()
-        self.queued = None
-        self._queue_failed = False
-        self.unwatch()
+        self.transaction.discard()
         self.writer = RESP2
         self.db = 0
         self.options["name"] = ""
@@ -753,7 +729,7 @@ class RespConnection(Connection):
         self._drop_all()
         self._stop_tracking()
         self._unblock()
-        self.unwatch()
+        self.transaction.unwatch()
 
     def _stop_tracking(self) -> None:
         tracker = self.broker.keyspaces.tracker
@@ -780,7 +756,8 @@ class RespConnection(Connection):
         user = (self.user.user if self.user is not None else None) or "default"
         flags = ("O" if self.monitoring else "") + ("P" if self.subscribed else "")
         flags += "b" if self._waiting() else ""
-        flags += "x" if self.queued is not None else ""
+        queued = self.transaction.queued
+        flags += "x" if queued is not None else ""
         tracking = self.tracking
         if tracking is not None:
             flags += "t" + ("R" if tracking.broken else "") + ("B" if tracking.bcast else "")
@@ -789,7 +766,7 @@ class RespConnection(Connection):
         if self._running and not self._from_inline:  # (as in redis-server's query buffer then)
             qbuf += 3 + len(str(len(self._request)))
             qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
-        multi = len(self.queued) if self.queued is not None else -1
+        multi = len(queued) if queued is not None else -1
         redirect = tracking.redirect if tracking is not None else -1
         line = (
             f"id={self.cid} addr={self.host}:{self.port} laddr={self.local_address} fd={self.fd} "

@@ -1,6 +1,7 @@
 """The transaction commands (MULTI, EXEC, DISCARD, WATCH, UNWATCH), as redis-server 7.2 answers
-them. The queue and the watched keys are the connection's: it queues what follows MULTI, and runs
-the queue as EXEC's (``RespConnection.exec_queued``)."""
+them. The queue and the watched keys are the connection's ``Transaction`` (``node.resp.transaction``):
+the connection queues what follows MULTI, and runs the queue as EXEC's
+(``RespConnection.exec_queued``)."""
 
 from __future__ import annotations
 
@@ -14,39 +15,38 @@ __all__ = ["COMMANDS"]
 
 
 def _multi(conn: RespConnection, args: list[bytes]) -> None:
-    if conn.queued is not None:
+    if conn.transaction.queued is not None:
         conn.error("MULTI calls can not be nested")
         return
-    conn.start_transaction()
+    conn.transaction.start()
     conn.reply(OK)
 
 
 def _exec(conn: RespConnection, args: list[bytes]) -> None:
-    if conn.queued is None:
+    if conn.transaction.queued is None:
         conn.error("EXEC without MULTI")
         return
     conn.exec_queued()
 
 
 def _discard(conn: RespConnection, args: list[bytes]) -> None:
-    if conn.queued is None:
+    if conn.transaction.queued is None:
         conn.error("DISCARD without MULTI")
         return
-    conn.queued = None
-    conn.unwatch()
+    conn.transaction.discard()
     conn.reply(OK)
 
 
 def _watch(conn: RespConnection, args: list[bytes]) -> None:
-    if conn.queued is not None:
+    if conn.transaction.queued is not None:
         conn.error("WATCH inside MULTI is not allowed")
         return
-    conn.watch(args[1:])
+    conn.transaction.watch(conn.database, args[1:])
     conn.reply(OK)
 
 
 def _unwatch(conn: RespConnection, args: list[bytes]) -> None:
-    conn.unwatch()
+    conn.transaction.unwatch()
     conn.reply(OK)
 
 
