@@ -41,6 +41,7 @@ HOT_PATH = [
     "node/resp/writer.py",
     "node/resp/dispatch.py",
     "node/resp/tracking.py",
+    "node/resp/blocking.py",
     "node/resp/transaction.py",
     "node/resp/connection.py",
     "node/resp/monitor_lines.py",

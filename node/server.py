@@ -301,7 +301,7 @@ class Server:
                 or conn is caller
                 or not isinstance(conn, RespConnection)
                 or conn.closing is not None
-                or conn.blocked is not None
+                or conn.blocking.read is not None
             ):
                 continue
             try:
@@ -393,8 +393,8 @@ class Server:
         tick = trio.current_time() + 1.0
         while True:
             moved = trio.Event()
-            conn.on_deadline = moved.set
-            with trio.move_on_at(min(tick, conn.deadline)):
+            conn.blocking.on_deadline = moved.set
+            with trio.move_on_at(min(tick, conn.blocking.deadline)):
                 await moved.wait()
             now = trio.current_time()
             if now >= tick:

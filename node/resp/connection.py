@@ -35,6 +35,7 @@ from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
 from node.data.durability import CommitFailed
 from node.data.keyspace import WRONGTYPE, Condition, Database, WrongType
+from node.resp.blocking import Blocking
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
 from node.resp.monitor_lines import monitor_line
@@ -59,18 +60,6 @@ UNAUTHENTICATED_OUTPUT: Final = 16 * 1024
 is closed at once, its output dropped, as redis-server closes such a client (whatever spills out
 of its 16 KiB reply buffer is over its 1 KiB limit for them), so a client that pipelines requests
 before signing in and never reads the replies cannot make the node hold them."""
-
-
-class _Blocked:
-    """A blocked read: the keys it waits on, the command to run again, when it gives up."""
-
-    __slots__ = ("args", "db", "deadline", "keys")
-
-    def __init__(self, db: Database, keys: list[bytes], args: list[bytes], deadline: float) -> None:
-        self.db = db
-        self.keys = keys
-        self.args = args
-        self.deadline = deadline
 
 
 class RespConnection(Connection):
@@ -132,16 +121,13 @@ class RespConnection(Connection):
         self.transaction = Transaction()
         """MULTI's queue and the keys WATCHed (``node.resp.transaction``)."""
         self._captured: list[bytes] | None = None  # EXEC's replies, collected
-        self.blocked: _Blocked | None = None
-        """The blocking read waiting for a write to one of its keys (XREAD ... BLOCK)."""
-        self._retry_deadline = -1.0
+        self.blocking = Blocking()
+        """A blocked read, and the deadline the I/O side's timer follows (``node.resp.blocking``)."""
         self._unacked = -1
         """Where in ``outbound`` the replies that wait on the journal's commit start (-1: none)."""
         self._unacked_replies = 0
         # (An AUTH, or HELLO AUTH, whose bcrypt check runs waits in ``verifying``: it runs again
         # once the verdict is in, and the requests after it wait for it.)
-        self.on_deadline: Callable[[], None] = _ignore
-        """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
         self.tracking: ClientTracking | None = None
         """CLIENT TRACKING's state while it is on (``node.resp.tracking``)."""
@@ -198,7 +184,7 @@ class RespConnection(Connection):
     def _waiting(self) -> bool:
         """Whether a blocked read or a bcrypt check holds up this connection's requests (a call, not
         an attribute test, so that a check before running a request is not taken to hold after it)."""
-        return self.blocked is not None or self.verifying is not None
+        return self.blocking.read is not None or self.verifying is not None
 
     def _run_buffered(self) -> None:
         """Run the requests buffered so far, until one blocks (the rest wait for it); then commit
@@ -357,10 +343,10 @@ class RespConnection(Connection):
             command.handler(self, args)
         except WrongType:
             self.error(WRONGTYPE)
-        if self.blocked is None:
+        if self.blocking.read is None:
             self._count(command.name, args)
         monitors = self.broker.redis_stats.monitors
-        if monitors and not command.unmonitored and self._retry_deadline < 0:
+        if monitors and not command.unmonitored and self.blocking.retry_deadline < 0:
             self._feed_monitors(monitors, args)
 
     def _count(self, name: str, args: list[bytes]) -> None:
@@ -606,61 +592,39 @@ class RespConnection(Connection):
         """Whether a blocking read may wait (not inside EXEC, where it answers as if timed out)."""
         return self._captured is None
 
-    @property
-    def deadline(self) -> float:
-        """When the blocked read times out, on this connection's clock (inf: never, or not blocked)."""
-        blocked = self.blocked
-        return blocked.deadline if blocked is not None else math.inf
-
     def block(
         self, waits: Sequence[tuple[bytes, Condition]], *, timeout_ms: int, retry: list[bytes]
     ) -> None:
         """Wait until a write to one of the keys meets the condition given with it, then run
         ``retry``; answer a null array if ``timeout_ms`` (0: never) passes first. A retry that
         blocks again keeps the deadline."""
-        if self._retry_deadline >= 0:
-            deadline = self._retry_deadline
-        else:
-            deadline = self._clock() + timeout_ms / 1000 if timeout_ms else math.inf
-        db = self.database
-        for key, until in waits:
-            db.block(key, self, until)
-        self.blocked = _Blocked(db, [key for key, _ in waits], retry, deadline)
-        if deadline < math.inf:  # (else ``deadline`` stays at inf)
-            self.on_deadline()
-
-    def _unblock(self) -> _Blocked | None:
-        blocked, self.blocked = self.blocked, None
-        if blocked is not None:
-            for key in blocked.keys:
-                blocked.db.unblock(key, self)
-            if blocked.deadline < math.inf:  # (one that never times out left ``deadline`` alone)
-                self.on_deadline()
-        return blocked
+        deadline = self._clock() + timeout_ms / 1000 if timeout_ms else math.inf
+        self.blocking.block(self.database, waits, self, deadline=deadline, retry=retry)
 
     def wake(self) -> None:
         """A write met what this connection waits for on one of its keys: run the read again."""
-        blocked = self._unblock()
+        blocking = self.blocking
+        blocked = blocking.end(self)
         if blocked is None or self.closing is not None:
             return
-        self._retry_deadline = blocked.deadline
+        blocking.retry_deadline = blocked.deadline
         self._mark = perf_counter_ns()
         try:
             self._run(blocked.args)
         finally:
-            self._retry_deadline = -1.0
+            blocking.retry_deadline = -1.0
         self._run_buffered()
         self._commit()  # (when the retry blocked again, or requests wait on something else)
 
     def deadline_due(self) -> None:
         """The timer fired: a blocked read past its deadline answers a null array."""
-        blocked = self.blocked
+        blocked = self.blocking.read
         if blocked is not None and self._clock() >= blocked.deadline:
             self.unblock(as_error=False)
 
     def unblock(self, *, as_error: bool) -> bool:
         """End a blocked read early (its timeout, or CLIENT UNBLOCK); whether one was blocked."""
-        blocked = self._unblock()
+        blocked = self.blocking.end(self)
         if blocked is None:
             return False
         command = self.table.find(blocked.args[0])
@@ -728,7 +692,7 @@ class RespConnection(Connection):
         self.stop_monitoring()
         self._drop_all()
         self._stop_tracking()
-        self._unblock()
+        self.blocking.end(self)
         self.transaction.unwatch()
 
     def _stop_tracking(self) -> None:
@@ -780,10 +744,6 @@ class RespConnection(Connection):
             f"lib-ver={self.options.get('version') or ''}\n"
         )
         return line.encode("utf-8", "surrogateescape")
-
-
-def _ignore() -> None:
-    """What ``on_deadline`` calls until the I/O side listens: nobody to tell yet."""
 
 
 Handler = Callable[[RespConnection, list[bytes]], None]
