@@ -45,6 +45,7 @@ HOT_PATH = [
     "node/resp/transaction.py",
     "node/resp/connection.py",
     "node/resp/monitor_lines.py",
+    "node/resp/client_list.py",
     "node/data/notifications.py",
     "node/redis_state/settings.py",
     "node/redis_state/stats.py",

@@ -181,21 +181,31 @@ class RespConnection(Connection):
             self.execute(verifying.then)
         self._run_buffered()
 
-    def _waiting(self) -> bool:
+    def waiting(self) -> bool:
         """Whether a blocked read or a bcrypt check holds up this connection's requests (a call, not
         an attribute test, so that a check before running a request is not taken to hold after it)."""
         return self.blocking.read is not None or self.verifying is not None
 
+    @property
+    def query_buffer(self) -> int:
+        """Bytes of requests read and not yet run, as redis-server's ``qbuf`` counts them: while a
+        request runs, its own too (unless it came as an inline line)."""
+        qbuf = self.parser.buffered
+        if self._running and not self._from_inline:  # (as in redis-server's query buffer then)
+            qbuf += 3 + len(str(len(self._request)))
+            qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
+        return qbuf
+
     def _run_buffered(self) -> None:
         """Run the requests buffered so far, until one blocks (the rest wait for it); then commit
         the journal, before any of their replies can leave."""
-        if self._waiting():
+        if self.waiting():
             return
         try:
             for command in self.parser.commands():
                 self._from_inline = command.inline
                 self._run(command.args)
-                if self.closing is not None or self._waiting():
+                if self.closing is not None or self.waiting():
                     break
         except RespProtocolError as exc:
             if exc.message is not None:
@@ -713,37 +723,6 @@ class RespConnection(Connection):
         if self.monitoring:
             self.monitoring = False
             self.broker.redis_stats.monitors.remove(self)
-
-    def client_line(self) -> bytes:
-        """This connection as a line of CLIENT LIST (the fields clients and tools read)."""
-        now = time.time_ns()
-        user = (self.user.user if self.user is not None else None) or "default"
-        flags = ("O" if self.monitoring else "") + ("P" if self.subscribed else "")
-        flags += "b" if self._waiting() else ""
-        queued = self.transaction.queued
-        flags += "x" if queued is not None else ""
-        tracking = self.tracking
-        if tracking is not None:
-            flags += "t" + ("R" if tracking.broken else "") + ("B" if tracking.bcast else "")
-        flags = flags or "N"
-        qbuf = self.parser.buffered
-        if self._running and not self._from_inline:  # (as in redis-server's query buffer then)
-            qbuf += 3 + len(str(len(self._request)))
-            qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
-        multi = len(queued) if queued is not None else -1
-        redirect = tracking.redirect if tracking is not None else -1
-        line = (
-            f"id={self.cid} addr={self.host}:{self.port} laddr={self.local_address} fd={self.fd} "
-            f"name={self.name} "
-            f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "
-            f"flags={flags} db={self.db} sub={len(self.subs)} psub={len(self.patterns)} "
-            f"ssub={len(self.shard)} multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem=0 "
-            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={self.pending_bytes} "
-            f"tot-mem={self.pending_bytes + qbuf} events=r cmd={self.last_command} user={user} "
-            f"redir={redirect} resp={self.writer.version} lib-name={self.options.get('lang') or ''} "
-            f"lib-ver={self.options.get('version') or ''}\n"
-        )
-        return line.encode("utf-8", "surrogateescape")
 
 
 Handler = Callable[[RespConnection, list[bytes]], None]
