@@ -9,7 +9,11 @@ The connection checks each request as redis-server's ``processCommand`` does (ar
 table it is given (``node.resp.dispatch``) and runs the command's handler. The handlers
 (``node.resp.commands``) answer through ``reply`` and ``error``; the connection keeps what outlives
 a request: the reply buffer and CLIENT REPLY's mode, the subscriptions, the selected database, the
-MULTI queue and watched keys, a blocked read, the user signed in, and the output limits.
+user signed in, and the output limits. It holds two records of its own: MULTI's queue and the
+keys WATCHed (``transaction``, a ``node.resp.transaction.Transaction``, which EXEC runs through
+``capture``), and a blocked read (``blocking``, a ``node.resp.blocking.Blocking``, which it runs
+again when a write wakes it). How it is shown to CLIENT LIST and MONITOR is
+``node.resp.client_list``'s and ``node.resp.monitor_lines``'.
 
 **Replies follow redis-server 7.2**: exact error texts, arity errors, the RESP2 subscribed-mode
 restrictions, and pushes produced while a command runs (publishing to oneself) written after that
@@ -45,7 +49,6 @@ from node.resp.transaction import Transaction
 from node.resp.writer import (
     RESP2,
     Writer,
-    array_header,
     as_text,
     error,
     protocol_error,
@@ -559,42 +562,22 @@ class RespConnection(Connection):
         if journal is not None:
             journal.append(self.account.name, self.db, args)
 
-    def exec_queued(self) -> None:
-        """EXEC: run the queued commands as one, their replies gathered into one array."""
-        transaction = self.transaction
-        queued, dirty, failed = transaction.queued, transaction.dirty, transaction.failed
-        assert queued is not None
-        transaction.discard()
-        if failed:
-            self.error("-EXECABORT Transaction discarded because of previous errors.")
-            return
-        if dirty:
-            self.reply(self.writer.null_array)
-            return
-        replies: list[bytes] = []
+    def capture(self, command: Command[RespConnection], args: list[bytes], replies: list[bytes]) -> None:
+        """Run ``command`` (already checked by the caller: a command EXEC runs, or a script's
+        ``redis.call``) with its reply added to ``replies`` instead of sent; the keys it reads are
+        remembered for tracking, and a blocking read answers at once (``may_block``)."""
         self._captured = replies
-        try:
-            for args in queued:
-                command = self.table.by_name[args[0].lower()]
-                if command.subcommands is not None:
-                    command = command.subcommands[args[1].lower()]
-                self._call(command, args)
-                self._remember(command, args)
-        finally:
-            self._captured = None
-        self.reply(array_header(len(queued)) + b"".join(replies))
-
-    def run_captured(self, command: Command[RespConnection], args: list[bytes]) -> bytes:
-        """Run ``command`` (already checked by the caller, as a script's ``redis.call`` checks it)
-        and answer its reply instead of sending it; a blocking read answers at once, as in EXEC."""
-        replies: list[bytes] = []
-        self._captured = replies
-        self.last_command = command.name
         try:
             self._call(command, args)
             self._remember(command, args)
         finally:
             self._captured = None
+
+    def run_captured(self, command: Command[RespConnection], args: list[bytes]) -> bytes:
+        """``capture`` for a script's ``redis.call``: the reply, and the command named the last."""
+        replies: list[bytes] = []
+        self.last_command = command.name
+        self.capture(command, args, replies)
         return b"".join(replies)
 
     @property
