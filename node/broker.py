@@ -23,7 +23,7 @@ from node.accounts.account import DEFAULT_ACCOUNT, Account
 from node.accounts.auth import Authenticator
 from node.config.keyspace_events import parse_flags
 from node.config.options import Config, RedisConfig
-from node.data.keyspace import Keyspaces
+from node.data.keyspaces import Keyspaces
 from node.redis_state.settings import RedisSettings
 from node.redis_state.stats import RedisStats
 from node.scripting.registry import Scripts

@@ -32,7 +32,7 @@ import trio
 from node.broker import Broker
 from node.config.options import Config
 from node.connection import Connection, Reason
-from node.data.keyspace import SWEEP_SECONDS
+from node.data.keyspaces import SWEEP_SECONDS
 from node.nats.client import ClientConnection
 from node.nats.discovery import connect_urls
 from node.nats.protocol import writer as w
@@ -305,7 +305,7 @@ class Server:
                 or conn is caller
                 or not isinstance(conn, RespConnection)
                 or conn.closing is not None
-                or conn.blocked is not None
+                or conn.blocking.read is not None
             ):
                 continue
             try:
@@ -397,8 +397,8 @@ class Server:
         tick = trio.current_time() + 1.0
         while True:
             moved = trio.Event()
-            conn.on_deadline = moved.set
-            with trio.move_on_at(min(tick, conn.deadline)):
+            conn.blocking.on_deadline = moved.set
+            with trio.move_on_at(min(tick, conn.blocking.deadline)):
                 await moved.wait()
             now = trio.current_time()
             if now >= tick:

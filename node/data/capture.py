@@ -38,7 +38,9 @@ import trio
 
 from node.accounts.account import Account
 from node.config.options import StreamConfig
-from node.data.keyspace import WRONGTYPE, CommitFailed, Journal, Keyspaces
+from node.data.durability import CommitFailed, Journal
+from node.data.keyspace import WRONGTYPE
+from node.data.keyspaces import Keyspaces
 from node.data.stream_writes import add_entry
 from node.data.streams import MAX_ID, Stream, Trim, format_id, make_id, parse_add_id
 from routing import Message, Subscription, subject_channel

@@ -1,11 +1,12 @@
-"""Keys, as redis-server keeps them: per account, sixteen numbered databases of named values.
+"""Keys, as redis-server keeps them: one numbered database of named values (``Database``); every
+account's sixteen of them are held node-wide by ``node.data.keyspaces``.
 
 A value is a stream (``node.data.streams``) or a string: ``bytes``, or a ``bytearray`` once APPEND
 or SETRANGE changed it in place (redis-server's ``raw`` encoding, which such a change leaves). A
 command that finds a value of another kind than it works on raises ``WrongType``
 (``Database.stream``, ``Database.string``), which the connection answers with ``WRONGTYPE``. A key
 may carry an expiry time; an expired key is gone the moment anyone looks, and a sweep reclaims those
-nobody looks at as redis-server's active expiry does (``Keyspaces.sweep``). Two kinds of client wait
+nobody looks at as redis-server's active expiry does (``Database.sweep``). Two kinds of client wait
 on keys: WATCH (a write to a watched key spoils the watcher's transaction) and blocking reads (a
 write to the key wakes those it lets be served, in the order they blocked). Both are registered here
 so that every write, whoever makes it, reaches them through one call: ``Database.touch``. The same
@@ -15,36 +16,24 @@ call tells the node's ``KeyTracker`` (client-side caching's invalidations) when 
 
 A command that reads a key looks it up with ``Database.read`` (or ``read_string``,
 ``read_stream``), as redis-server's read lookups: the lookup is counted as a hit or a miss
-(``Keyspaces.hits``, ``Keyspaces.misses``: INFO's ``keyspace_hits`` and ``keyspace_misses``, one
+(``Shared.hits``, ``Shared.misses``: INFO's ``keyspace_hits`` and ``keyspace_misses``, one
 addition each time) and a miss is announced as ``keymiss``; OBJECT's lookups
 (``Database.inspect``) are counted but not announced. Writes, and the lookups redis-server does not
 count (SCAN, KEYS, RANDOMKEY, MEMORY USAGE, renames and the like), use ``get``.
 
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
-so that replaying the journal, during which nothing expires (``Keyspaces.loading``), never finds an
+so that replaying the journal, during which nothing expires (``Shared.loading``), never finds an
 old value where a new one was written.
 
 Readers are not served inside the write that made them ready: the key queues on the node-wide
-``Keyspaces.ready`` and its readers are served once the writing command has finished, as
+``Shared.ready`` and its readers are served once the writing command has finished, as
 redis-server serves blocked clients after the command that unblocked them. A blocked reader says
 what it waits for as a ``Condition``; readers waiting for equal conditions on a key form one queue,
 so a write costs a check per queue and a wake-up per reader served, however many wait in vain.
 
-**Memory.** ``Keyspaces.used_memory`` is a fixed overhead (``Keyspaces.overhead``: the bytes of
-the empty records the keys are kept in, measured once when they are made, so an empty node holds
-some memory as redis-server always does), plus what the keys hold, as MEMORY USAGE counts them (the
-key's name and ``Stream.memory_usage``, or a string's bytes and header: ``key_memory``), plus the
-clients' output buffers. The keys' part is a running total: a key written (``Database.touch``) or
-whose consumer groups changed (``Database.resized``) is only noted, and counted again when the total
-is read (``Keyspaces.settle``). A write thus costs a set insertion; reading the total costs one
-``memory_usage`` per key changed since (a few additions, however big the stream), and the total is
-exact whenever it is read: by each command that may add data while a limit is set, by INFO, and by
-the node ten times a second. The output buffers are summed over every client at those ten times a
-second while a limit is set (``output_bytes``), and at once for INFO. Past ``maxmemory`` the node
-behaves as redis-server with ``maxmemory-policy noeviction``: commands that would add data are
-refused (``Keyspaces.oom``), reads and deletions go on, and deleting brings the total down at once.
-Python does not give freed memory back to the system promptly, so the process's resident size is
-reported beside it, not used for the limit.
+What the databases share (those counters, the hooks a write calls, the queues of databases to
+count again and of keys to serve) is one ``Shared`` record, which the node-wide ``Keyspaces``
+extends; a database knows nothing else of it.
 """
 
 from __future__ import annotations
@@ -52,32 +41,23 @@ from __future__ import annotations
 import heapq
 import random
 import sys
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
 
 from node.config.keyspace_events import EXPIRED, KEY_MISS, NEW
+from node.data.durability import Journal
 from node.data.notifications import Notifier
 from node.data.streams import Stream
 
 __all__ = [
     "ANY_WRITE",
     "DATABASES",
-    "OOM",
-    "SWEEP_SAMPLE",
-    "SWEEP_SECONDS",
-    "SWEEP_STALE",
-    "TRACKING_MAX_KEYS",
     "WRONGTYPE",
-    "CommitFailed",
     "Condition",
     "Database",
-    "Journal",
     "KeyTracker",
-    "Keyspace",
-    "Keyspaces",
-    "Persistence",
+    "Shared",
     "Value",
     "Waiter",
     "Watcher",
@@ -105,22 +85,6 @@ def key_memory(key: bytes, value: Value) -> int:
     if isinstance(value, Stream):
         return _KEY + len(key) + value.memory_usage()
     return 2 * _KEY + len(key) + len(value)
-
-
-OOM = "-OOM command not allowed when used memory > 'maxmemory'."
-"""redis-server's refusal of a command that would add data past ``maxmemory``."""
-SWEEP_SAMPLE = 20
-"""Keys with an expiry a sweep looks at in one round, and the random probes that may follow it
-(redis-server's keys per loop)."""
-SWEEP_STALE = 0.1
-"""A sweep goes on in a database while more than this share of a round, or of its probes, had
-expired (redis-server's acceptable stale share)."""
-SWEEP_SECONDS = 0.002
-"""The CPU time one sweep may take: little, so that clients are not held up (``Keyspaces.sweep``)."""
-
-
-TRACKING_MAX_KEYS = 1_000_000
-"""redis-server's default ``tracking-table-max-keys``."""
 
 
 def _stream(value: Value | None) -> Stream | None:
@@ -163,12 +127,6 @@ class KeyTracker(Protocol):
         ...
 
 
-class CommitFailed(Exception):
-    """The journal could not make a batch of changes durable. The changes have been taken back
-    (the keys are again as the journal holds them), so nothing of that batch may be acknowledged;
-    the journal refuses writes until it can write again (``Journal.refusal``)."""
-
-
 class Condition(Protocol):
     """What waiters blocked on a key wait for. Equal conditions (they are hashable) wait for the
     same thing: while it is not met for the first of the waiters that share it, it is not met for
@@ -202,72 +160,61 @@ class _Blocked:
         self.conditions: dict[Waiter, Condition] = {}
 
 
-class Journal(Protocol):
-    """Where changes to keys are recorded, to be replayed at the next start."""
+class Shared:
+    """What every database of the node shares: the lookup and expiry counters, the hooks a write
+    calls (the journal, the ``KeyTracker``, the notifier), whether the journal is being replayed,
+    and the queues of databases whose keys to count again and of keys whose blocked readers to
+    serve. ``Keyspaces``, which holds every database, extends this record; a concrete class rather
+    than a protocol, so that the compiled database code reads and writes these fields directly."""
 
-    def append(self, account: str, db: int, args: list[bytes]) -> None:
-        """Record one change as the command that repeats it."""
-        ...
+    __slots__ = (
+        "_serving",
+        "expired_keys",
+        "hits",
+        "journal",
+        "loading",
+        "misses",
+        "notifier",
+        "ready",
+        "tracker",
+        "unsettled",
+    )
 
-    def expire(self, account: str, db: int, key: bytes) -> None:
-        """Record that ``key`` expired, as a DEL. Unlike other changes, one of these may wait
-        while the journal cannot be written: losing it only means the key expires again."""
-        ...
+    def __init__(self) -> None:
+        self.journal: Journal | None = None
+        """Where changes are recorded (None: keys live in memory only)."""
+        self.loading = False
+        """The journal is being replayed: keys do not expire meanwhile."""
+        self.ready: dict[tuple[Database, bytes], None] = {}
+        """Keys written since their blocked readers were last looked at, in the order written."""
+        self._serving = False
+        self.expired_keys = 0
+        """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
+        self.hits = 0
+        """Reads that found their key (``Database.read``; INFO's ``keyspace_hits``)."""
+        self.misses = 0
+        """Reads that did not (INFO's ``keyspace_misses``); both are zeroed by CONFIG RESETSTAT."""
+        self.unsettled: list[Database] = []
+        """Databases with keys to count again (``Database.resized``)."""
+        self.notifier = Notifier()
+        """``notify-keyspace-events``, and where events are published."""
+        self.tracker: KeyTracker | None = None
+        """Told of every change to a key while any client tracks keys (None: nobody does)."""
 
-    @property
-    def buffered(self) -> int:
-        """Bytes of changes appended and not committed yet."""
-        ...
-
-    @property
-    def refusal(self) -> str | None:
-        """While the journal cannot be written: the error a write is refused with (None: writable)."""
-        ...
-
-    @property
-    def discards(self) -> int:
-        """How many times changes that could not be made durable were taken back since start."""
-        ...
-
-    @property
-    def size_bytes(self) -> int:
-        """How big the journal is on disk (monitoring)."""
-        ...
-
-    @property
-    def fsync_lag_seconds(self) -> float:
-        """How long the oldest change not yet made durable has waited (monitoring)."""
-        ...
-
-    def commit(self) -> None:
-        """Make what was appended as durable as the fsync policy promises. Called after each batch
-        of a client's requests, before their replies can leave, before readers a write woke are
-        served, and before a stream acknowledges a captured message.
-
-        Raises:
-            CommitFailed: the batch could not be written; its changes were taken back.
-        """
-        ...
-
-
-class Persistence(Protocol):
-    """The store behind the journal, as INFO, CONFIG GET and BGREWRITEAOF see it."""
-
-    @property
-    def appendfsync(self) -> str:
-        """The fsync policy: always, everysec or no."""
-        ...
-
-    @appendfsync.setter
-    def appendfsync(self, policy: str) -> None: ...
-
-    def info(self) -> list[tuple[str, int | str]]:
-        """INFO's persistence fields."""
-        ...
-
-    def rewrite(self) -> bool:
-        """Start compacting the journal in the background; False if that is under way already."""
-        ...
+    def serve_ready(self) -> None:
+        """Serve the readers that writes made ready (``Database.serve``), key by key in the order
+        the keys were written (a reader served here may write and make others ready: they are
+        served in the same loop)."""
+        if self._serving:
+            return
+        self._serving = True
+        try:
+            while self.ready:
+                ready, self.ready = self.ready, {}
+                for db, key in ready:
+                    db.serve(key)
+        finally:
+            self._serving = False
 
 
 class Database:
@@ -297,7 +244,7 @@ class Database:
         "keyspaces",
     )
 
-    def __init__(self, keyspaces: Keyspaces, account: str, index: int) -> None:
+    def __init__(self, keyspaces: Shared, account: str, index: int) -> None:
         self.keyspaces = keyspaces
         self.account = account
         self.index = index
@@ -332,7 +279,7 @@ class Database:
 
     def read(self, key: bytes, now: int) -> Value | None:
         """``get``, for a command that reads the key: counted as a hit or a miss
-        (``Keyspaces.hits``, ``Keyspaces.misses``), a miss announced as ``keymiss``."""
+        (``Shared.hits``, ``Shared.misses``), a miss announced as ``keymiss``."""
         value = self.get(key, now)
         if value is None:
             self.keyspaces.misses += 1
@@ -520,7 +467,7 @@ class Database:
     def touch(self, key: bytes) -> None:
         """``key`` was written: count its memory again (``resized``), spoil its watchers'
         transactions, and have its blocked readers looked at once the writing command has finished
-        (``Keyspaces.serve_ready``)."""
+        (``Shared.serve_ready``)."""
         if not self._resized:
             self.keyspaces.unsettled.append(self)
         self._resized.add(key)
@@ -647,242 +594,3 @@ class Database:
         blocked = self._blocked.get(key)
         queue = blocked.queues.get(until) if blocked is not None else None
         return next(iter(queue.items())) if queue else None
-
-
-class Keyspace:
-    """One account's databases, created as they are first used, and its function libraries."""
-
-    __slots__ = ("_databases", "keyspaces", "libraries", "name")
-
-    def __init__(self, keyspaces: Keyspaces, name: str) -> None:
-        self.keyspaces = keyspaces
-        self.name = name
-        self._databases: dict[int, Database] = {}
-        self.libraries: dict[bytes, bytes] = {}
-        """The code of each function library loaded (FUNCTION LOAD), by name: kept with the keys
-        so that a rewrite of the journal keeps them too."""
-
-    def database(self, index: int) -> Database:
-        db = self._databases.get(index)
-        if db is None:
-            db = self._databases[index] = Database(self.keyspaces, self.name, index)
-        return db
-
-    def databases(self) -> dict[int, Database]:
-        """The databases in use, by number."""
-        return dict(self._databases)
-
-    def swap(self, first: int, second: int) -> None:
-        """SWAPDB: databases ``first`` and ``second`` exchange their keys, with their expiry
-        times, as redis-server swaps them: a client watching a key either database holds has its
-        transaction spoiled; the blocked readers of both are looked at again once the command has
-        finished (what they wait on may have come or gone); clients tracking keys are told
-        nothing (redis-server sends no invalidation for a swap)."""
-        if first != second:
-            self.keyspaces.settle()
-            self.database(first).exchange(self.database(second))
-
-    def flush(self) -> None:
-        """Remove every key of every database (FLUSHALL); the ``KeyTracker`` hears of it once."""
-        for db in self._databases.values():
-            db.clear()
-        tracker = self.keyspaces.tracker
-        if tracker is not None:
-            tracker.flushed(self.name)
-
-
-class Keyspaces:
-    """Every account's keys on this node, and the queue of blocked readers a write woke."""
-
-    __slots__ = (
-        "_accounts",
-        "_dataset",
-        "_next_sweep",
-        "_serving",
-        "behind",
-        "expired_keys",
-        "hits",
-        "journal",
-        "loading",
-        "maxmemory",
-        "misses",
-        "notifier",
-        "output_bytes",
-        "overhead",
-        "peak",
-        "ready",
-        "store",
-        "tracker",
-        "tracking_max_keys",
-        "unsettled",
-    )
-
-    def __init__(self) -> None:
-        self._accounts: dict[str, Keyspace] = {}
-        self.journal: Journal | None = None
-        """Where changes are recorded (None: keys live in memory only)."""
-        self.store: Persistence | None = None
-        """The store that keeps the journal (None: keys live in memory only)."""
-        self.loading = False
-        """The journal is being replayed: keys do not expire meanwhile."""
-        self.ready: dict[tuple[Database, bytes], None] = {}
-        """Keys written since their blocked readers were last looked at, in the order written."""
-        self._serving = False
-        self.behind = False
-        """The last sweep ran out of time with expired keys likely left."""
-        self._next_sweep = 0
-        """Where, in the list of databases with expiring keys, the next sweep starts."""
-        self.maxmemory = 0
-        self.expired_keys = 0
-        """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
-        self.hits = 0
-        """Reads that found their key (``Database.read``; INFO's ``keyspace_hits``)."""
-        self.misses = 0
-        """Reads that did not (INFO's ``keyspace_misses``); both are zeroed by CONFIG RESETSTAT."""
-        """Bytes of ``used_memory`` past which commands that add data are refused (0: no limit)."""
-        self._dataset = 0
-        self.unsettled: list[Database] = []
-        """Databases with keys to count again (``Database.resized``)."""
-        self.output_bytes = 0
-        """Clients' output buffers, as last measured (``measure_output``)."""
-        self.peak = 0
-        """The most ``used_memory`` was seen to be."""
-        self.notifier = Notifier()
-        """``notify-keyspace-events``, and where events are published."""
-        self.tracker: KeyTracker | None = None
-        """Told of every change to a key while any client tracks keys (None: nobody does)."""
-        self.tracking_max_keys = TRACKING_MAX_KEYS
-        """Keys the tracker may remember at most (``tracking-table-max-keys``; 0: no limit)."""
-        self.overhead = sys.getsizeof(self) + sum(
-            sys.getsizeof(part) for part in (self._accounts, self.ready, self.unsettled, self.notifier)
-        )
-        """Bytes ``used_memory`` counts besides the keys and the output buffers: this record's and
-        its empty containers', as measured when it was made (see the module's notes)."""
-
-    def settle(self) -> None:
-        """Count the keys changed since the last time again (see the module's notes)."""
-        unsettled = self.unsettled
-        if unsettled:
-            for db in unsettled:
-                self._dataset += db.settle()
-            unsettled.clear()
-            self.peak = max(self.peak, self.overhead + self._dataset + self.output_bytes)
-
-    @property
-    def dataset_bytes(self) -> int:
-        """What the keys hold, as MEMORY USAGE counts them."""
-        self.settle()
-        return self._dataset
-
-    @property
-    def used_memory(self) -> int:
-        """Bytes held: the fixed ``overhead``, the keys and the clients' output buffers (as last
-        measured)."""
-        return self.overhead + self.dataset_bytes + self.output_bytes
-
-    def measure_output(self, output_bytes: int) -> None:
-        """The clients' output buffers now hold ``output_bytes``."""
-        self.output_bytes = output_bytes
-        self.peak = max(self.peak, self.used_memory)
-
-    @property
-    def oom(self) -> str | None:
-        """While ``used_memory`` is past ``maxmemory``: the error commands that would add data
-        are refused with (else None; never while the journal is replayed)."""
-        limit = self.maxmemory
-        if not limit or self.loading:
-            return None
-        if self.unsettled:
-            self.settle()
-        return OOM if self.overhead + self._dataset + self.output_bytes > limit else None
-
-    def keyspace(self, account: str) -> Keyspace:
-        keyspace = self._accounts.get(account)
-        if keyspace is None:
-            keyspace = self._accounts[account] = Keyspace(self, account)
-        return keyspace
-
-    def database(self, account: str, index: int) -> Database:
-        return self.keyspace(account).database(index)
-
-    def accounts(self) -> dict[str, Keyspace]:
-        return dict(self._accounts)
-
-    def commit(self) -> None:
-        """Commit the journal, if there is one (see ``Journal.commit``).
-
-        Raises:
-            CommitFailed: see ``Journal.commit``.
-        """
-        if self.journal is not None:
-            self.journal.commit()
-
-    @property
-    def refusal(self) -> str | None:
-        """The error writes are refused with while the journal cannot be written (else None)."""
-        journal = self.journal
-        return journal.refusal if journal is not None else None
-
-    def take_keys(self, other: Keyspaces) -> None:
-        """Hold exactly the keys (values and expiry times) that ``other`` holds, leaving who
-        watches or waits on them as they are: the keys are put back as the journal has them after
-        changes that could not be made durable were taken back."""
-        other.settle()  # (the counts go with the keys; what is still to count here still is)
-        for name in set(self._accounts) | set(other._accounts):
-            mine, theirs = self.keyspace(name), other.keyspace(name)
-            for index in set(mine._databases) | set(theirs._databases):
-                mine.database(index).take_keys(theirs.database(index))
-        self._dataset, other._dataset = other._dataset, 0
-
-    def serve_ready(self) -> None:
-        """Serve the readers that writes made ready (``Database.serve``), key by key in the order
-        the keys were written (a reader served here may write and make others ready: they are
-        served in the same loop)."""
-        if self._serving:
-            return
-        self._serving = True
-        try:
-            while self.ready:
-                ready, self.ready = self.ready, {}
-                for db, key in ready:
-                    db.serve(key)
-        finally:
-            self._serving = False
-
-    def sweep(self, now: int, seconds: float = SWEEP_SECONDS) -> int:
-        """Reclaim expired keys nobody asked for, as redis-server's active expiry does; return how
-        many went.
-
-        In each database with keys that carry an expiry, the sweep looks at ``SWEEP_SAMPLE`` of
-        them at a time, the next ones along the database's list, and goes on while more than
-        ``SWEEP_STALE`` of them had expired, or else of as many random probes of the whole list
-        (the keys along the list may all be long-lived while others have expired), for ``seconds``
-        of CPU time at most (this thread's: on a busy machine, time spent waiting for a core is not
-        counted). ``behind`` then tells whether time ran out first (expired keys are likely left:
-        sweep again soon); the next sweep starts where this one stopped.
-        """
-        databases = [
-            db
-            for keyspace in self._accounts.values()
-            for db in keyspace.databases().values()
-            if db.expiring()
-        ]
-        self.behind = False
-        if not databases or self.loading:
-            return 0
-        deadline = time.thread_time() + seconds
-        first = self._next_sweep % len(databases)
-        gone = 0
-        for n in range(len(databases)):
-            db = databases[(first + n) % len(databases)]
-            enough = SWEEP_SAMPLE * SWEEP_STALE
-            while True:
-                expired = db.sweep(now, SWEEP_SAMPLE)
-                gone += expired
-                if expired <= enough and db.stale(now, SWEEP_SAMPLE) <= enough:
-                    break
-                if time.thread_time() >= deadline:
-                    self._next_sweep = (first + n) % len(databases)
-                    self.behind = True
-                    return gone
-        return gone

@@ -1,5 +1,5 @@
 """The Redis front door's run-time parameters that CONFIG SET may change and that nothing else on
-the node owns (``maxmemory`` is ``node.data.keyspace``'s, ``appendfsync`` the journal's,
+the node owns (``maxmemory`` is ``node.data.keyspaces``', ``appendfsync`` the journal's,
 ``notify-keyspace-events`` the keyspace's notifier's, ``busy-reply-threshold`` the scripts'): one
 ``RedisSettings`` per node, read by whoever the parameter concerns.
 """

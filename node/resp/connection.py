@@ -9,7 +9,11 @@ The connection checks each request as redis-server's ``processCommand`` does (ar
 table it is given (``node.resp.dispatch``) and runs the command's handler. The handlers
 (``node.resp.commands``) answer through ``reply`` and ``error``; the connection keeps what outlives
 a request: the reply buffer and CLIENT REPLY's mode, the subscriptions, the selected database, the
-MULTI queue and watched keys, a blocked read, the user signed in, and the output limits.
+user signed in, and the output limits. It holds two records of its own: MULTI's queue and the
+keys WATCHed (``transaction``, a ``node.resp.transaction.Transaction``, which EXEC runs through
+``capture``), and a blocked read (``blocking``, a ``node.resp.blocking.Blocking``, which it runs
+again when a write wakes it). How it is shown to CLIENT LIST and MONITOR is
+``node.resp.client_list``'s and ``node.resp.monitor_lines``'.
 
 **Replies follow redis-server 7.2**: exact error texts, arity errors, the RESP2 subscribed-mode
 restrictions, and pushes produced while a command runs (publishing to oneself) written after that
@@ -33,16 +37,18 @@ from node.accounts.permissions import PermissionSet
 from node.broker import Broker
 from node.config.options import RedisConfig, UserConfig
 from node.connection import Connection, Reason
-from node.data.keyspace import WRONGTYPE, CommitFailed, Condition, Database, WrongType
-from node.redis_state.stats import redact
+from node.data.durability import CommitFailed
+from node.data.keyspace import WRONGTYPE, Condition, Database, WrongType
+from node.resp.blocking import Blocking
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
+from node.resp.monitor_lines import monitor_line
 from node.resp.parser import RequestParser
 from node.resp.tracking import ClientTracking, Tracker
+from node.resp.transaction import Transaction
 from node.resp.writer import (
     RESP2,
     Writer,
-    array_header,
     as_text,
     error,
     protocol_error,
@@ -57,18 +63,6 @@ UNAUTHENTICATED_OUTPUT: Final = 16 * 1024
 is closed at once, its output dropped, as redis-server closes such a client (whatever spills out
 of its 16 KiB reply buffer is over its 1 KiB limit for them), so a client that pipelines requests
 before signing in and never reads the replies cannot make the node hold them."""
-
-
-class _Blocked:
-    """A blocked read: the keys it waits on, the command to run again, when it gives up."""
-
-    __slots__ = ("args", "db", "deadline", "keys")
-
-    def __init__(self, db: Database, keys: list[bytes], args: list[bytes], deadline: float) -> None:
-        self.db = db
-        self.keys = keys
-        self.args = args
-        self.deadline = deadline
 
 
 class RespConnection(Connection):
@@ -127,24 +121,16 @@ class RespConnection(Connection):
         self._reply_off = self._skip = self._skip_next = False
         self._running = False
         self._held = bytearray()  # pushes produced while a command runs: they go after its reply
-        self.queued: list[list[bytes]] | None = None
-        """Commands queued since MULTI (None outside a transaction)."""
-        self._queue_failed = False
-        self._queued_denyoom = False  # a command that may add data was queued since MULTI
+        self.transaction = Transaction()
+        """MULTI's queue and the keys WATCHed (``node.resp.transaction``)."""
         self._captured: list[bytes] | None = None  # EXEC's replies, collected
-        self.dirty = False
-        """A key this connection WATCHes was written (its next EXEC fails)."""
-        self._watching: list[tuple[Database, bytes]] = []
-        self.blocked: _Blocked | None = None
-        """The blocking read waiting for a write to one of its keys (XREAD ... BLOCK)."""
-        self._retry_deadline = -1.0
+        self.blocking = Blocking()
+        """A blocked read, and the deadline the I/O side's timer follows (``node.resp.blocking``)."""
         self._unacked = -1
         """Where in ``outbound`` the replies that wait on the journal's commit start (-1: none)."""
         self._unacked_replies = 0
         # (An AUTH, or HELLO AUTH, whose bcrypt check runs waits in ``verifying``: it runs again
         # once the verdict is in, and the requests after it wait for it.)
-        self.on_deadline: Callable[[], None] = _ignore
-        """Called when ``deadline`` changes (the I/O side sleeps until it)."""
         self.last_command = "NULL"
         self.tracking: ClientTracking | None = None
         """CLIENT TRACKING's state while it is on (``node.resp.tracking``)."""
@@ -198,21 +184,31 @@ class RespConnection(Connection):
             self.execute(verifying.then)
         self._run_buffered()
 
-    def _waiting(self) -> bool:
+    def waiting(self) -> bool:
         """Whether a blocked read or a bcrypt check holds up this connection's requests (a call, not
         an attribute test, so that a check before running a request is not taken to hold after it)."""
-        return self.blocked is not None or self.verifying is not None
+        return self.blocking.read is not None or self.verifying is not None
+
+    @property
+    def query_buffer(self) -> int:
+        """Bytes of requests read and not yet run, as redis-server's ``qbuf`` counts them: while a
+        request runs, its own too (unless it came as an inline line)."""
+        qbuf = self.parser.buffered
+        if self._running and not self._from_inline:  # (as in redis-server's query buffer then)
+            qbuf += 3 + len(str(len(self._request)))
+            qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
+        return qbuf
 
     def _run_buffered(self) -> None:
         """Run the requests buffered so far, until one blocks (the rest wait for it); then commit
         the journal, before any of their replies can leave."""
-        if self._waiting():
+        if self.waiting():
             return
         try:
             for command in self.parser.commands():
                 self._from_inline = command.inline
                 self._run(command.args)
-                if self.closing is not None or self._waiting():
+                if self.closing is not None or self.waiting():
                     break
         except RespProtocolError as exc:
             if exc.message is not None:
@@ -279,7 +275,7 @@ class RespConnection(Connection):
                     if len(shown) >= 128:
                         break
                     shown += f"'{as_text(arg)[: 128 - len(shown)]}' "
-                self._queue_failed = self.queued is not None
+                self.transaction.refused()
                 self.error(
                     f"unknown command '{as_text(args[0])[:128]}', with args beginning with: {shown}"
                 )
@@ -298,14 +294,15 @@ class RespConnection(Connection):
             if self.user is None and not top.no_auth:
                 self.reject(command, NOAUTH)
                 return
-            if command.denyoom or self.queued is not None:
+            transaction = self.transaction
+            if command.denyoom or transaction.queued is not None:
                 oom = self.broker.keyspaces.oom
                 if oom is not None and self._refuse_on_oom(command, oom):
                     return
             if command.writes:  # (a blocked XREADGROUP's retry too: nothing left to take back)
                 refusal = self.broker.keyspaces.refusal
                 if refusal is not None:
-                    self._queue_failed = self.queued is not None
+                    transaction.refused()
                     self.reject(command, refusal)
                     return
             if self.writer is RESP2 and self.subscribed and not top.subscribed:
@@ -318,9 +315,8 @@ class RespConnection(Connection):
             if self.monitoring and top.on_keys:
                 self.reject(command, "Replica can't interact with the keyspace")
                 return
-            if self.queued is not None and top.queueable:
-                self.queued.append(args)
-                self._queued_denyoom = self._queued_denyoom or command.denyoom
+            if transaction.queued is not None and top.queueable:
+                transaction.queue(args, command.denyoom)
                 self.reply(b"+QUEUED\r\n")
                 return
             self.last_command = command.name
@@ -343,11 +339,10 @@ class RespConnection(Connection):
         counted as rejected."""
         self.broker.redis_stats.rejected(command.name)
         if command.key == b"exec":
-            self.queued = None
-            self.unwatch()
+            self.transaction.discard()
             self.error(f"-EXECABORT Transaction discarded because of: {text.removeprefix('-')}")
             return
-        self._queue_failed = self.queued is not None
+        self.transaction.refused()
         self.error(text)
 
     def _call(self, command: Command[RespConnection], args: list[bytes]) -> None:
@@ -361,10 +356,10 @@ class RespConnection(Connection):
             command.handler(self, args)
         except WrongType:
             self.error(WRONGTYPE)
-        if self.blocked is None:
+        if self.blocking.read is None:
             self._count(command.name, args)
         monitors = self.broker.redis_stats.monitors
-        if monitors and not command.unmonitored and self._retry_deadline < 0:
+        if monitors and not command.unmonitored and self.blocking.retry_deadline < 0:
             self._feed_monitors(monitors, args)
 
     def _count(self, name: str, args: list[bytes]) -> None:
@@ -411,7 +406,7 @@ class RespConnection(Connection):
         finally:
             tracker.current = outer
         state = self.tracking
-        if state is not None and self.queued is None and top.key != b"client":
+        if state is not None and self.transaction.queued is None and top.key != b"client":
             state.caching = False
 
     def _remember(self, command: Command[RespConnection], args: list[bytes]) -> None:
@@ -428,19 +423,19 @@ class RespConnection(Connection):
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
         may add data; inside MULTI any but EXEC, DISCARD, QUIT and RESET, the transaction then
         failing; an EXEC of such a command ends its transaction)."""
-        if self.queued is None:
+        transaction = self.transaction
+        if transaction.queued is None:
             self.reject(command, oom)  # (only a command that may add data gets here)
             return True
         if command.key == b"exec":
-            if not self._queued_denyoom:
+            if not transaction.denyoom:
                 return False
-            self.queued = None
-            self.unwatch()
+            transaction.discard()
             self.error(f"-EXECABORT Transaction discarded because of: {oom.removeprefix('-')}")
             return True
         if command.ends_multi:
             return False
-        self._queue_failed = True
+        transaction.failed = True
         self.reject(command, oom)
         return True
 
@@ -567,71 +562,28 @@ class RespConnection(Connection):
         if journal is not None:
             journal.append(self.account.name, self.db, args)
 
-    def start_transaction(self) -> None:
-        """MULTI: queue the commands that follow."""
-        self.queued = []
-        self._queue_failed = self._queued_denyoom = False
-
-    def exec_queued(self) -> None:
-        """EXEC: run the queued commands as one, their replies gathered into one array."""
-        queued, self.queued = self.queued, None
-        assert queued is not None
-        dirty, failed = self.dirty, self._queue_failed
-        self.unwatch()
-        if failed:
-            self.error("-EXECABORT Transaction discarded because of previous errors.")
-            return
-        if dirty:
-            self.reply(self.writer.null_array)
-            return
-        replies: list[bytes] = []
+    def capture(self, command: Command[RespConnection], args: list[bytes], replies: list[bytes]) -> None:
+        """Run ``command`` (already checked by the caller: a command EXEC runs, or a script's
+        ``redis.call``) with its reply added to ``replies`` instead of sent; the keys it reads are
+        remembered for tracking, and a blocking read answers at once (``may_block``)."""
         self._captured = replies
-        try:
-            for args in queued:
-                command = self.table.by_name[args[0].lower()]
-                if command.subcommands is not None:
-                    command = command.subcommands[args[1].lower()]
-                self._call(command, args)
-                self._remember(command, args)
-        finally:
-            self._captured = None
-        self.reply(array_header(len(queued)) + b"".join(replies))
-
-    def run_captured(self, command: Command[RespConnection], args: list[bytes]) -> bytes:
-        """Run ``command`` (already checked by the caller, as a script's ``redis.call`` checks it)
-        and answer its reply instead of sending it; a blocking read answers at once, as in EXEC."""
-        replies: list[bytes] = []
-        self._captured = replies
-        self.last_command = command.name
         try:
             self._call(command, args)
             self._remember(command, args)
         finally:
             self._captured = None
+
+    def run_captured(self, command: Command[RespConnection], args: list[bytes]) -> bytes:
+        """``capture`` for a script's ``redis.call``: the reply, and the command named the last."""
+        replies: list[bytes] = []
+        self.last_command = command.name
+        self.capture(command, args, replies)
         return b"".join(replies)
-
-    def watch(self, keys: list[bytes]) -> None:
-        db = self.database
-        for key in keys:
-            db.watch(key, self)
-            self._watching.append((db, key))
-
-    def unwatch(self) -> None:
-        for db, key in self._watching:
-            db.unwatch(key, self)
-        self._watching.clear()
-        self.dirty = False
 
     @property
     def may_block(self) -> bool:
         """Whether a blocking read may wait (not inside EXEC, where it answers as if timed out)."""
         return self._captured is None
-
-    @property
-    def deadline(self) -> float:
-        """When the blocked read times out, on this connection's clock (inf: never, or not blocked)."""
-        blocked = self.blocked
-        return blocked.deadline if blocked is not None else math.inf
 
     def block(
         self, waits: Sequence[tuple[bytes, Condition]], *, timeout_ms: int, retry: list[bytes]
@@ -639,49 +591,33 @@ class RespConnection(Connection):
         """Wait until a write to one of the keys meets the condition given with it, then run
         ``retry``; answer a null array if ``timeout_ms`` (0: never) passes first. A retry that
         blocks again keeps the deadline."""
-        if self._retry_deadline >= 0:
-            deadline = self._retry_deadline
-        else:
-            deadline = self._clock() + timeout_ms / 1000 if timeout_ms else math.inf
-        db = self.database
-        for key, until in waits:
-            db.block(key, self, until)
-        self.blocked = _Blocked(db, [key for key, _ in waits], retry, deadline)
-        if deadline < math.inf:  # (else ``deadline`` stays at inf)
-            self.on_deadline()
-
-    def _unblock(self) -> _Blocked | None:
-        blocked, self.blocked = self.blocked, None
-        if blocked is not None:
-            for key in blocked.keys:
-                blocked.db.unblock(key, self)
-            if blocked.deadline < math.inf:  # (one that never times out left ``deadline`` alone)
-                self.on_deadline()
-        return blocked
+        deadline = self._clock() + timeout_ms / 1000 if timeout_ms else math.inf
+        self.blocking.block(self.database, waits, self, deadline=deadline, retry=retry)
 
     def wake(self) -> None:
         """A write met what this connection waits for on one of its keys: run the read again."""
-        blocked = self._unblock()
+        blocking = self.blocking
+        blocked = blocking.end(self)
         if blocked is None or self.closing is not None:
             return
-        self._retry_deadline = blocked.deadline
+        blocking.retry_deadline = blocked.deadline
         self._mark = perf_counter_ns()
         try:
             self._run(blocked.args)
         finally:
-            self._retry_deadline = -1.0
+            blocking.retry_deadline = -1.0
         self._run_buffered()
         self._commit()  # (when the retry blocked again, or requests wait on something else)
 
     def deadline_due(self) -> None:
         """The timer fired: a blocked read past its deadline answers a null array."""
-        blocked = self.blocked
+        blocked = self.blocking.read
         if blocked is not None and self._clock() >= blocked.deadline:
             self.unblock(as_error=False)
 
     def unblock(self, *, as_error: bool) -> bool:
         """End a blocked read early (its timeout, or CLIENT UNBLOCK); whether one was blocked."""
-        blocked = self._unblock()
+        blocked = self.blocking.end(self)
         if blocked is None:
             return False
         command = self.table.find(blocked.args[0])
@@ -711,9 +647,7 @@ class RespConnection(Connection):
         self.stop_monitoring()
         self._drop_all()
         self._stop_tracking()
-        self.queued = None
-        self._queue_failed = False
-        self.unwatch()
+        self.transaction.discard()
         self.writer = RESP2
         self.db = 0
         self.options["name"] = ""
@@ -751,8 +685,8 @@ class RespConnection(Connection):
         self.stop_monitoring()
         self._drop_all()
         self._stop_tracking()
-        self._unblock()
-        self.unwatch()
+        self.blocking.end(self)
+        self.transaction.unwatch()
 
     def _stop_tracking(self) -> None:
         tracker = self.broker.keyspaces.tracker
@@ -772,66 +706,6 @@ class RespConnection(Connection):
         if self.monitoring:
             self.monitoring = False
             self.broker.redis_stats.monitors.remove(self)
-
-    def client_line(self) -> bytes:
-        """This connection as a line of CLIENT LIST (the fields clients and tools read)."""
-        now = time.time_ns()
-        user = (self.user.user if self.user is not None else None) or "default"
-        flags = ("O" if self.monitoring else "") + ("P" if self.subscribed else "")
-        flags += "b" if self._waiting() else ""
-        flags += "x" if self.queued is not None else ""
-        tracking = self.tracking
-        if tracking is not None:
-            flags += "t" + ("R" if tracking.broken else "") + ("B" if tracking.bcast else "")
-        flags = flags or "N"
-        qbuf = self.parser.buffered
-        if self._running and not self._from_inline:  # (as in redis-server's query buffer then)
-            qbuf += 3 + len(str(len(self._request)))
-            qbuf += sum(len(arg) + len(str(len(arg))) + 5 for arg in self._request)
-        multi = len(self.queued) if self.queued is not None else -1
-        redirect = tracking.redirect if tracking is not None else -1
-        line = (
-            f"id={self.cid} addr={self.host}:{self.port} laddr={self.local_address} fd={self.fd} "
-            f"name={self.name} "
-            f"age={(now - self.start_ns) // 10**9} idle={(now - self.last_activity_ns) // 10**9} "
-            f"flags={flags} db={self.db} sub={len(self.subs)} psub={len(self.patterns)} "
-            f"ssub={len(self.shard)} multi={multi} qbuf={qbuf} qbuf-free=0 argv-mem=0 "
-            f"multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={self.pending_bytes} "
-            f"tot-mem={self.pending_bytes + qbuf} events=r cmd={self.last_command} user={user} "
-            f"redir={redirect} resp={self.writer.version} lib-name={self.options.get('lang') or ''} "
-            f"lib-ver={self.options.get('version') or ''}\n"
-        )
-        return line.encode("utf-8", "surrogateescape")
-
-
-def _quoted(arg: bytes) -> str:
-    """An argument as MONITOR shows it: quoted, with C escapes for what is not printable."""
-    out = ['"']
-    for byte in arg:
-        char = chr(byte)
-        if char in '\\"':
-            out.append("\\" + char)
-        elif char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif 32 <= byte < 127:
-            out.append(char)
-        else:
-            out.append(f"\\x{byte:02x}")
-    out.append('"')
-    return "".join(out)
-
-
-_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b"}
-
-
-def monitor_line(micros: int, db: int, addr: str, args: list[bytes]) -> bytes:
-    """A MONITOR line: ``+<unix seconds>.<micros> [<db> <addr>] "arg" ...`` (AUTH redacted)."""
-    shown = " ".join(_quoted(arg) for arg in redact(args))
-    return f"+{micros // 10**6}.{micros % 10**6:06d} [{db} {addr}] {shown}\r\n".encode()
-
-
-def _ignore() -> None:
-    """What ``on_deadline`` calls until the I/O side listens: nobody to tell yet."""
 
 
 Handler = Callable[[RespConnection, list[bytes]], None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from node.broker import Broker
 from node.config.options import UserConfig
-from node.data.keyspace import Keyspaces
+from node.data.keyspaces import Keyspaces
 from node.data.store import CommandRefused
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from node.data.keyspace import Keyspaces
+from node.data.keyspaces import Keyspaces
 from node.resp.writer import Writer
 
 __all__ = [

@@ -64,7 +64,8 @@ from pathlib import Path
 import trio
 
 from node.config.options import FSYNC_POLICIES
-from node.data.keyspace import CommitFailed, Keyspaces
+from node.data.durability import CommitFailed
+from node.data.keyspaces import Keyspaces
 from node.data.store import snapshot
 from node.data.store.records import COMMIT, CorruptRecord, encode
 from node.data.store.replay import Executor, ReplayRefused, replay_file

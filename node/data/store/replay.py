@@ -25,7 +25,7 @@ from pathlib import Path
 
 import attrs
 
-from node.data.keyspace import Keyspaces
+from node.data.keyspaces import Keyspaces
 from node.data.store.records import RecordReader
 
 __all__ = ["CommandRefused", "Execute", "Executor", "ReplayRefused", "Replayed", "replay_file"]

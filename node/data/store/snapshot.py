@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from node.data.keyspace import Database, Keyspaces
+from node.data.keyspace import Database
+from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, encode
 from node.data.streams import MAX_ID, Stream, format_id
 

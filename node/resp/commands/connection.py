@@ -16,6 +16,7 @@ from typing import Final
 from node.accounts.auth import Verification, Verifying
 from node.connection import Reason
 from node.integers import string2ll
+from node.resp.client_list import client_line
 from node.resp.commands.common import NOT_INTEGER, REDIS_VERSION, SYNTAX, help_reply, resp_clients
 from node.resp.commands.tracking import COMMANDS as TRACKING
 from node.resp.connection import RespConnection
@@ -200,11 +201,11 @@ def _client_setinfo(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _client_list(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(conn.writer.verbatim(b"".join(c.client_line() for c in resp_clients(conn))))
+    conn.reply(conn.writer.verbatim(b"".join(client_line(c) for c in resp_clients(conn))))
 
 
 def _client_info(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(conn.writer.verbatim(conn.client_line()))
+    conn.reply(conn.writer.verbatim(client_line(conn)))
 
 
 def _client_kill(conn: RespConnection, args: list[bytes]) -> None:

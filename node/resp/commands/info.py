@@ -74,7 +74,7 @@ def _server(conn: RespConnection) -> Fields:
 
 def _clients(conn: RespConnection) -> Fields:
     resp = [c for c in conn.broker.clients.values() if isinstance(c, RespConnection)]
-    blocked = [c for c in resp if c.blocked is not None]
+    blocked = [c.blocking for c in resp if c.blocking.read is not None]
     return [
         ("connected_clients", len(resp)),
         ("cluster_connections", 0),
@@ -84,10 +84,10 @@ def _clients(conn: RespConnection) -> Fields:
         ("blocked_clients", len(blocked)),
         ("tracking_clients", tracking_info(conn.broker.keyspaces)["tracking_clients"]),
         ("pubsub_clients", sum(1 for c in resp if c.subscribed)),
-        ("clients_in_timeout_table", sum(1 for c in blocked if c.deadline != float("inf"))),
+        ("clients_in_timeout_table", sum(1 for b in blocked if b.deadline != float("inf"))),
         (
             "total_blocking_keys",
-            len({(id(c.blocked.db), k) for c in blocked if c.blocked for k in c.blocked.keys}),
+            len({(id(b.read.db), k) for b in blocked if b.read for k in b.read.keys}),
         ),
         ("unauthenticated_clients", sum(1 for c in resp if not c.authenticated)),
     ]

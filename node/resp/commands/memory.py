@@ -2,7 +2,7 @@
 ``node.data.keyspace`` counts it as for ``maxmemory``), what CONFIG SET maxmemory does, and INFO's
 memory section.
 
-What ``used_memory`` counts, and how it is kept, is ``node.data.keyspace``'s to say. The only policy is
+What ``used_memory`` counts, and how it is kept, is ``node.data.keyspaces``' to say. The only policy is
 ``noeviction``: nothing is ever evicted to make room.
 """
 

@@ -16,7 +16,7 @@ from node.broker import Broker
 from node.config.load import from_mapping
 from node.config.options import Config, ConfigError, StreamConfig
 from node.data.capture import Captures, header_fields
-from node.data.keyspace import CommitFailed
+from node.data.durability import CommitFailed
 from node.data.streams import Stream, format_id, make_id
 from routing import Message, Subscription, channel_subject
 
@@ -33,7 +33,7 @@ class Recorder:
 
 
 class Journal:
-    """Records appends and commits in the shared log (the journal protocol of ``node.data.keyspace``)."""
+    """Records appends and commits in the shared log (``node.data.durability``'s journal protocol)."""
 
     def __init__(self, log: list[Any]) -> None:
         self.log = log

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.data.keyspace import SWEEP_SAMPLE, Database, Keyspaces
+from node.data.keyspace import Database
+from node.data.keyspaces import SWEEP_SAMPLE, Keyspaces
 from node.data.streams import Stream
 
 pytestmark = pytest.mark.timeout(60)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.data.keyspace import Database, Keyspaces
+from node.data.keyspace import Database
+from node.data.keyspaces import Keyspaces
 from node.data.streams import Stream
 
 pytestmark = pytest.mark.timeout(10)

@@ -175,8 +175,8 @@ def test_a_blocked_reader_is_not_handed_an_entry_that_was_not_written(tmp_path: 
     assert writer.send("XADD", "s", "1-1", "f", "lost") == FULL
     assert bytes(reader.conn.take_output()) == b""  # (still blocked, handed nothing)
     assert bytes(group_reader.conn.take_output()) == b""
-    assert reader.conn.blocked is not None
-    assert group_reader.conn.blocked is not None
+    assert reader.conn.blocking.read is not None
+    assert group_reader.conn.blocking.read is not None
     faults.room = None
     assert store._resume_writes()
     assert writer.send("XADD", "s", "2-1", "f", "kept") == b"$3\r\n2-1\r\n"
