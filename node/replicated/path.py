@@ -29,8 +29,9 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
 
 Reads go to the leader too, so they see every acknowledged write (reads there may also see a write
 whose commit is still under way: a leader does not hide its own pending writes yet). Not carried
-yet across nodes: blocking reads (a forwarded ``BLOCK`` is not waited on), ``WATCH`` of keys led
-elsewhere, MULTI across nodes, client tracking and keyspace notifications of keys led elsewhere,
+yet across nodes (answered with an error, never run wrongly): blocking reads (``XREAD``/
+``XREADGROUP ... BLOCK``) and ``EXEC`` of keys led elsewhere. Not yet either: ``WATCH`` of keys led
+elsewhere, client tracking and keyspace notifications of keys led elsewhere,
 RESP3 shapes of forwarded replies, and expiries (each replica removes an expired key by its clock).
 """
 
@@ -65,6 +66,7 @@ log = logging.getLogger("pubmesh")
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 CLUSTERDOWN = "CLUSTERDOWN The cluster is down"
 _MOST_HOPS = 2
+_BLOCKING = frozenset([b"xread", b"xreadgroup"])
 
 Send = Callable[[str, KeysRequest | KeysReply], bool]
 
@@ -144,7 +146,7 @@ class KeyRouter:
         """A RAFT frame for a group this node has not formed: log it once if it is another key
         layout's (the peer's members or replicas are configured otherwise)."""
         why = self.layout.refusal(group)
-        if why is not None and (peer, group) not in self._refused:
+        if why is not None and (peer, group) not in self._refused and len(self._refused) < 1024:
             self._refused.add((peer, group))
             log.error("Refused Raft messages from %s: %s", peer, why)
 
@@ -169,6 +171,9 @@ class KeyRouter:
             return False
         if command.key == b"exec":
             conn.reject(command, "ERR a transaction on keys led by another node")
+            return True
+        if command.key in _BLOCKING and any(arg.upper() == b"BLOCK" for arg in args):
+            conn.reject(command, "ERR a blocking read of keys led by another node")
             return True
         conn.awaiting = partial(self._forward_for, conn, group, list(args))
         return True
@@ -217,7 +222,9 @@ class KeyRouter:
             conn.send(answer)  # (the reply as the command made it, or the cluster's error)
 
     async def _forward_for(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> None:
-        conn.reply(await self._forward(group, conn.account.name, conn.db, args, 0))
+        reply = await self._forward(group, conn.account.name, conn.db, args, 0)
+        if reply:
+            conn.reply(reply)
 
     async def _commit(self, group: SlotGroup, records: bytes, reply: bytes) -> bytes:
         """Propose a change made here; ``reply`` once committed, else the cluster's error."""
@@ -266,7 +273,7 @@ class KeyRouter:
                 return None
             return await receive.receive()
         finally:
-            del self._waiting[request.id]
+            self._waiting.pop(request.id, None)
 
     def _leader(self, group: SlotGroup) -> str | None:
         """Whom to send a command of ``group`` to: its leader if known, else (if this node holds
@@ -295,7 +302,7 @@ class KeyRouter:
     def receive(self, peer: str, frame: KeysRequest | KeysReply) -> None:
         """A KEYS or KEYR frame from the route peer ``peer``."""
         if isinstance(frame, KeysReply):
-            waiting = self._waiting.get(frame.id)
+            waiting = self._waiting.pop(frame.id, None)
             if waiting is not None:
                 waiting.send_nowait(frame.reply)
             return

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import contextlib
 from functools import partial
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.placement import SLOTS, hash_slot
+from cluster.config import ReplicationConfig
+from cluster.frames import RaftFrame
+from cluster.placement import SLOTS, hash_slot, layout
+from cluster.raft.messages import VoteRequest
+from cluster.replication.replicas import Replicas
 from node.broker import Broker
 from node.config.options import Config
 from node.data.store import CommandRefused, encode
 from node.replicated.capture import Capture
 from node.replicated.machine import KeyspaceMachine, MachineError, entry
+from node.replicated.path import KeyRouter
 from node.resp.executor import CommandExecutor
 
 
@@ -121,3 +127,23 @@ def test_damaged_or_refused_entries_raise() -> None:
     wrong.run("$G", 0, [b"XADD", b"k", b"1-1", b"f", b"v"])
     with pytest.raises(MachineError, match="refused"):
         wrong.machine.apply(entry("a", 1, encode("$G", 0, [b"INCR", b"k"])))
+
+
+def test_raft_frames_of_another_key_layout_are_refused_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ours, theirs = layout(["a", "b", "c"], 3), layout(["a", "b", "c"], 2)
+    replicas = Replicas("a", tmp_path, ReplicationConfig(), lambda to, frame: True)
+    broker = Broker(Config())
+    router = KeyRouter(
+        "a", ours, replicas, broker.keyspaces, partial(CommandExecutor, broker), lambda to, f: True
+    )
+    replicas.on_unknown = router.refused
+    vote = VoteRequest(sender="b", to="a", term=1, last_index=0, last_term=0)
+    for _ in range(3):
+        replicas.receive("b", RaftFrame(theirs.groups[0].name, vote))
+    refusals = [r.getMessage() for r in caplog.records if "Refused Raft messages" in r.getMessage()]
+    assert len(refusals) == 1  # (once per peer and group)
+    assert theirs.fingerprint in refusals[0]
+    assert ours.fingerprint in refusals[0]
+    assert not replicas.groups
