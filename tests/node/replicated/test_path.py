@@ -23,19 +23,30 @@ ROUTES = ClusterConfig(name="keys", host="127.0.0.1", port=0, ping_interval=0.5,
 RAFT = ReplicationConfig(tick=0.05, election_ticks=10, propose_timeout=3.0, members=NAMES)
 
 
+async def start_member(
+    nursery: trio.Nursery, tmp_path: Path, name: str, seed: NodeHandle | None
+) -> NodeHandle:
+    config = Config(
+        server_name=name,
+        store_dir=str(tmp_path / name),
+        cluster=ROUTES.evolve(seeds=(f"nats://127.0.0.1:{seed.cluster_port}",) if seed else ()),
+        replication=RAFT,
+        redis=RedisConfig(host="127.0.0.1", port=0, replicas=3),
+    )
+    return await start_node(nursery, config)
+
+
 async def start_nodes(nursery: trio.Nursery, tmp_path: Path) -> dict[str, NodeHandle]:
     nodes: dict[str, NodeHandle] = {}
     for name in NAMES:
-        seeds = (f"nats://127.0.0.1:{nodes['a'].cluster_port}",) if nodes else ()
-        config = Config(
-            server_name=name,
-            store_dir=str(tmp_path / name),
-            cluster=ROUTES.evolve(seeds=seeds),
-            replication=RAFT,
-            redis=RedisConfig(host="127.0.0.1", port=0, replicas=3),
-        )
-        nodes[name] = await start_node(nursery, config)
+        nodes[name] = await start_member(nursery, tmp_path, name, nodes.get("a"))
     return nodes
+
+
+async def stop(handle: NodeHandle) -> None:
+    handle.server.shutdown()
+    with trio.fail_after(10):
+        await handle.finished.wait()
 
 
 def leaders(nodes: dict[str, NodeHandle]) -> dict[str, str] | None:
@@ -99,9 +110,7 @@ async def test_any_node_serves_a_key_and_writes_survive_the_leader(
     assert await call(reader, "MGET", "{x}1", "{x}2") == [b"1", b"2"]
 
     # The leader goes; writes through the others resume once a new leader is elected.
-    nodes[first].server.shutdown()
-    with trio.fail_after(10):
-        await nodes[first].finished.wait()
+    await stop(nodes[first])
     live = {name: nodes[name] for name in others}
     refusals: list[str] = []
     with trio.fail_after(20):
@@ -117,3 +126,40 @@ async def test_any_node_serves_a_key_and_writes_survive_the_leader(
         await until(lambda handle=handle: entries(handle, key) == ids)  # type: ignore[misc]
     assert len(set(ids)) == len(ids)
     assert await call(reader, "XLEN", key) == len(ids)
+
+
+async def test_a_restarted_replica_catches_up_from_its_log_and_the_leader(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    follower = next(name for name in NAMES if name != leader)
+    other = next(name for name in NAMES if name not in (leader, follower))
+    acked = [await call(nodes[other], "XADD", key, "*", "n", str(n)) for n in range(3)]
+    await until(lambda: len(entries(nodes[follower], key)) == 3)
+    await stop(nodes[follower])
+    acked += [await call(nodes[other], "XADD", key, "*", "n", str(n)) for n in range(3, 6)]
+    nodes[follower] = await start_member(nursery, tmp_path, follower, nodes[leader])
+    ids = [parse_id(i) for i in acked if isinstance(i, bytes)]
+    assert len(ids) == 6
+    await until(lambda: entries(nodes[follower], key) == ids)
+    assert entries(nodes[leader], key) == ids
+
+
+async def test_without_a_majority_a_write_is_refused_and_taken_back(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    acked = await call(nodes[leader], "XADD", key, "*", "n", "0")
+    for name in NAMES:
+        if name != leader:
+            await stop(nodes[name])
+    with pytest.raises(redis.ResponseError, match="^CLUSTERDOWN The cluster is down$"):
+        await call(nodes[leader], "XADD", key, "*", "n", "1")
+    assert isinstance(acked, bytes)
+    await until(lambda: entries(nodes[leader], key) == [parse_id(acked)])  # (the change undone)
