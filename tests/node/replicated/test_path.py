@@ -159,7 +159,7 @@ async def test_without_a_majority_a_write_is_refused_and_taken_back(
     for name in NAMES:
         if name != leader:
             await stop(nodes[name])
-    with pytest.raises(redis.ResponseError, match="^CLUSTERDOWN The cluster is down$"):
+    with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
         await call(nodes[leader], "XADD", key, "*", "n", "1")
     assert isinstance(acked, bytes)
     await until(lambda: entries(nodes[leader], key) == [parse_id(acked)])  # (the change undone)
