@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -16,6 +17,10 @@ DEFAULT_MAX_PENDING = 32 * 1024 * 1024
 """Bytes a link may hold for a peer that does not read them before it is cut as a slow consumer
 (nats-server bounds clients at 64 MiB; a link serves many, but what it holds is all in memory)."""
 DEFAULT_WRITE_DEADLINE = 10.0
+
+
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
 
 
 @attrs.frozen
@@ -33,6 +38,8 @@ class ReplicationConfig:
         snapshot_entries: applied entries after which a group snapshots its state machine and
             drops the log before it.
         propose_timeout: seconds a proposal may wait to be committed and applied.
+        members: the server names the Redis keys are placed on (``cluster.placement``), in an
+            order identical on every node (empty: keys are not replicated).
     """
 
     tick: float = 0.1
@@ -40,6 +47,7 @@ class ReplicationConfig:
     heartbeat_ticks: int = 1
     snapshot_entries: int = 8192
     propose_timeout: float = 5.0
+    members: tuple[str, ...] = attrs.field(default=(), converter=_names)
 
     def __attrs_post_init__(self) -> None:
         if self.tick <= 0 or not 0 < self.heartbeat_ticks < self.election_ticks:

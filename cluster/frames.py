@@ -25,6 +25,9 @@ Operations, in the order a link opens (see ``cluster.handshake``):
   empty list once it stops (lame duck mode), so its peers stop advertising it to their clients.
 * ``RAFT group message``: one Raft message for a replica group (``cluster.replication.wire`` says
   how a message is laid out and checked); routes only.
+* ``KEYS id account db hops [arg, ...]`` / ``KEYR id reply``: a Redis command forwarded to the
+  node that leads its keys' replica group, and that node's reply (``node.replicated.path``);
+  routes only. ``hops`` counts how often the request was passed on.
 * ``ERR text``: why the sender is about to close.
 """
 
@@ -64,6 +67,8 @@ __all__ = [
     "Gateways",
     "Gossip",
     "Hello",
+    "KeysReply",
+    "KeysRequest",
     "LinkError",
     "MessageFrame",
     "PeerInfo",
@@ -230,13 +235,28 @@ class RaftFrame:
 
 
 @attrs.define(slots=True)
+class KeysRequest:
+    id: int
+    account: str
+    db: int
+    hops: int
+    args: list[bytes]
+
+
+@attrs.define(slots=True)
+class KeysReply:
+    id: int
+    reply: bytes
+
+
+@attrs.define(slots=True)
 class Err:
     text: str
 
 
 Frame = (
     Challenge | Proof | Hello | Ping | Pong | SubAdd | SubRemove | Snapshot | MessageFrame | Gossip
-    | Gateways | ClientUrls | RaftFrame | Err
+    | Gateways | ClientUrls | RaftFrame | KeysRequest | KeysReply | Err
 )  # fmt: skip
 
 _PING: bytes = msgpack.packb(["PING"])
@@ -274,6 +294,10 @@ def encode(frame: Frame) -> bytes:
         return _pack(["CLIENTS", list(frame.urls)])
     if isinstance(frame, RaftFrame):
         return _pack(["RAFT", frame.group, wire.pack(frame.message)])
+    if isinstance(frame, KeysRequest):
+        return _pack(["KEYS", frame.id, frame.account, frame.db, frame.hops, frame.args])
+    if isinstance(frame, KeysReply):
+        return _pack(["KEYR", frame.id, frame.reply])
     return _pack(["ERR", frame.text])
 
 
@@ -441,6 +465,15 @@ def _decode(obj: Any) -> Frame:
         return ClientUrls(_client_urls(obj[1]))
     if op == "RAFT" and n == 3:
         return RaftFrame(wire.check_group(obj[1]), wire.unpack(obj[2]))
+    if op == "KEYS" and n == 6:
+        args = [_bytes(arg) for arg in _list(obj[5])]
+        if not args:
+            raise LinkError("a forwarded command without arguments")
+        return KeysRequest(
+            _int(obj[1], 0, 1 << 63), _str(obj[2]), _int(obj[3], 0, 255), _int(obj[4], 0, 8), args
+        )
+    if op == "KEYR" and n == 3:
+        return KeysReply(_int(obj[1], 0, 1 << 63), _bytes(obj[2]))
     if op == "ERR" and n == 2:
         return Err(_str(obj[1]))
     raise LinkError(f"unknown or malformed frame {str(op)[:16]!r}/{n}")

@@ -44,6 +44,8 @@ from cluster.frames import (
     Frame,
     Gateways,
     Gossip,
+    KeysReply,
+    KeysRequest,
     LinkError,
     PeerInfo,
     RaftFrame,
@@ -135,6 +137,8 @@ class RouteManager(LinkManager[AccountT]):
         self.on_client_urls: Callable[[], None] = _nothing
         """Called when a connected peer's client URLs come, change or go."""
         self.on_raft: Callable[[str, RaftFrame], None] | None = None
+        self.on_keys: Callable[[str, KeysRequest | KeysReply], None] | None = None
+        """Takes forwarded Redis commands and their replies (``node.replicated.path``)."""
         """Takes each RAFT frame with the sending peer's server name (``cluster.replication``);
         None: the frames are dropped. It may raise ``LinkError`` to close the link."""
 
@@ -214,6 +218,9 @@ class RouteManager(LinkManager[AccountT]):
         elif kind is RaftFrame:
             if self.on_raft is not None:
                 self.on_raft(peer_of(link).name, frame)  # type: ignore[arg-type]
+        elif kind is KeysRequest or kind is KeysReply:
+            if self.on_keys is not None:
+                self.on_keys(peer_of(link).name, frame)  # type: ignore[arg-type]
         else:
             raise LinkError(f"unexpected {kind.__name__} frame on a route")
 
@@ -376,9 +383,9 @@ class RouteManager(LinkManager[AccountT]):
             self._peer_clients(peer, ())
         self._dial_missing(peer)
 
-    def send_raft(self, name: str, frame: RaftFrame) -> bool:
-        """Send a RAFT frame to the connected peer called ``name``, on its first slot up; False
-        (dropped) if there is none."""
+    def send_raft(self, name: str, frame: RaftFrame | KeysRequest | KeysReply) -> bool:
+        """Send a RAFT (or KEYS, KEYR) frame to the connected peer called ``name``, on its first
+        slot up; False (dropped) if there is none."""
         for peer in self.peers.values():
             if peer.name == name and peer.slots:
                 link = peer.slots.get(0) or next(iter(peer.slots.values()))

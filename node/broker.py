@@ -122,6 +122,19 @@ def new_server_id(rng: random.Random | None = None) -> str:
     return "N" + base64.b32encode(noise).decode()[:55]
 
 
+class KeyRouting(Protocol):
+    """What a Redis connection asks before and after a command on keys runs, when keys are
+    replicated (``node.replicated.path.KeyRouter``)."""
+
+    def route(self, conn: Any, command: Any, args: list[bytes]) -> bool:
+        """Whether the command was answered (or sent on) without running here."""
+        ...
+
+    def ran(self, conn: Any) -> None:
+        """The command ran here: its changes go to the group."""
+        ...
+
+
 class Broker:
     """The state of one node and its publish path.
 
@@ -151,6 +164,9 @@ class Broker:
         self.interest_listeners: list[Callable[[InterestChange], None]] = []
         """Called with each change of local interest, in order (the cluster's links listen)."""
         self.keyspaces = Keyspaces()
+        self.key_router: KeyRouting | None = None
+        """Carries commands on keys to the replica groups that hold them (None: keys are this
+        node's alone)."""
         """Every account's keys (Redis streams)."""
         self.scripts = Scripts()
         """Every account's Lua scripts and function libraries."""

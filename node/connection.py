@@ -20,7 +20,7 @@ reasons are nats-server's words (``Reason``), for every protocol.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from node.accounts.account import DEFAULT_ACCOUNT, Account
@@ -124,6 +124,9 @@ class Connection(Outbox):
         self.perms: PermissionSet | None = (
             PermissionSet(self.user.permissions) if self.user and self.user.permissions else None
         )
+        self.awaiting: Callable[[], Awaitable[None]] | None = None
+        """Work the server awaits before the connection reads on (a replicated write's commit:
+        ``node.replicated.path``); input waits for it."""
         self.verifying: Verifying[Any] | None = None
         """A sign-in whose bcrypt check the server runs off the event loop (``Verifying.then`` is
         what the protocol does again once the verdict is in); input waits for it."""

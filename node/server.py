@@ -429,7 +429,8 @@ class Server:
     async def _after_input(self, session: Session, conn: Connection) -> None:
         """Run a sign-in's bcrypt check in a worker thread (the connection reads nothing more
         meanwhile), then let the connection carry on with what it has read, which may hold another
-        sign-in; and pause for congested consumers."""
+        sign-in; likewise await the work a command left (``Connection.awaiting``); and pause for
+        congested consumers."""
         while (verifying := conn.verifying) is not None and not verifying.done:
             check = verifying.check
             user = await trio.to_thread.run_sync(
@@ -438,6 +439,11 @@ class Server:
             self.broker.auth.remember(check, user)
             verifying.done = True
             self.flusher.process(session, b"")
+        while (awaiting := conn.awaiting) is not None:  # (a replicated write's commit)
+            await awaiting()
+            conn.awaiting = None
+            self.flusher.process(session, b"")
+            session.write_now()  # (what it answered: a reply held back may not have woken the writer)
         await self._stall_if_congested()
 
     async def _stall_if_congested(self) -> None:

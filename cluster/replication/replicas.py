@@ -3,7 +3,8 @@
 Members of a group are named by server name, which every route's HELLO carries (and the route
 handshake authenticated), so a RAFT frame from a peer is taken only if the message says it is
 from that peer's name and for this node; anything else is a ``LinkError`` and closes the link.
-Messages for a group this node has not formed (yet) are dropped: Raft resends. Messages for a peer
+Messages for a group this node has not formed (yet) are dropped (``on_unknown`` hears of them):
+Raft resends. Messages for a peer
 with no route up are dropped likewise.
 
 ``start_group`` forms this node's side of a group from a ``GroupSpec`` (its name and fixed
@@ -81,6 +82,8 @@ class Replicas:
         self._nursery: trio.Nursery | None = None
         self._handing_over = 0
         self._handed_over = trio.Event()
+        self.on_unknown: Callable[[str, str], None] | None = None
+        """Told of a RAFT frame (its sender, its group) for a group this node has not formed."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the groups started, until cancelled."""
@@ -187,6 +190,8 @@ class Replicas:
         group = self.groups.get(frame.group)
         if group is not None:
             group.receive(message)
+        elif self.on_unknown is not None:
+            self.on_unknown(peer, frame.group)
 
     def status(self) -> list[GroupStatus]:
         """Every group's state, by name: what /raftz shows."""

@@ -135,6 +135,8 @@ class RedisConfig:
     notify_keyspace_events: str = ""
     """redis-server's ``notify-keyspace-events`` at start (letters of ``Ag$lshzxeKEtmdn``; empty:
     no keyspace notifications)."""
+    replicas: int = 1
+    """Nodes that hold each key, when ``[replication] members`` places keys (``cluster.placement``)."""
 
     def evolve(self, **changes: Any) -> RedisConfig:
         return attrs.evolve(self, **changes)

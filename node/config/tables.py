@@ -272,6 +272,7 @@ _REDIS_OPTIONS: dict[str, type | str] = {
     "soft_seconds": DURATION,
     "maxmemory": SIZE,
     "notify_keyspace_events": str,
+    "replicas": int,
 }
 
 
@@ -284,6 +285,8 @@ def read_redis(body: dict[str, Any], where: str) -> RedisConfig:
         fields[key] = scalar(value, _REDIS_OPTIONS[key], f"{where}: {key}")
     if fields.get("maxmemory", 0) < 0:
         raise ConfigError(f"{where}: maxmemory must be 0 (no limit) or positive")
+    if fields.get("replicas", 1) < 1:
+        raise ConfigError(f"{where}: replicas must be at least 1")
     if parse_flags(fields.get("notify_keyspace_events", "").encode()) is None:
         raise ConfigError(f"{where}: notify_keyspace_events: {INVALID}")
     return RedisConfig(**fields)
@@ -298,12 +301,23 @@ _REPLICATION_OPTIONS: dict[str, type | str] = {
 }
 
 
+def _strs_option(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(f"{where}: expected an array of names")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{where}: a name is listed twice")
+    return tuple(value)
+
+
 def read_replication(body: dict[str, Any], where: str) -> ReplicationConfig:
     """The ``[replication]`` table: Raft's clock and limits for the node's replica groups."""
     fields: dict[str, Any] = {}
     for key, value in body.items():
+        if key == "members":
+            fields[key] = _strs_option(value, f"{where}: {key}")
+            continue
         if key not in _REPLICATION_OPTIONS:
-            raise UnknownOption(body, key, _REPLICATION_OPTIONS, where)
+            raise UnknownOption(body, key, [*_REPLICATION_OPTIONS, "members"], where)
         fields[key] = scalar(value, _REPLICATION_OPTIONS[key], f"{where}: {key}")
     try:
         return ReplicationConfig(**fields)

@@ -187,7 +187,7 @@ class RespConnection(Connection):
     def waiting(self) -> bool:
         """Whether a blocked read or a bcrypt check holds up this connection's requests (a call, not
         an attribute test, so that a check before running a request is not taken to hold after it)."""
-        return self.blocking.read is not None or self.verifying is not None
+        return self.blocking.read is not None or self.verifying is not None or self.awaiting is not None
 
     @property
     def query_buffer(self) -> int:
@@ -321,11 +321,16 @@ class RespConnection(Connection):
                 return
             self.last_command = command.name
             self._request = args
+            router = self.broker.key_router if top.on_keys else None  # (node.replicated.path)
+            if router is not None and router.route(self, command, args):
+                return
             tracker = self.broker.keyspaces.tracker
             if tracker is None:
                 self._call(command, args)
             else:
                 self._call_tracked(tracker, top, command, args)
+            if router is not None:
+                router.ran(self)
         finally:
             self._running = False
             self._skip, self._skip_next = self._skip_next, False

@@ -15,6 +15,7 @@ import trio
 
 from cluster.connections import Dial
 from cluster.gateways import GatewayManager
+from cluster.placement import layout
 from cluster.replication.replicas import Replicas
 from cluster.routes import RouteManager
 from node.accounts.imports import install_imports
@@ -24,6 +25,7 @@ from node.data.capture import Captures
 from node.data.store import Store
 from node.monitoring.state import MonitorState
 from node.monitoring.system import SystemAccount
+from node.replicated.path import KeyRouter
 from node.resp.executor import CommandExecutor
 from node.run.node import Node
 from node.server import Server
@@ -33,7 +35,8 @@ __all__ = ["assemble"]
 
 def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | None = None) -> Node:
     """A node built from ``config``: clustered if it has ``cluster`` settings (and ready to form
-    replica groups if it also has a ``store_dir`` and a ``server_name``), joined to other
+    replica groups if it also has a ``store_dir`` and a ``server_name``; with ``[replication]
+    members`` its Redis keys live on them, placed by ``cluster.placement``), joined to other
     clusters if it has ``gateway`` settings, capturing subjects into the streams it lists, and
     answering in its system account.
 
@@ -49,10 +52,12 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
     install_imports(broker)
     server = Server(config, broker=broker)
     node = Node(server)
-    if config.store_dir is not None:
+    executor = functools.partial(CommandExecutor, broker)
+    replicated = bool(config.replication.members)
+    if config.store_dir is not None and not replicated:  # (else the replica groups keep the keys)
         node.store = Store(
             config.store_dir,
-            executor=functools.partial(CommandExecutor, broker),
+            executor=executor,
             appendfsync=config.appendfsync,
             rewrite_percentage=config.rewrite_percentage,
             rewrite_min_size=config.rewrite_min_size,
@@ -75,6 +80,16 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
                 rng=rng(),
             )
             node.routes.on_raft = node.replicas.receive
+            if replicated:
+                replicas = config.redis.replicas if config.redis is not None else 1
+                plan = layout(config.replication.members, replicas)
+                node.keys = KeyRouter(
+                    config.server_name, plan, node.replicas, broker.keyspaces, executor,
+                    node.routes.send_raft,
+                )  # fmt: skip
+                broker.key_router = node.keys
+                node.routes.on_keys = node.keys.receive
+                node.replicas.on_unknown = node.keys.refused
     if config.gateway is not None:
         node.gateways = GatewayManager(
             server.broker, config.gateway, server.flusher, routes=node.routes, dial=dial, rng=rng()

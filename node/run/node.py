@@ -23,6 +23,7 @@ from node.config.options import Config
 from node.data.capture import Captures
 from node.data.store import Store
 from node.monitoring.system import SystemAccount
+from node.replicated.path import KeyRouter
 from node.server import Server
 
 __all__ = ["Listeners", "Node"]
@@ -53,6 +54,8 @@ class Node:
     """The append-only file of the Redis keys (``store_dir``)."""
     replicas: Replicas | None = None
     """The replica groups this node is a member of (clustered, with a ``store_dir``)."""
+    keys: KeyRouter | None = None
+    """The Redis keys on replica groups (``[replication] members``)."""
     captures: Captures | None = None
     system: SystemAccount | None = None
     """The system account's requests and events (None with ``no_system_account``)."""
@@ -117,6 +120,8 @@ class Node:
                 await links.start(self.system.run)
             if self.replicas is not None:
                 await links.start(self.replicas.run)
+            if self.keys is not None:
+                await links.start(self.keys.run)
             if self.routes is not None:
                 await links.start(self.routes.run, listeners.routes)
             if self.gateways is not None:

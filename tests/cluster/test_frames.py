@@ -21,6 +21,8 @@ from cluster.frames import (
     Gateways,
     Gossip,
     Hello,
+    KeysReply,
+    KeysRequest,
     LinkError,
     MessageFrame,
     PeerInfo,
@@ -75,6 +77,15 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     ),
     st.builds(Gossip, st.lists(PEER, max_size=3)),
     st.builds(Gateways, st.dictionaries(TEXT, URLS, max_size=3)),
+    st.builds(
+        KeysRequest,
+        st.integers(0, 1 << 63),
+        TEXT,
+        st.integers(0, 255),
+        st.integers(0, 8),
+        st.lists(BLOB, min_size=1, max_size=4),
+    ),
+    st.builds(KeysReply, st.integers(0, 1 << 63), BLOB),
     st.builds(Err, TEXT),
 )
 
@@ -141,6 +152,12 @@ def route_hello(**changes: object) -> list[object]:
         ["GATEWAYS", {"east": "nats://a:7222"}],
         ["GATEWAYS", {"east": [7222]}],
         ["PING", "extra"],
+        ["KEYS", 1, "$G", 0, 0, []],
+        ["KEYS", 1, "$G", 256, 0, [b"GET", b"k"]],
+        ["KEYS", -1, "$G", 0, 0, [b"GET"]],
+        ["KEYS", 1, "$G", 0, 9, [b"GET"]],
+        ["KEYS", 1, "$G", 0, 0, ["GET"]],
+        ["KEYR", 1, "text"],
     ],
 )
 def test_malformed_frames_are_link_errors(value: object) -> None:

@@ -20,7 +20,8 @@ written are taken back (``node.data.store.journal``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -28,7 +29,15 @@ import attrs
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import RecordReader
 
-__all__ = ["CommandRefused", "Execute", "Executor", "ReplayRefused", "Replayed", "replay_file"]
+__all__ = [
+    "CommandRefused",
+    "Execute",
+    "Executor",
+    "ReplayRefused",
+    "Replayed",
+    "replay_file",
+    "replaying",
+]
 
 _READ_CHUNK = 1 << 20
 
@@ -70,6 +79,19 @@ class Replayed:
     torn: int
 
 
+@contextlib.contextmanager
+def replaying(keyspaces: Keyspaces) -> Iterator[None]:
+    """Run records into ``keyspaces``: their journal detached (nothing is written again) and no
+    key expiring meanwhile (``Keyspaces.loading``)."""
+    journal, keyspaces.journal = keyspaces.journal, None
+    keyspaces.loading = True
+    try:
+        yield
+    finally:
+        keyspaces.loading = False
+        keyspaces.journal = journal
+
+
 def replay_file(
     path: Path,
     keyspaces: Keyspaces,
@@ -89,9 +111,7 @@ def replay_file(
     execute = executor(keyspaces)
     reader = RecordReader()
     records = 0
-    journal, keyspaces.journal = keyspaces.journal, None
-    keyspaces.loading = True
-    try:
+    with replaying(keyspaces):
         left = limit if limit is not None else -1
         with path.open("rb") as file:
             while chunk := file.read(_READ_CHUNK if left < 0 else min(left, _READ_CHUNK)):
@@ -105,7 +125,4 @@ def replay_file(
                         command = record.args[0].decode("utf-8", "replace")
                         reply = exc.reply[:200].rstrip().decode("utf-8", "replace")
                         raise ReplayRefused(where, command, reply) from None
-    finally:
-        keyspaces.loading = False
-        keyspaces.journal = journal
     return Replayed(records, reader.offset, reader.pending)

@@ -31,7 +31,7 @@ from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, encode
 from node.data.streams import MAX_ID, Stream, format_id
 
-__all__ = ["chunks", "database_records", "records", "stream_commands"]
+__all__ = ["chunks", "database_records", "key_records", "records", "stream_commands"]
 
 _PLACEHOLDER = [b"x", b"y"]
 
@@ -60,15 +60,21 @@ def records(keyspaces: Keyspaces) -> Iterator[bytes]:
 
 
 def database_records(account: str, index: int, db: Database) -> Iterator[bytes]:
-    for key, value in list(db.keys.items()):
-        if isinstance(value, Stream):
-            for args in stream_commands(key, value):
-                yield encode(account, index, args)
-        else:
-            yield encode(account, index, [b"SET", key, bytes(value)])
-        when = db.expires_at(key)
-        if when is not None:
-            yield encode(account, index, [b"PEXPIREAT", key, b"%d" % when])
+    for key in list(db.keys):
+        yield from key_records(account, index, db, key)
+
+
+def key_records(account: str, index: int, db: Database, key: bytes) -> Iterator[bytes]:
+    """The records that rebuild one key (which exists) of database ``index`` of ``account``."""
+    value = db.keys[key]
+    if isinstance(value, Stream):
+        for args in stream_commands(key, value):
+            yield encode(account, index, args)
+    else:
+        yield encode(account, index, [b"SET", key, bytes(value)])
+    when = db.expires_at(key)
+    if when is not None:
+        yield encode(account, index, [b"PEXPIREAT", key, b"%d" % when])
 
 
 def stream_commands(key: bytes, stream: Stream) -> Iterator[list[bytes]]:

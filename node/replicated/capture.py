@@ -1,0 +1,58 @@
+"""A journal that keeps the records of the changes a command makes, for a replica group to commit.
+
+On a node whose keys are replicated, ``Keyspaces.journal`` is a ``Capture``: the command handlers
+record each change through it (``RespConnection.log_write``) exactly as they would into the store's
+append-only file, and the command path (``node.replicated.path``) takes the records a command made
+(``take``) and proposes them to the group that holds its keys. Durability is the group's (its Raft
+log is fsynced before an entry commits), so ``commit`` has nothing to do. Expiries are not
+proposed: each replica removes an expired key by its own clock.
+"""
+
+from __future__ import annotations
+
+from node.data.store.records import encode
+
+__all__ = ["Capture"]
+
+
+class Capture:
+    """Records appended since the last ``take`` (a ``node.data.keyspace.Journal``)."""
+
+    def __init__(self) -> None:
+        self._records = bytearray()
+
+    def append(self, account: str, db: int, args: list[bytes]) -> None:
+        self._records += encode(account, db, args)
+
+    def expire(self, account: str, db: int, key: bytes) -> None:
+        """Nothing: every replica removes an expired key by its own clock (expiry times are
+        absolute, so replicas agree but for their clocks' skew)."""
+
+    def take(self) -> bytes:
+        """The records appended since the last call."""
+        records = bytes(self._records)
+        self._records.clear()
+        return records
+
+    @property
+    def buffered(self) -> int:
+        return len(self._records)
+
+    @property
+    def refusal(self) -> str | None:
+        return None
+
+    @property
+    def discards(self) -> int:
+        return 0
+
+    @property
+    def size_bytes(self) -> int:
+        return 0
+
+    @property
+    def fsync_lag_seconds(self) -> float:
+        return 0.0
+
+    def commit(self) -> None:
+        """Nothing: the group that commits the records makes them durable."""

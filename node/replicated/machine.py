@@ -1,0 +1,158 @@
+"""The keys of one replica group's hash slots as a Raft state machine.
+
+An **entry** is one batch of journal records (``node.data.store.records``: the commands that
+repeat a change exactly, with their account and database), the changes one write command made,
+tagged with where it was made::
+
+    entry   u16 origin length | origin (the proposing node's server name, UTF-8) | u64 sequence |
+            the records, framed as the journal frames them, then ``COMMIT``
+
+``apply`` runs an entry's records through the command handlers (an ``Executor``, as the journal's
+replay does, with the keyspaces' journal detached and no key expiring meanwhile), so every replica
+ends with the same keys as the node that ran the command. The one exception is the leader's own
+entry: the leader ran the command itself to learn its records (``begin`` registers its sequence
+number before proposing), so applying the entry there skips the records. A sequence number
+``begin`` handed out that never comes back applied (the proposal failed or timed out) means this
+node's keys may hold a change the group never committed: ``forget`` says so, and the node must
+rebuild the group's keys from the group's log (stop its side of the group, ``clear``, start it
+again: the group restores its snapshot and applies its log anew).
+
+``snapshot`` writes the group's keys (every account, every database, only keys whose slot the
+group holds) as the records the journal's rewrite writes for them (``node.data.store.snapshot``),
+and ``restore`` replaces the group's keys with a snapshot's.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+
+from cluster.placement import hash_slot
+from node.data.keyspaces import Keyspaces
+from node.data.store.records import COMMIT, RecordReader
+from node.data.store.replay import CommandRefused, Execute, Executor, replaying
+from node.data.store.snapshot import key_records
+
+__all__ = ["KeyspaceMachine", "MachineError", "entry"]
+
+log = logging.getLogger("pubmesh")
+
+_ORIGIN = struct.Struct("<H")
+_SEQUENCE = struct.Struct("<Q")
+
+
+class MachineError(Exception):
+    """An entry or snapshot that cannot be applied: damaged, or refused by the command handlers.
+    Raised from ``apply`` it stops the group on this node (the replicas must not part ways)."""
+
+
+def entry(origin: str, sequence: int, records: bytes) -> bytes:
+    """The entry that carries ``records`` (framed, concatenated) made by ``origin``."""
+    name = origin.encode()
+    return b"".join([_ORIGIN.pack(len(name)), name, _SEQUENCE.pack(sequence), records, COMMIT])
+
+
+class KeyspaceMachine:
+    """The keys of slots ``[first, end)`` in ``keyspaces``, replicated as entries.
+
+    Args:
+        node: this node's server name (entries it proposed carry it).
+        keyspaces: the node's keys.
+        executor: runs records through the command handlers (``CommandExecutor`` bound to the
+            node's broker).
+        first, end: the slots the group holds.
+    """
+
+    def __init__(
+        self, node: str, keyspaces: Keyspaces, executor: Executor, first: int, end: int
+    ) -> None:
+        self.node = node
+        self.keyspaces = keyspaces
+        self._executor = executor
+        self._execute: Execute | None = None
+        self.first, self.end = first, end
+        self._next = random.getrandbits(63)  # (unlike any sequence a previous run logged)
+        self._local: set[int] = set()
+        self.applied = 0
+        """Entries applied (those made here included)."""
+
+    def holds(self, key: bytes) -> bool:
+        return self.first <= hash_slot(key) < self.end
+
+    # -- the leader's side ---------------------------------------------------------------------
+
+    def begin(self, records: bytes) -> tuple[int, bytes]:
+        """Register a change this node made to its keys already: its sequence number and entry."""
+        self._next += 1
+        self._local.add(self._next)
+        return self._next, entry(self.node, self._next, records)
+
+    def forget(self, sequence: int) -> bool:
+        """A proposal failed: whether its change, made here, was never applied as an entry (so
+        the keys must be rebuilt from the log)."""
+        if sequence in self._local:
+            self._local.discard(sequence)
+            return True
+        return False
+
+    # -- the state machine ---------------------------------------------------------------------
+
+    def apply(self, data: bytes) -> object:
+        """Carry out one committed entry (see the module docstring).
+
+        Raises:
+            MachineError: the entry is damaged or its records were refused.
+        """
+        try:
+            (size,) = _ORIGIN.unpack_from(data, 0)
+            origin = data[_ORIGIN.size : _ORIGIN.size + size].decode()
+            (sequence,) = _SEQUENCE.unpack_from(data, _ORIGIN.size + size)
+        except (struct.error, UnicodeDecodeError):
+            raise MachineError("a damaged entry") from None
+        self.applied += 1
+        if origin == self.node and sequence in self._local:
+            self._local.discard(sequence)
+            return None
+        self._run(data[_ORIGIN.size + size + _SEQUENCE.size :])
+        return None
+
+    def snapshot(self) -> bytes:
+        parts: list[bytes] = []
+        for account, keyspace in self.keyspaces.accounts().items():
+            for index, db in sorted(keyspace.databases().items()):
+                for key in [key for key in db.keys if self.holds(key)]:
+                    parts.extend(key_records(account, index, db, key))
+        parts.append(COMMIT)
+        return b"".join(parts)
+
+    def restore(self, data: bytes) -> None:
+        self.clear()
+        self._run(data)
+
+    def clear(self) -> None:
+        """Remove the group's keys from this node."""
+        for keyspace in self.keyspaces.accounts().values():
+            for db in keyspace.databases().values():
+                for key in [key for key in db.keys if self.holds(key)]:
+                    db.delete(key)
+
+    def _run(self, batch: bytes) -> None:
+        reader = RecordReader()
+        try:
+            records = reader.feed(batch)
+        except ValueError as exc:
+            raise MachineError(f"damaged records: {exc}") from None
+        if reader.pending:
+            raise MachineError("records cut short")
+        if self._execute is None:
+            self._execute = self._executor(self.keyspaces)
+        execute = self._execute
+        with replaying(self.keyspaces):
+            for record in records:
+                try:
+                    execute(record.account, record.db, record.args)
+                except CommandRefused as exc:
+                    command = record.args[0].decode("utf-8", "replace")
+                    reply = exc.reply[:200].rstrip().decode("utf-8", "replace")
+                    raise MachineError(f"{command} was refused: {reply}") from None

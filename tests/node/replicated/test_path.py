@@ -1,0 +1,165 @@
+"""Redis keys on replica groups, end to end: three nodes joined by routes over real sockets, redis-py
+clients on each, writes answered once committed, any node serving any key, and a leader's death."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+import trio
+
+from cluster.config import ClusterConfig, ReplicationConfig
+from cluster.placement import SLOTS
+from node.config.options import Config, RedisConfig
+from node.data.streams import MAX_ID, Stream, parse_id
+from node.run.launch import NodeHandle
+from tests.support import start_node, until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+NAMES = ("a", "b", "c")
+ROUTES = ClusterConfig(name="keys", host="127.0.0.1", port=0, ping_interval=0.5, ping_max=3)
+RAFT = ReplicationConfig(tick=0.05, election_ticks=10, propose_timeout=3.0, members=NAMES)
+
+
+async def start_member(
+    nursery: trio.Nursery, tmp_path: Path, name: str, seed: NodeHandle | None
+) -> NodeHandle:
+    config = Config(
+        server_name=name,
+        store_dir=str(tmp_path / name),
+        cluster=ROUTES.evolve(seeds=(f"nats://127.0.0.1:{seed.cluster_port}",) if seed else ()),
+        replication=RAFT,
+        redis=RedisConfig(host="127.0.0.1", port=0, replicas=3),
+    )
+    return await start_node(nursery, config)
+
+
+async def start_nodes(nursery: trio.Nursery, tmp_path: Path) -> dict[str, NodeHandle]:
+    nodes: dict[str, NodeHandle] = {}
+    for name in NAMES:
+        nodes[name] = await start_member(nursery, tmp_path, name, nodes.get("a"))
+    return nodes
+
+
+async def stop(handle: NodeHandle) -> None:
+    handle.server.shutdown()
+    with trio.fail_after(10):
+        await handle.finished.wait()
+
+
+def leaders(nodes: dict[str, NodeHandle]) -> dict[str, str] | None:
+    """Each group's leader, once every group has one all its live members agree on."""
+    found: dict[str, set[str | None]] = {}
+    for handle in nodes.values():
+        assert handle.node.replicas is not None
+        for status in handle.node.replicas.status():
+            found.setdefault(status.name, set()).add(status.leader)
+    if len(found) != len(NAMES) or any(len(s) != 1 or None in s for s in found.values()):
+        return None
+    return {name: next(iter(s)) for name, s in found.items()}  # type: ignore[misc]
+
+
+def key_led_by(nodes: dict[str, NodeHandle], leader: str, led: dict[str, str]) -> bytes:
+    keys = nodes[leader].node.keys
+    assert keys is not None
+    for n in range(SLOTS):
+        key = b"orders-%d" % n
+        if led[keys.layout.group_of(key).name] == leader:
+            return key
+    raise AssertionError("no group led by " + leader)
+
+
+def entries(handle: NodeHandle, key: bytes) -> list[int]:
+    """The IDs of stream ``key`` in this node's own replica."""
+    stream = handle.node.server.broker.keyspaces.database("$G", 0).keys.get(key)
+    return [i for i, _ in stream.range(0, MAX_ID)] if isinstance(stream, Stream) else []
+
+
+def client(handle: NodeHandle) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=handle.redis_port or 0, socket_timeout=10)
+
+
+async def call(handle: NodeHandle, *args: object) -> object:
+    def run() -> object:
+        with client(handle) as c:
+            return c.execute_command(*args)
+
+    return await trio.to_thread.run_sync(run)
+
+
+async def test_any_node_serves_a_key_and_writes_survive_the_leader(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    first = next(iter(led.values()))
+    others = [name for name in NAMES if name != first]
+    key = key_led_by(nodes, first, led)
+    writer, reader = nodes[others[0]], nodes[others[1]]
+
+    # A write through a node that does not lead the key's group, answered once committed.
+    acked = [await call(writer, "XADD", key, "*", "n", "0")]
+    assert isinstance(acked[0], bytes)
+    assert await call(reader, "XRANGE", key, "-", "+") == [(acked[0], {b"n": b"0"})]
+    assert await call(reader, "XLEN", key) == 1
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        await call(writer, "MSET", "{x}1", "1", "{y}2", "2")
+    assert await call(writer, "MSET", "{x}1", "1", "{x}2", "2") is True
+    assert await call(reader, "MGET", "{x}1", "{x}2") == [b"1", b"2"]
+
+    # The leader goes; writes through the others resume once a new leader is elected.
+    await stop(nodes[first])
+    live = {name: nodes[name] for name in others}
+    refusals: list[str] = []
+    with trio.fail_after(20):
+        while len(acked) < 10:
+            try:
+                acked.append(await call(writer, "XADD", key, "*", "n", str(len(acked))))
+            except redis.ResponseError as exc:
+                refusals.append(str(exc))
+                await trio.sleep(0.05)
+    assert all(text.startswith("CLUSTERDOWN") for text in refusals)  # (never a silent success)
+    ids = [parse_id(i) for i in acked if isinstance(i, bytes)]
+    for handle in live.values():
+        await until(lambda handle=handle: entries(handle, key) == ids)  # type: ignore[misc]
+    assert len(set(ids)) == len(ids)
+    assert await call(reader, "XLEN", key) == len(ids)
+
+
+async def test_a_restarted_replica_catches_up_from_its_log_and_the_leader(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    follower = next(name for name in NAMES if name != leader)
+    other = next(name for name in NAMES if name not in (leader, follower))
+    acked = [await call(nodes[other], "XADD", key, "*", "n", str(n)) for n in range(3)]
+    await until(lambda: len(entries(nodes[follower], key)) == 3)
+    await stop(nodes[follower])
+    acked += [await call(nodes[other], "XADD", key, "*", "n", str(n)) for n in range(3, 6)]
+    nodes[follower] = await start_member(nursery, tmp_path, follower, nodes[leader])
+    ids = [parse_id(i) for i in acked if isinstance(i, bytes)]
+    assert len(ids) == 6
+    await until(lambda: entries(nodes[follower], key) == ids)
+    assert entries(nodes[leader], key) == ids
+
+
+async def test_without_a_majority_a_write_is_refused_and_taken_back(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    acked = await call(nodes[leader], "XADD", key, "*", "n", "0")
+    for name in NAMES:
+        if name != leader:
+            await stop(nodes[name])
+    with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
+        await call(nodes[leader], "XADD", key, "*", "n", "1")
+    assert isinstance(acked, bytes)
+    await until(lambda: entries(nodes[leader], key) == [parse_id(acked)])  # (the change undone)
