@@ -298,6 +298,9 @@ class RespConnection(Connection):
             if self.user is None and not top.no_auth:
                 self.reject(command, NOAUTH)
                 return
+            if self.queued is not None and command.no_multi:
+                self.reject(command, "Command not allowed inside a transaction")
+                return
             if command.denyoom or self.queued is not None:
                 oom = self.broker.keyspaces.oom
                 if oom is not None and self._refuse_on_oom(command, oom):

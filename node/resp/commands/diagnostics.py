@@ -1,4 +1,4 @@
-"""The diagnostic commands (SLOWLOG, LATENCY, MONITOR, LASTSAVE, ROLE, DEBUG) and those of features
+"""The diagnostic commands (SLOWLOG, LATENCY, MONITOR, ROLE, DEBUG) and those of features
 the node runs without (CLUSTER, READONLY, READWRITE), as redis-server 7.2 answers them.
 
 DEBUG: only ``SLEEP 0`` and ``OBJECT key``. A node serves NATS clients on the same loop, so a DEBUG
@@ -130,10 +130,6 @@ def _monitor(conn: RespConnection, args: list[bytes]) -> None:
         conn.start_monitoring()
 
 
-def _lastsave(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(integer(conn.broker.start_ns // 10**9))
-
-
 def _role(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(array([bulk(b"master"), integer(0), array([])]))
 
@@ -240,7 +236,6 @@ COMMANDS: Final = (
         ],
     ),
     Command("monitor", 1, _monitor, "admin noscript"),
-    Command("lastsave", 1, _lastsave),
     Command("role", 1, _role, "noscript"),
     Command("debug", -2, _debug, "admin noscript"),
     Command(
