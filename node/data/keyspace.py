@@ -301,6 +301,7 @@ class Database:
         "_sizes",
         "_times",
         "_watchers",
+        "access",
         "account",
         "index",
         "keys",
@@ -327,6 +328,8 @@ class Database:
         """Key -> the bytes it was last counted as (see ``Keyspaces.settle``)."""
         self._resized: set[bytes] = set()
         """Keys to count again."""
+        self.access: dict[bytes, int] = {}
+        """Key -> ``Keyspaces.clock`` when it was last read or written (OBJECT IDLETIME)."""
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -340,15 +343,18 @@ class Database:
                 return None
         return value
 
-    def read(self, key: bytes, now: int) -> Value | None:
+    def read(self, key: bytes, now: int, touch: bool = True) -> Value | None:
         """``get``, for a command that reads the key: counted as a hit or a miss
-        (``Keyspaces.hits``, ``Keyspaces.misses``), a miss announced as ``keymiss``."""
+        (``Keyspaces.hits``, ``Keyspaces.misses``), a miss announced as ``keymiss``; a key found
+        is marked accessed now (``access``) unless not to ``touch`` it."""
         value = self.get(key, now)
         if value is None:
             self.keyspaces.misses += 1
             self.notify(KEY_MISS, b"keymiss", key)
         else:
             self.keyspaces.hits += 1
+            if touch:
+                self.access[key] = self.keyspaces.clock
         return value
 
     def inspect(self, key: bytes, now: int) -> Value | None:
@@ -428,6 +434,7 @@ class Database:
             return False
         self._forget_expiry(key)
         self.touch(key)
+        del self.access[key]
         return True
 
     def set_expiry(self, key: bytes, when: int | None) -> None:
@@ -452,6 +459,7 @@ class Database:
         self._expiring, other._expiring = other._expiring, []
         self._times, other._times = other._times, []
         self._sizes, other._sizes = other._sizes, {}
+        self.access, other.access = other.access, {}
         self._cursor = 0
 
     def exchange(self, other: Database) -> None:
@@ -469,6 +477,7 @@ class Database:
         self._expiring, other._expiring = other._expiring, self._expiring
         self._times, other._times = other._times, self._times
         self._sizes, other._sizes = other._sizes, self._sizes
+        self.access, other.access = other.access, self.access
         self._cursor = other._cursor = 0
         ready = self.keyspaces.ready
         for db in (self, other):
@@ -528,9 +537,10 @@ class Database:
         return change
 
     def touch(self, key: bytes) -> None:
-        """``key`` was written: count its memory again (``resized``), spoil its watchers'
-        transactions, and have its blocked readers looked at once the writing command has finished
-        (``Keyspaces.serve_ready``)."""
+        """``key`` was written: mark it accessed now (``access``), count its memory again
+        (``resized``), spoil its watchers' transactions, and have its blocked readers looked at
+        once the writing command has finished (``Keyspaces.serve_ready``)."""
+        self.access[key] = self.keyspaces.clock
         if not self._resized:
             self.keyspaces.unsettled.append(self)
         self._resized.add(key)
@@ -710,6 +720,7 @@ class Keyspaces:
         "_next_sweep",
         "_serving",
         "behind",
+        "clock",
         "expired_keys",
         "hits",
         "journal",
@@ -743,6 +754,9 @@ class Keyspaces:
         self._next_sweep = 0
         """Where, in the list of databases with expiring keys, the next sweep starts."""
         self.maxmemory = 0
+        self.clock = int(time.time())
+        """Whole seconds since the epoch, as of the last sweep (ten times a second): the time keys
+        are marked accessed at (``Database.access``), as redis-server's LRU clock."""
         self.expired_keys = 0
         """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
         self.hits = 0
@@ -871,6 +885,7 @@ class Keyspaces:
         counted). ``behind`` then tells whether time ran out first (expired keys are likely left:
         sweep again soon); the next sweep starts where this one stopped.
         """
+        self.clock = now // 1000
         databases = [
             db
             for keyspace in self._accounts.values()
