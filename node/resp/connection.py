@@ -116,7 +116,10 @@ class RespConnection(Connection):
         self.last_channel = self.last_subject = b""
         """The last channel published to, and its subject (PUBLISH remembers them)."""
         self.writer: Writer = RESP2
-        self.parser = RequestParser(authenticated=self.user is not None)
+        self.parser = RequestParser(
+            authenticated=self.user is not None,
+            max_request=broker.redis_settings.query_buffer_limit,
+        )
         self._capped = self.user is None  # output held to UNAUTHENTICATED_OUTPUT until a sign-in
         self.shard: dict[bytes, Subscription] = {}
         """Shard channel subscriptions (SSUBSCRIBE): the same namespace, acknowledged apart."""
