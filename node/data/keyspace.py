@@ -346,15 +346,17 @@ class Database:
     def read(self, key: bytes, now: int, touch: bool = True) -> Value | None:
         """``get``, for a command that reads the key: counted as a hit or a miss
         (``Keyspaces.hits``, ``Keyspaces.misses``), a miss announced as ``keymiss``; a key found
-        is marked accessed now (``access``) unless not to ``touch`` it."""
+        is marked accessed now (``access``) unless not to ``touch`` it, or while nothing is
+        (``Keyspaces.touching``)."""
         value = self.get(key, now)
         if value is None:
             self.keyspaces.misses += 1
             self.notify(KEY_MISS, b"keymiss", key)
         else:
-            self.keyspaces.hits += 1
-            if touch:
-                self.access[key] = self.keyspaces.clock
+            keyspaces = self.keyspaces
+            keyspaces.hits += 1
+            if touch and keyspaces.touching:
+                self.access[key] = keyspaces.clock
         return value
 
     def inspect(self, key: bytes, now: int) -> Value | None:
@@ -537,10 +539,13 @@ class Database:
         return change
 
     def touch(self, key: bytes) -> None:
-        """``key`` was written: mark it accessed now (``access``), count its memory again
+        """``key`` was written: mark it accessed now (``access``; a new key even while nothing is
+        marked, ``Keyspaces.touching``), count its memory again
         (``resized``), spoil its watchers' transactions, and have its blocked readers looked at
         once the writing command has finished (``Keyspaces.serve_ready``)."""
-        self.access[key] = self.keyspaces.clock
+        keyspaces = self.keyspaces
+        if keyspaces.touching or key not in self.access:
+            self.access[key] = keyspaces.clock
         if not self._resized:
             self.keyspaces.unsettled.append(self)
         self._resized.add(key)
@@ -733,6 +738,7 @@ class Keyspaces:
         "peak",
         "ready",
         "store",
+        "touching",
         "tracker",
         "tracking_max_keys",
         "unsettled",
@@ -757,6 +763,9 @@ class Keyspaces:
         self.clock = int(time.time())
         """Whole seconds since the epoch, as of the last sweep (ten times a second): the time keys
         are marked accessed at (``Database.access``), as redis-server's LRU clock."""
+        self.touching = True
+        """Whether reads and writes mark keys accessed (False while a CLIENT NO-TOUCH client's
+        command runs)."""
         self.expired_keys = 0
         """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
         self.hits = 0

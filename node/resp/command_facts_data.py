@@ -280,6 +280,29 @@ FACTS: Final[dict[str, CommandFacts]] = {
             ),
         ),
     ),
+    "client|no-touch": CommandFacts(
+        group="connection",
+        since="7.2.0",
+        arity=3,
+        flags=("noscript", "loading", "stale"),
+        categories=("slow", "connection"),
+        tips=(),
+        key_specs=(),
+        legacy_keys=(0, 0, 0),
+        variable_flags=False,
+        doc_flags=(),
+        deprecated_since=None,
+        arguments=(
+            Argument(
+                name="enabled",
+                type="oneof",
+                arguments=(
+                    Argument(name="on", type="pure-token", token="ON"),
+                    Argument(name="off", type="pure-token", token="OFF"),
+                ),
+            ),
+        ),
+    ),
     "client|reply": CommandFacts(
         group="connection",
         since="3.2.0",

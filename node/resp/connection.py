@@ -159,6 +159,8 @@ class RespConnection(Connection):
         """The socket's file descriptor (CLIENT LIST's ``fd``)."""
         self.monitoring = False
         """In MONITOR mode: fed every command the node runs."""
+        self.no_touch = False
+        """CLIENT NO-TOUCH: the keys its commands read are not marked accessed (but by TOUCH)."""
         self._request: list[bytes] = []
         """The request running (or the last one)."""
         self._from_inline = False
@@ -363,10 +365,16 @@ class RespConnection(Connection):
         that blocks is shown when it first runs and counted when it is done (``_count``)."""
         self._failed = False
         assert command.handler is not None
+        untouched = self.no_touch and command.key != b"touch"
+        if untouched:
+            self.broker.keyspaces.touching = False
         try:
             command.handler(self, args)
         except WrongType:
             self.error(WRONGTYPE)
+        finally:
+            if untouched:
+                self.broker.keyspaces.touching = True
         if self.blocked is None:
             self._count(command.name, args)
         monitors = self.broker.redis_stats.monitors
@@ -789,6 +797,7 @@ class RespConnection(Connection):
         tracking = self.tracking
         if tracking is not None:
             flags += "t" + ("R" if tracking.broken else "") + ("B" if tracking.bcast else "")
+        flags += "T" if self.no_touch else ""
         flags = flags or "N"
         qbuf = self.parser.buffered
         if self._running and not self._from_inline:  # (as in redis-server's query buffer then)

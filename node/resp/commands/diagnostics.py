@@ -22,6 +22,8 @@ from node.resp.writer import OK, array, as_text, bulk, integer, simple
 __all__ = ["COMMANDS"]
 
 _NO_CLUSTER: Final = "This instance has cluster support disabled"
+_LRU_CLOCK_MAX: Final = (1 << 24) - 1
+"""DEBUG OBJECT's ``lru`` is the access time in whole seconds, wrapped as redis-server's 24 bits."""
 
 
 def _slow_entry(entry: SlowEntry) -> bytes:
@@ -150,10 +152,12 @@ def _debug(conn: RespConnection, args: list[bytes]) -> None:
             conn.error("no such key")
             return
         size = key_memory(args[2], value)
+        db, clock = conn.database, conn.broker.keyspaces.clock
+        accessed = db.access.get(args[2], clock)
         conn.reply(
             simple(
-                b"Value at:0x%x refcount:1 encoding:%s serializedlength:%d lru:0 lru_seconds_idle:0"
-                % (id(value), encoding(value), size)
+                b"Value at:0x%x refcount:1 encoding:%s serializedlength:%d lru:%d lru_seconds_idle:%d"
+                % (id(value), encoding(value), size, accessed & _LRU_CLOCK_MAX, clock - accessed)
             )
         )
     else:

@@ -2,7 +2,8 @@
 clock of whole seconds (as redis-server's LRU clock). Reads and writes mark a key accessed;
 EXISTS, TYPE, the TTL family and OBJECT do not; TOUCH does. The replies around it (a missing key,
 arity, FREQ's refusal without an LFU policy) beside redis-server, and the idle time itself on a
-live node."""
+live node. A CLIENT NO-TOUCH client's reads (scripts' and transactions' too) leave the
+access times as they were."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ import pytest
 import redis
 import trio
 
+from node.broker import Broker
+from node.config.options import Config
 from node.data.keyspace import Keyspaces
 from tests.node.resp.test_resp_conformance import Step
 from tests.node.resp.test_resp_conformance import redis_port as redis_port  # (the redis-server fixture)
+from tests.node.resp.test_resp_connection import Peer
 from tests.node.resp.test_resp_maxmemory import redis_node, same_bytes
 
 needs_redis_server = pytest.mark.skipif(
@@ -90,3 +94,35 @@ async def test_idle_time_counts_from_the_last_access(nursery: trio.Nursery) -> N
             client.close()
 
     await trio.to_thread.run_sync(scenario, node.redis_port or 0)
+
+
+def test_a_no_touch_client_reads_without_marking_keys_accessed() -> None:
+    broker = Broker(Config())
+    keyspaces = broker.keyspaces
+    peer, other = Peer(broker), Peer(broker)
+    keyspaces.clock = 1000
+    assert peer.send("SET", "foo", "bar") == b"+OK\r\n"
+    keyspaces.clock = 1010
+    assert peer.send("CLIENT", "NO-TOUCH", "maybe") == b"-ERR syntax error\r\n"
+    assert peer.send("CLIENT", "NO-TOUCH", "on") == b"+OK\r\n"
+    assert b" flags=T " in peer.send("CLIENT", "INFO")
+    peer.send("GET", "foo")
+    peer.send("EVAL", "return redis.call('get', KEYS[1])", "1", "foo")
+    peer.send("MULTI")
+    peer.send("GET", "foo")
+    peer.send("EXEC")
+    assert peer.send("OBJECT", "IDLETIME", "foo") == b":10\r\n"
+    assert b" lru:1000 lru_seconds_idle:10" in peer.send("DEBUG", "OBJECT", "foo")
+    assert other.send("OBJECT", "IDLETIME", "foo") == b":10\r\n"
+    peer.send("SET", "new", "v")  # (a new key is marked at its making even so)
+    assert peer.send("OBJECT", "IDLETIME", "new") == b":0\r\n"
+    peer.send("TOUCH", "foo")
+    assert peer.send("OBJECT", "IDLETIME", "foo") == b":0\r\n"
+    keyspaces.clock = 1020
+    other.send("GET", "foo")  # (another client's reads mark it as ever)
+    assert peer.send("OBJECT", "IDLETIME", "foo") == b":0\r\n"
+    keyspaces.clock = 1030
+    assert peer.send("CLIENT", "NO-TOUCH", "OFF") == b"+OK\r\n"
+    peer.send("GET", "foo")
+    assert peer.send("OBJECT", "IDLETIME", "foo") == b":0\r\n"
+    assert b" flags=N " in peer.send("CLIENT", "INFO")
