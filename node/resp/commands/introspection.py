@@ -4,7 +4,8 @@ connection serves, in redis-server 7.2's shapes.
 What COMMAND reports of a command beyond its name and arity is redis-server's description of it
 (``node.resp.command_facts``: flags, ACL categories, tips, key specs, group, the version it came
 in, its arguments' structure); a request's keys are found by its key specs, as redis-server finds
-them. DOCS gives no summary, complexity or history.
+them. DOCS gives a summary of our own (``node.resp.command_summaries``), and no complexity or
+history.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Final
 
 from node.resp.command_facts import Argument, CommandFacts, KeySpec, keys_by_specs, variable_key_flags
 from node.resp.command_facts_data import FACTS
+from node.resp.command_summaries import summary
 from node.resp.commands.common import SYNTAX, help_reply
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
@@ -192,6 +194,9 @@ def _arguments(writer: Writer, arguments: tuple[Argument, ...]) -> bytes:
 def _doc(writer: Writer, command: Command[RespConnection]) -> bytes:
     facts = facts_of(command)
     fields = []
+    described = summary(command.name)
+    if described is not None:
+        fields.append((bulk(b"summary"), bulk(described.encode())))
     if facts.since:
         fields.append((bulk(b"since"), bulk(facts.since.encode())))
     fields.append((bulk(b"group"), bulk(facts.group.encode())))

@@ -17,6 +17,7 @@ from node.broker import Broker
 from node.config.options import Config
 from node.resp.command_facts import keys_by_specs
 from node.resp.command_facts_data import FACTS
+from node.resp.command_summaries import SUMMARIES, summary
 from node.resp.commands.table import COMMANDS
 from tests.node.resp.test_resp_conformance import Step
 from tests.node.resp.test_resp_conformance import redis_port as redis_port  # (the redis-server fixture)
@@ -36,10 +37,12 @@ def _served() -> list[tuple[str, int]]:
     return found
 
 
-def test_every_command_served_has_its_facts() -> None:
+def test_every_command_served_has_its_facts_and_a_summary() -> None:
     for name, arity in _served():
         assert FACTS[name].arity == arity, name
+        assert summary(name), name
     assert set(FACTS) == {name for name, _ in _served()}
+    assert set(SUMMARIES) <= set(FACTS)
 
 
 def _getkeysandflags(*args: bytes) -> bytes:
@@ -125,7 +128,8 @@ def test_subcommands_are_listed_by_pattern() -> None:
 def test_docs_give_group_version_and_arguments() -> None:
     peer = Peer(Broker(Config()))
     assert peer.send("COMMAND", "DOCS", "get") == (
-        b"*2\r\n$3\r\nget\r\n*6\r\n$5\r\nsince\r\n$5\r\n1.0.0\r\n$5\r\ngroup\r\n$6\r\nstring\r\n"
+        b"*2\r\n$3\r\nget\r\n*8\r\n$7\r\nsummary\r\n$21\r\nA key's string value.\r\n"
+        b"$5\r\nsince\r\n$5\r\n1.0.0\r\n$5\r\ngroup\r\n$6\r\nstring\r\n"
         b"$9\r\narguments\r\n*1\r\n*6\r\n$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n"
         b"$14\r\nkey_spec_index\r\n:0\r\n"
     )
