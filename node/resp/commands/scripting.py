@@ -103,24 +103,30 @@ class ScriptClient:
             command = command.subcommands.get(args[1].lower())
         if command is None:
             return error("Unknown Redis command called from script")
-        if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
-            return error("Wrong number of args calling Redis command from script")
-        if command.noscript:
-            return error("This Redis command is not allowed from script")
-        if command.writes:
-            if self._read_only:
-                return error("Write commands are not allowed from read-only scripts.")
-            refusal = conn.broker.keyspaces.refusal
-            if refusal is not None and not self.dirty:
-                return error(refusal)
-        if command.denyoom and self._oom_at_start and not (self.dirty or self._allow_oom):
-            oom = conn.broker.keyspaces.oom
-            if oom is not None:
-                return error(oom)
+        refusal = self._refusal(command, args)
+        if refusal is not None:  # (counted as a rejected call of the command, as redis-server's)
+            conn.broker.redis_stats.rejected(command.name)
+            return error(refusal)
         if command.writes:
             self.dirty = True
         conn.writer = RESP3 if self.resp == 3 else RESP2
         return conn.run_captured(command, args)
+
+    def _refusal(self, command: Command[RespConnection], args: list[bytes]) -> str | None:
+        """Why the script may not run this command now (None: it may)."""
+        if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
+            return "Wrong number of args calling Redis command from script"
+        if command.noscript:
+            return "This Redis command is not allowed from script"
+        keyspaces = self._conn.broker.keyspaces
+        if command.writes:
+            if self._read_only:
+                return "Write commands are not allowed from read-only scripts."
+            if keyspaces.refusal is not None and not self.dirty:
+                return keyspaces.refusal
+        if command.denyoom and self._oom_at_start and not (self.dirty or self._allow_oom):
+            return keyspaces.oom
+        return None
 
     def log(self, level: int, text: str) -> None:
         log.log(_LOG_LEVELS[level], "%s", text)
