@@ -436,7 +436,7 @@ class Database:
             return False
         self._forget_expiry(key)
         self.touch(key)
-        del self.access[key]
+        self.access.pop(key, None)
         return True
 
     def set_expiry(self, key: bytes, when: int | None) -> None:
@@ -540,9 +540,9 @@ class Database:
 
     def touch(self, key: bytes) -> None:
         """``key`` was written: mark it accessed now (``access``; a new key even while nothing is
-        marked, ``Keyspaces.touching``), count its memory again
-        (``resized``), spoil its watchers' transactions, and have its blocked readers looked at
-        once the writing command has finished (``Keyspaces.serve_ready``)."""
+        marked, ``Keyspaces.touching``), count its memory again (``resized``), spoil its watchers'
+        transactions, and have its blocked readers looked at once the writing command has finished
+        (``Keyspaces.serve_ready``)."""
         keyspaces = self.keyspaces
         if keyspaces.touching or key not in self.access:
             self.access[key] = keyspaces.clock
