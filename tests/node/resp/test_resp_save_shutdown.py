@@ -13,8 +13,11 @@ import pytest
 import redis
 import trio
 
+from node.broker import Broker
+from node.config.options import Config
 from tests.node.resp.test_resp_conformance import Step
 from tests.node.resp.test_resp_conformance import redis_port as redis_port  # (the redis-server fixture)
+from tests.node.resp.test_resp_connection import Peer
 from tests.node.resp.test_resp_maxmemory import redis_node, same_bytes
 
 needs_redis_server = pytest.mark.skipif(
@@ -85,3 +88,9 @@ async def test_shutdown_stops_the_node_and_keys_survive(tmp_path: Path, how: tup
             got = await trio.to_thread.run_sync(lambda: _run(node.redis_port or 0, ("GET", "k")))
             assert got == [b"v"]
             node.shutdown()
+
+
+def test_shutdown_of_a_node_nothing_can_stop_is_refused() -> None:
+    peer = Peer(Broker(Config()))  # (no runner: the broker has no ``stop``)
+    assert peer.send("SHUTDOWN", "NOSAVE") == b"-ERR Errors trying to SHUTDOWN. Check logs.\r\n"
+    assert peer.send("PING") == b"+PONG\r\n"
