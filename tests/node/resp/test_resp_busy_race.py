@@ -27,7 +27,7 @@ def _reply(conn: socket.socket) -> bytes:
 def _race(port: int) -> list[bytes]:
     """Each round: the script starts on one connection while the other sends PING right after;
     what the first PING not answered PONG got (``held``, ending the rounds: no answer in 5 s)."""
-    seen = []
+    seen: list[bytes] = []
     with socket.create_connection(("127.0.0.1", port), timeout=5) as other:
         for _ in range(ROUNDS):
             other.sendall(command(b"CONFIG", b"SET", b"lua-time-limit", b"10"))
