@@ -183,6 +183,8 @@ class Broker:
         """What the Redis front door counts (INFO, SLOWLOG, LATENCY) and its MONITOR clients."""
         self.config_file: str | None = None
         """The configuration file the node was started from (CONFIG REWRITE writes to it)."""
+        self.stop: Callable[[], None] | None = None
+        """Stops the whole node (Redis's SHUTDOWN); set by whoever runs it (None: nothing does)."""
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}

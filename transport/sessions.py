@@ -16,6 +16,12 @@ trip. So input is handled inside ``Flusher.process``: every connection that got 
 written at once, with one non-blocking write each, whenever its writer is idle; only what a socket
 does not take goes to the writer task, which waits for room. One ``Flusher`` serves a whole node,
 because a message read from a route is delivered to client connections and the other way round.
+
+**Reads.** On a plain socket the reader yields to the scheduler before it reads, never between
+reading input and handing it on (a trio stream yields after a read that found data waiting): input
+is thus never held by a suspended task, where nothing else running on the loop could reach it (a
+Redis script busy on this thread reads the other clients' sockets itself, and must find there
+what they sent).
 """
 
 from __future__ import annotations
@@ -165,10 +171,10 @@ class Session:
                 nursery.cancel_scope.cancel()
 
     async def _read(self, flusher: Flusher, after_input: Callable[[], Awaitable[None]] | None) -> None:
-        conn, stream = self.conn, self.stream
+        conn = self.conn
         try:
             while conn.closing is None:
-                data = await stream.receive_some(READ_SIZE)
+                data = await self._receive()
                 if not data:
                     conn.hangup(Hangup.CLOSED_BY_PEER)
                     return
@@ -178,6 +184,19 @@ class Session:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             conn.hangup(Hangup.READ_ERROR)
         self.waker.set()
+
+    async def _receive(self) -> bytes:
+        """The next input (empty: the peer closed); see the module's notes on reads."""
+        if self.fd < 0:
+            return bytes(await self.stream.receive_some(READ_SIZE))
+        await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                return os.read(self.fd, READ_SIZE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.fd)
+            except OSError as exc:
+                raise trio.BrokenResourceError(str(exc)) from exc
 
     async def _guard(self, timers: Callable[[], Awaitable[None]]) -> None:
         try:

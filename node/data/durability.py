@@ -83,3 +83,13 @@ class Persistence(Protocol):
     def rewrite(self) -> bool:
         """Start compacting the journal in the background; False if that is under way already."""
         ...
+
+    def save(self) -> None:
+        """Write and fsync everything journaled so far (SAVE); raises ``CommitFailed`` or
+        ``OSError`` if that fails."""
+        ...
+
+    @property
+    def last_save(self) -> int:
+        """When ``save`` last succeeded (Unix seconds; 0: never)."""
+        ...

@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import random
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Protocol
@@ -169,6 +170,7 @@ class Shared:
 
     __slots__ = (
         "_serving",
+        "clock",
         "expired_keys",
         "hits",
         "journal",
@@ -176,6 +178,7 @@ class Shared:
         "misses",
         "notifier",
         "ready",
+        "touching",
         "tracker",
         "unsettled",
     )
@@ -188,6 +191,12 @@ class Shared:
         self.ready: dict[tuple[Database, bytes], None] = {}
         """Keys written since their blocked readers were last looked at, in the order written."""
         self._serving = False
+        self.clock = int(time.time())
+        """Whole seconds since the epoch, as of the last sweep (ten times a second): the time keys
+        are marked accessed at (``Database.access``), as redis-server's LRU clock."""
+        self.touching = True
+        """Whether reads and writes mark keys accessed (False while a CLIENT NO-TOUCH client's
+        command runs)."""
         self.expired_keys = 0
         """Keys removed because their time ran out, since start (INFO's ``expired_keys``)."""
         self.hits = 0
@@ -238,6 +247,7 @@ class Database:
         "_sizes",
         "_times",
         "_watchers",
+        "access",
         "account",
         "index",
         "keys",
@@ -264,6 +274,8 @@ class Database:
         """Key -> the bytes it was last counted as (see ``Keyspaces.settle``)."""
         self._resized: set[bytes] = set()
         """Keys to count again."""
+        self.access: dict[bytes, int] = {}
+        """Key -> ``Shared.clock`` when it was last read or written (OBJECT IDLETIME)."""
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -277,15 +289,20 @@ class Database:
                 return None
         return value
 
-    def read(self, key: bytes, now: int) -> Value | None:
+    def read(self, key: bytes, now: int, touch: bool = True) -> Value | None:
         """``get``, for a command that reads the key: counted as a hit or a miss
-        (``Shared.hits``, ``Shared.misses``), a miss announced as ``keymiss``."""
+        (``Shared.hits``, ``Shared.misses``), a miss announced as ``keymiss``; a key found
+        is marked accessed now (``access``) unless not to ``touch`` it, or while nothing is
+        (``Shared.touching``)."""
         value = self.get(key, now)
         if value is None:
             self.keyspaces.misses += 1
             self.notify(KEY_MISS, b"keymiss", key)
         else:
-            self.keyspaces.hits += 1
+            keyspaces = self.keyspaces
+            keyspaces.hits += 1
+            if touch and keyspaces.touching:
+                self.access[key] = keyspaces.clock
         return value
 
     def inspect(self, key: bytes, now: int) -> Value | None:
@@ -365,6 +382,7 @@ class Database:
             return False
         self._forget_expiry(key)
         self.touch(key)
+        self.access.pop(key, None)
         return True
 
     def set_expiry(self, key: bytes, when: int | None) -> None:
@@ -389,6 +407,7 @@ class Database:
         self._expiring, other._expiring = other._expiring, []
         self._times, other._times = other._times, []
         self._sizes, other._sizes = other._sizes, {}
+        self.access, other.access = other.access, {}
         self._cursor = 0
 
     def exchange(self, other: Database) -> None:
@@ -406,6 +425,7 @@ class Database:
         self._expiring, other._expiring = other._expiring, self._expiring
         self._times, other._times = other._times, self._times
         self._sizes, other._sizes = other._sizes, self._sizes
+        self.access, other.access = other.access, self.access
         self._cursor = other._cursor = 0
         ready = self.keyspaces.ready
         for db in (self, other):
@@ -465,9 +485,13 @@ class Database:
         return change
 
     def touch(self, key: bytes) -> None:
-        """``key`` was written: count its memory again (``resized``), spoil its watchers'
+        """``key`` was written: mark it accessed now (``access``; a new key even while nothing is
+        marked, ``Shared.touching``), count its memory again (``resized``), spoil its watchers'
         transactions, and have its blocked readers looked at once the writing command has finished
         (``Shared.serve_ready``)."""
+        keyspaces = self.keyspaces
+        if keyspaces.touching or key not in self.access:
+            self.access[key] = keyspaces.clock
         if not self._resized:
             self.keyspaces.unsettled.append(self)
         self._resized.add(key)

@@ -226,6 +226,7 @@ class Keyspaces(Shared):
         counted). ``behind`` then tells whether time ran out first (expired keys are likely left:
         sweep again soon); the next sweep starts where this one stopped.
         """
+        self.clock = now // 1000
         databases = [
             db
             for keyspace in self._accounts.values()

@@ -41,3 +41,6 @@ class RedisSettings:
         self.replica_limits = (256 << 20, 64 << 20, 60)
         self.pubsub_limits = pubsub_limits
         """The output limits of subscribers: hard and soft bytes, soft seconds."""
+        self.query_buffer_limit = 1 << 30
+        """``client-query-buffer-limit``: the bytes one request may take on the wire (each Redis
+        connection's parser holds it as ``max_request``)."""

@@ -174,6 +174,17 @@ class RedisStats:
         elif len(self.errors) < ERROR_CODES_KEPT:
             self.errors[code] = 1
 
+    def uncount_error_reply(self, reply: bytes) -> None:
+        """Take back ``error_reply``'s count of a reply that repeats an error counted already (a
+        script's error that a command it ran gave, counted once, as redis-server counts it)."""
+        end = reply.find(b" ")
+        if end < 0:
+            end = reply.find(b"\r")
+        code = reply[1:end].decode("latin-1")
+        if self.errors.get(code, 0) > 0:
+            self.errors[code] -= 1
+            self.error_replies -= 1
+
     @property
     def processed(self) -> int:
         """Commands run (total_commands_processed)."""

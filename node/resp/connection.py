@@ -110,7 +110,10 @@ class RespConnection(Connection):
         self.last_channel = self.last_subject = b""
         """The last channel published to, and its subject (PUBLISH remembers them)."""
         self.writer: Writer = RESP2
-        self.parser = RequestParser(authenticated=self.user is not None)
+        self.parser = RequestParser(
+            authenticated=self.user is not None,
+            max_request=broker.redis_settings.query_buffer_limit,
+        )
         self._capped = self.user is None  # output held to UNAUTHENTICATED_OUTPUT until a sign-in
         self.shard: dict[bytes, Subscription] = {}
         """Shard channel subscriptions (SSUBSCRIBE): the same namespace, acknowledged apart."""
@@ -142,6 +145,8 @@ class RespConnection(Connection):
         """The socket's file descriptor (CLIENT LIST's ``fd``)."""
         self.monitoring = False
         """In MONITOR mode: fed every command the node runs."""
+        self.no_touch = False
+        """CLIENT NO-TOUCH: the keys its commands read are not marked accessed (but by TOUCH)."""
         self._request: list[bytes] = []
         """The request running (or the last one)."""
         self._from_inline = False
@@ -295,6 +300,9 @@ class RespConnection(Connection):
                 self.reject(command, NOAUTH)
                 return
             transaction = self.transaction
+            if transaction.queued is not None and command.no_multi:
+                self.reject(command, "Command not allowed inside a transaction")
+                return
             if command.denyoom or transaction.queued is not None:
                 oom = self.broker.keyspaces.oom
                 if oom is not None and self._refuse_on_oom(command, oom):
@@ -357,10 +365,16 @@ class RespConnection(Connection):
         that blocks is shown when it first runs and counted when it is done (``_count``)."""
         self._failed = False
         assert command.handler is not None
+        untouched = self.no_touch and command.key != b"touch"
+        if untouched:
+            self.broker.keyspaces.touching = False
         try:
             command.handler(self, args)
         except WrongType:
             self.error(WRONGTYPE)
+        finally:
+            if untouched:
+                self.broker.keyspaces.touching = True
         if self.blocking.read is None:
             self._count(command.name, args)
         monitors = self.broker.redis_stats.monitors

@@ -28,6 +28,7 @@ FLAGS: Final = {
     "may wait on the journal's commit, and becomes the journal's error if that fails (EXEC, for "
     "what it runs)",
     "subscribed": "runs in RESP2's subscribed mode",
+    "no_multi": "refused inside MULTI (redis-server's flag)",
     "unqueued": "runs at once inside MULTI rather than being queued",
     "ends_multi": "ends a transaction: runs at once inside MULTI, even past ``maxmemory``",
 }
@@ -67,6 +68,7 @@ class Command(Generic[C]):
         "keys",
         "name",
         "no_auth",
+        "no_multi",
         "noscript",
         "on_keys",
         "queueable",
@@ -104,6 +106,7 @@ class Command(Generic[C]):
         self.denyoom = "denyoom" in self.flags
         self.no_auth = "no_auth" in self.flags
         self.noscript = "noscript" in self.flags
+        self.no_multi = "no_multi" in self.flags
         self.unmonitored = self.admin or "skip_monitor" in self.flags
         self.subscribed = "subscribed" in self.flags
         self.ends_multi = "ends_multi" in self.flags

@@ -103,6 +103,7 @@ async def run_node(
         config = config.evolve(redis=config.redis.evolve(host=redis_host, port=redis_port))
     node = assemble(config)
     node.broker.port = port
+    node.broker.stop = node.server.shutdown
     node.set_client_urls(own_urls(config.host, port, config.client_advertise))
     handle = NodeHandle(
         node,

@@ -167,7 +167,7 @@ def parse_shebang(body: bytes) -> tuple[frozenset[str] | None, int]:
     for part in parts[1:]:
         if not part.startswith(b"flags="):
             raise ScriptError(f"Unknown lua shebang option: {part.decode('utf-8', 'replace')}")
-        for flag in part[6:].split(b","):
+        for flag in part[6:].split(b",") if len(part) > 6 else ():  # ("flags=": none)
             name = flag.decode("utf-8", "replace")
             if name not in FLAG_NAMES:
                 raise ScriptError(f"Unexpected flag in script shebang: {name}")

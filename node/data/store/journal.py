@@ -158,6 +158,8 @@ class Store:
         self.last_switch_usec = 0
         self.last_write_status = "ok"
         self.load_seconds = 0.0
+        self.last_save = 0
+        """When SAVE last made every change durable (Unix seconds; 0: never)."""
 
     @property
     def appendfsync(self) -> str:
@@ -282,6 +284,25 @@ class Store:
         self._unsynced = self._policy != "always"
         if self._unsynced and self._unsynced_since < 0:
             self._unsynced_since = time.monotonic()
+
+    def save(self) -> None:
+        """Make every change made so far durable at once (SAVE): write what is buffered and
+        fsync the file, whatever the fsync policy.
+
+        Raises:
+            CommitFailed: as ``commit`` raises it.
+            OSError: the fsync failed: writes are refused until the file can be written again.
+        """
+        self.commit()
+        try:
+            self.disk.fsync(self._fd)
+        except OSError as exc:
+            self._suspend(exc)
+            self._rewrite_after_resume = True
+            raise
+        self._unsynced = False
+        self._unsynced_since = -1.0
+        self.last_save = int(time.time())
 
     def _suspend(self, exc: OSError) -> None:
         """Refuse writes from now on, until ``_resume_writes`` succeeds."""

@@ -36,6 +36,7 @@ Check = Callable[[Broker, bytes], "Apply | str"]
 """Checks a value: what applies it, or the error text."""
 
 _LLONG_MAX: Final = 2**63 - 1
+_SSIZE_MAX: Final = 2**63 - 1
 _INT_MAX: Final = 2**31 - 1
 _POLICIES: Final = (
     "volatile-lru",
@@ -54,7 +55,7 @@ class Param:
     parameter redis-server never changes while it runs is ``immutable``; the others come from the
     node's configuration and may only be set to the value they have."""
 
-    __slots__ = ("check", "get", "immutable", "names")
+    __slots__ = ("check", "get", "hidden", "immutable", "names")
 
     def __init__(
         self,
@@ -63,11 +64,14 @@ class Param:
         check: Check | None = None,
         *,
         immutable: bool = False,
+        hidden: bool = False,
     ) -> None:
         self.names = [name.encode() for name in names]
         self.get = get
         self.check = check if check is not None else _unchanged(get)
         self.immutable = immutable
+        self.hidden = hidden
+        """Shown by CONFIG GET only when asked for by name (a testing knob of redis-server's)."""
 
 
 def _unchanged(get: Callable[[Broker], bytes]) -> Check:
@@ -97,6 +101,31 @@ def _integer(
         return lambda: store(broker, number)
 
     return check
+
+
+def _client_memory(broker: Broker, value: bytes) -> Apply | str:
+    """``maxmemory-clients``: checked as redis-server checks it (bytes, or a percentage of
+    ``maxmemory`` up to 100); no client is ever evicted here, so only 0 is taken."""
+    number = parse_memory(value)
+    if number is None:
+        percent = string2ll(value[:-1]) if len(value) > 1 and value.endswith(b"%") else None
+        if percent is None or percent < 0:
+            return "argument must be a memory or percent value"
+        if percent > 100:
+            return "percentage argument must be less or equal to 100"
+        number = percent
+    elif number > _SSIZE_MAX:
+        return f"argument must be between -100 and {_SSIZE_MAX} inclusive"
+    if number:
+        return "client eviction is not supported"
+    return lambda: None
+
+
+def _query_buffer_limit(broker: Broker, value: int) -> None:
+    broker.redis_settings.query_buffer_limit = value
+    for client in broker.clients.values():
+        if isinstance(client, RespConnection):
+            client.parser.max_request = value
 
 
 def _enum(choices: Sequence[str], store: Callable[[Broker, str], None]) -> Check:
@@ -298,7 +327,12 @@ PARAMS: Final = (
     ),
     Param(["maxmemory-policy"], _constant(POLICY), _policy),
     Param(["maxmemory-samples"], _constant(b"5")),  # (nothing is evicted: nothing is sampled)
-    Param(["maxmemory-clients"], _constant(b"0")),  # (no client is evicted)
+    Param(["maxmemory-clients"], _constant(b"0"), _client_memory),
+    Param(
+        ["client-query-buffer-limit"],
+        _number(lambda broker: broker.redis_settings.query_buffer_limit),
+        _integer(1 << 20, _LLONG_MAX, _query_buffer_limit, memory=True),
+    ),
     Param(
         ["appendonly"],
         lambda broker: b"yes" if broker.keyspaces.store is not None else b"no",
@@ -358,6 +392,7 @@ PARAMS: Final = (
     ),
     Param(["proto-max-bulk-len"], _constant(b"%d" % MAX_BULK_LEN)),
     Param(["cluster-enabled"], _constant(b"no"), immutable=True),
+    Param(["key-load-delay"], _constant(b"0"), hidden=True),  # (loading never waits per key)
 )
 """Every parameter, in CONFIG GET's order."""
 
@@ -374,7 +409,9 @@ def _config_get(conn: RespConnection, args: list[bytes]) -> None:
             continue
         for param in PARAMS:
             for name in param.names:
-                if name not in found and glob_match(pattern, name, nocase=True):
+                if param.hidden or name in found:
+                    continue
+                if glob_match(pattern, name, nocase=True):
                     found[name] = param
     broker = conn.broker
     conn.reply(conn.writer.map((bulk(name), bulk(p.get(broker))) for name, p in found.items()))

@@ -200,6 +200,15 @@ def _client_setinfo(conn: RespConnection, args: list[bytes]) -> None:
         conn.reply(OK)
 
 
+def _client_no_touch(conn: RespConnection, args: list[bytes]) -> None:
+    word = args[2].lower()
+    if word not in (b"on", b"off"):
+        conn.error(SYNTAX)
+        return
+    conn.no_touch = word == b"on"
+    conn.reply(OK)
+
+
 def _client_list(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(conn.writer.verbatim(b"".join(client_line(c) for c in resp_clients(conn))))
 
@@ -305,6 +314,7 @@ _CLIENT_HELP = [
     b"UNBLOCK <clientid> [TIMEOUT|ERROR]",
     b"SETINFO <LIB-NAME|LIB-VER> <value>",
     b"SETNAME <name>",
+    b"NO-TOUCH (ON|OFF)",
     b"HELP",
 ]
 
@@ -330,6 +340,7 @@ COMMANDS: Final = (
             Command("client|kill", -3, _client_kill, "noscript"),
             Command("client|reply", 3, _client_reply, "noscript"),
             Command("client|unblock", -3, _client_unblock, "noscript"),
+            Command("client|no-touch", 3, _client_no_touch, "noscript"),
             Command("client|help", 2, help_reply(_CLIENT_HELP)),
             *TRACKING,
         ],

@@ -1,4 +1,4 @@
-"""The diagnostic commands (SLOWLOG, LATENCY, MONITOR, LASTSAVE, ROLE, DEBUG) and those of features
+"""The diagnostic commands (SLOWLOG, LATENCY, MONITOR, ROLE, DEBUG) and those of features
 the node runs without (CLUSTER, READONLY, READWRITE), as redis-server 7.2 answers them.
 
 DEBUG: only ``SLEEP 0`` and ``OBJECT key``. A node serves NATS clients on the same loop, so a DEBUG
@@ -22,6 +22,8 @@ from node.resp.writer import OK, array, as_text, bulk, integer, simple
 __all__ = ["COMMANDS"]
 
 _NO_CLUSTER: Final = "This instance has cluster support disabled"
+_LRU_CLOCK_MAX: Final = (1 << 24) - 1
+"""DEBUG OBJECT's ``lru`` is the access time in whole seconds, wrapped as redis-server's 24 bits."""
 
 
 def _slow_entry(entry: SlowEntry) -> bytes:
@@ -130,10 +132,6 @@ def _monitor(conn: RespConnection, args: list[bytes]) -> None:
         conn.start_monitoring()
 
 
-def _lastsave(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(integer(conn.broker.start_ns // 10**9))
-
-
 def _role(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(array([bulk(b"master"), integer(0), array([])]))
 
@@ -154,10 +152,12 @@ def _debug(conn: RespConnection, args: list[bytes]) -> None:
             conn.error("no such key")
             return
         size = key_memory(args[2], value)
+        db, clock = conn.database, conn.broker.keyspaces.clock
+        accessed = db.access.get(args[2], clock)
         conn.reply(
             simple(
-                b"Value at:0x%x refcount:1 encoding:%s serializedlength:%d lru:0 lru_seconds_idle:0"
-                % (id(value), encoding(value), size)
+                b"Value at:0x%x refcount:1 encoding:%s serializedlength:%d lru:%d lru_seconds_idle:%d"
+                % (id(value), encoding(value), size, accessed & _LRU_CLOCK_MAX, clock - accessed)
             )
         )
     else:
@@ -240,7 +240,6 @@ COMMANDS: Final = (
         ],
     ),
     Command("monitor", 1, _monitor, "admin noscript"),
-    Command("lastsave", 1, _lastsave),
     Command("role", 1, _role, "noscript"),
     Command("debug", -2, _debug, "admin noscript"),
     Command(

@@ -23,6 +23,7 @@ from typing import Final
 from node.broker import VERSION
 from node.resp.commands.common import REDIS_VERSION, resp_clients
 from node.resp.commands.memory import memory_info
+from node.resp.commands.server import last_save
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.tracking import info as tracking_info
@@ -96,13 +97,12 @@ def _clients(conn: RespConnection) -> Fields:
 def _persistence(conn: RespConnection) -> Fields:
     broker = conn.broker
     store = broker.keyspaces.store
-    started = broker.start_ns // 10**9
     fields: Fields = [
         ("loading", int(broker.keyspaces.loading)),
         ("async_loading", 0),
         ("rdb_changes_since_last_save", 0),
         ("rdb_bgsave_in_progress", 0),
-        ("rdb_last_save_time", started),
+        ("rdb_last_save_time", last_save(conn)),
         ("rdb_last_bgsave_status", "ok"),
         ("rdb_last_bgsave_time_sec", -1),
         ("rdb_current_bgsave_time_sec", -1),

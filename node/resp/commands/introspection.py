@@ -1,10 +1,11 @@
 """COMMAND (COUNT, LIST, INFO, DOCS, GETKEYS, GETKEYSANDFLAGS, HELP) from the command table the
 connection serves, in redis-server 7.2's shapes.
 
-What the table does not record is derived from what it does: redis-server's flags from the
-record's flags, the ACL categories from those and the command's family (the module its handler
-is in, which DOCS reports as its group), key specs from the legacy key positions
-(``Command.keys``). The stream reads' keys follow their ``STREAMS`` keyword.
+What COMMAND reports of a command beyond its name and arity is redis-server's description of it
+(``node.resp.command_facts``: flags, ACL categories, tips, key specs, group, the version it came
+in, its arguments' structure); a request's keys are found by its key specs, as redis-server finds
+them. DOCS gives a summary of our own (``node.resp.command_summaries``), and no complexity or
+history.
 """
 
 from __future__ import annotations
@@ -12,136 +13,89 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from node.integers import string2ll
+from node.resp.command_facts import Argument, CommandFacts, KeySpec, keys_by_specs, variable_key_flags
+from node.resp.command_facts_data import FACTS
+from node.resp.command_summaries import summary
 from node.resp.commands.common import SYNTAX, help_reply
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import Writer, array, bulk, integer, simple
 from routing import glob_match
 
-__all__ = ["COMMANDS", "command_keys", "group_of"]
+__all__ = ["COMMANDS", "command_keys", "facts_of"]
 
-_GROUPS: Final = {
-    "connection": "connection",
-    "keys": "generic",
-    "pubsub": "pubsub",
-    "transactions": "transactions",
-    "streams": "stream",
-    "stream_reads": "stream",
-    "stream_groups": "stream",
-    "strings": "string",
-    "scripting": "scripting",
-}
-"""A command family (its module's name) as redis-server's group; the rest are ``server``."""
-_CATEGORY_OF_GROUP: Final = {
-    "connection": "@connection",
-    "generic": "@keyspace",
-    "pubsub": "@pubsub",
-    "transactions": "@transaction",
-    "stream": "@stream",
-    "string": "@string",
-    "scripting": "@scripting",
-}
-_FLAG_NAMES: Final = {
-    "write": "write",
-    "readonly": "readonly",
-    "denyoom": "denyoom",
-    "admin": "admin",
-    "no_auth": "no_auth",
-    "subscribed": "pubsub",
-}
-_AFTER_STREAMS: Final = frozenset([b"xread", b"xreadgroup"])
-"""Commands whose keys are the first half of the arguments after ``STREAMS``."""
-_COUNTED: Final = frozenset([b"eval", b"evalsha", b"eval_ro", b"evalsha_ro", b"fcall", b"fcall_ro"])
-"""Commands whose keys follow their third argument, which counts them."""
+_UNKNOWN: Final = CommandFacts(
+    group="server",
+    since="",
+    arity=0,
+    flags=(),
+    categories=("slow",),
+    tips=(),
+    key_specs=(),
+    legacy_keys=(0, 0, 0),
+    variable_flags=False,
+    doc_flags=(),
+    deprecated_since=None,
+    arguments=(),
+)
+"""What is reported of a command redis-server does not describe (none is served now)."""
 
 
-def _handler_of(command: Command[RespConnection]) -> Command[RespConnection]:
-    if command.handler is None and command.subcommands:
-        return next(iter(command.subcommands.values()))
-    return command
-
-
-def group_of(command: Command[RespConnection]) -> str:
-    """redis-server's group for the command (DOCS): from the family its handler belongs to."""
-    handler = _handler_of(command).handler
-    family = handler.__module__.rpartition(".")[2] if handler is not None else ""
-    return _GROUPS.get(family, "server")
-
-
-def _flags(command: Command[RespConnection]) -> list[bytes]:
-    flags = [_FLAG_NAMES[flag].encode() for flag in sorted(command.flags) if flag in _FLAG_NAMES]
-    if command.key in _AFTER_STREAMS:
-        flags += [b"blocking", b"movablekeys"]
-    return flags
+def facts_of(command: Command[RespConnection]) -> CommandFacts:
+    """redis-server's description of a command."""
+    return FACTS.get(command.name, _UNKNOWN)
 
 
 def _categories(command: Command[RespConnection]) -> list[bytes]:
-    categories = []
-    if command.writes:
-        categories.append("@write")
-    if "readonly" in command.flags:
-        categories.append("@read")
-    if command.admin:
-        categories += ["@admin", "@dangerous"]
-    group = _CATEGORY_OF_GROUP.get(group_of(command))
-    if group is not None:
-        categories.append(group)
-    if command.key in _AFTER_STREAMS:
-        categories.append("@blocking")
-    return [c.encode() for c in categories]
+    return [b"@" + category.encode() for category in facts_of(command).categories]
 
 
-def _key_flags(command: Command[RespConnection]) -> list[bytes]:
-    return [b"RW", b"update"] if command.writes else [b"RO", b"access"]
+def _search(writer: Writer, kind: str | int, spec: list[tuple[bytes, bytes]]) -> bytes:
+    return writer.map([(bulk(b"type"), bulk(str(kind).encode())), (bulk(b"spec"), writer.map(spec))])
 
 
-def _key_specs(writer: Writer, command: Command[RespConnection]) -> list[bytes]:
-    first, last, step = command.keys
-    if command.key in _AFTER_STREAMS:
-        begin = writer.map([(bulk(b"keyword"), bulk(b"STREAMS")), (bulk(b"startfrom"), integer(1))])
-        find = [
-            (bulk(b"lastkey"), integer(-1)),
-            (bulk(b"keystep"), integer(1)),
-            (bulk(b"limit"), integer(2)),
+def _key_spec(writer: Writer, spec: KeySpec) -> bytes:
+    begin_kind, *begin = spec.begin
+    if begin_kind == "index":
+        begin_fields = [(bulk(b"index"), integer(int(begin[0])))]
+    elif begin_kind == "keyword":
+        begin_fields = [
+            (bulk(b"keyword"), bulk(str(begin[0]).encode())),
+            (bulk(b"startfrom"), integer(int(begin[1]))),
         ]
-        kinds = (b"keyword", b"range")
-    elif first:
-        begin = writer.map([(bulk(b"index"), integer(first))])
-        lastkey = last - first if last >= 0 else last
-        find = [
-            (bulk(b"lastkey"), integer(lastkey)),
-            (bulk(b"keystep"), integer(step)),
-            (bulk(b"limit"), integer(0)),
-        ]
-        kinds = (b"index", b"range")
     else:
-        return []
-    spec = [
-        (bulk(b"flags"), writer.set(bulk(flag) for flag in _key_flags(command))),
-        (bulk(b"begin_search"), writer.map([(bulk(b"type"), bulk(kinds[0])), (bulk(b"spec"), begin)])),
-        (
-            bulk(b"find_keys"),
-            writer.map([(bulk(b"type"), bulk(kinds[1])), (bulk(b"spec"), writer.map(find))]),
-        ),
-    ]
-    return [writer.map(spec)]
+        begin_fields = []
+    find_kind, *find = spec.find
+    names: tuple[bytes, ...] = ()
+    if find_kind == "range":
+        names = (b"lastkey", b"keystep", b"limit")
+    elif find_kind == "keynum":
+        names = (b"keynumidx", b"firstkey", b"keystep")
+    find_fields = [(bulk(name), integer(int(n))) for name, n in zip(names, find, strict=True)]
+    return writer.map(
+        [
+            (bulk(b"flags"), writer.set(simple(flag.encode()) for flag in spec.flags)),
+            (bulk(b"begin_search"), _search(writer, begin_kind, begin_fields)),
+            (bulk(b"find_keys"), _search(writer, find_kind, find_fields)),
+        ]
+    )
 
 
 def _info_entry(writer: Writer, command: Command[RespConnection]) -> bytes:
-    first, last, step = (0, 0, 0) if command.key in _AFTER_STREAMS else command.keys
+    facts = facts_of(command)
+    first, last, step = facts.legacy_keys
     subcommands = command.subcommands.values() if command.subcommands else ()
     return array(
         [
             bulk(command.name.encode()),
             integer(command.arity),
-            writer.set(simple(flag) for flag in _flags(command)),
+            writer.set(simple(flag.encode()) for flag in facts.flags),
             integer(first),
             integer(last),
             integer(step),
             writer.set(simple(c) for c in _categories(command)),
-            writer.set([]),
-            array(_key_specs(writer, command)),
+            writer.set(bulk(tip.encode()) for tip in facts.tips),
+            writer.set(_key_spec(writer, spec) for spec in facts.key_specs),
             array(_info_entry(writer, sub) for sub in subcommands),
         ]
     )
@@ -164,22 +118,21 @@ def _find(conn: RespConnection, name: bytes) -> Command[RespConnection] | None:
     return command.subcommands.get(sub) if command.subcommands else None
 
 
+def _keys(command: Command[RespConnection], args: list[bytes]) -> list[tuple[int, tuple[str, ...]]]:
+    """Where a request's keys are, with their flags (none if its key specs cannot be followed)."""
+    facts = facts_of(command)
+    if facts.variable_flags:
+        return variable_key_flags(command.name, args)
+    return keys_by_specs(facts, args) or []
+
+
 def command_keys(command: Command[RespConnection], args: list[bytes]) -> list[bytes]:
-    """The key arguments of a request (COMMAND GETKEYS)."""
-    if command.key in _AFTER_STREAMS:
-        upper = [arg.upper() for arg in args]
-        if b"STREAMS" not in upper:
-            return []
-        rest = args[upper.index(b"STREAMS") + 1 :]
-        return rest[: len(rest) // 2]
-    if command.key in _COUNTED:
-        count = string2ll(args[2]) if len(args) > 2 else None
-        return args[3 : 3 + count] if count is not None and 0 <= count <= len(args) - 3 else []
-    first, last, step = command.keys
-    if not first:
-        return []
-    end = last if last >= 0 else len(args) + last
-    return args[first : end + 1 : step]
+    """The key arguments of a request (``args`` from the command's name on), as GETKEYS finds them."""
+    return [args[i] for i, _ in _keys(command, args)]
+
+
+def _has_keys(command: Command[RespConnection]) -> bool:
+    return any("not_key" not in spec.flags for spec in facts_of(command).key_specs)
 
 
 def _command(conn: RespConnection, args: list[bytes]) -> None:
@@ -221,8 +174,43 @@ def _info(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(array(entries))
 
 
+def _argument(writer: Writer, arg: Argument) -> bytes:
+    fields = [(bulk(b"name"), bulk(arg.name.encode())), (bulk(b"type"), bulk(arg.type.encode()))]
+    if arg.key_spec_index >= 0:
+        fields.append((bulk(b"key_spec_index"), integer(arg.key_spec_index)))
+    for name, value in ((b"token", arg.token), (b"since", arg.since)):
+        if value is not None:
+            fields.append((bulk(name), bulk(value.encode())))
+    if arg.deprecated_since is not None:
+        fields.append((bulk(b"deprecated_since"), bulk(arg.deprecated_since.encode())))
+    if arg.flags:
+        fields.append((bulk(b"flags"), writer.set(simple(f.encode()) for f in arg.flags)))
+    if arg.type in ("oneof", "block"):
+        fields.append((bulk(b"arguments"), _arguments(writer, arg.arguments)))
+    if arg.display is not None:
+        fields.append((bulk(b"display_text"), bulk(arg.display.encode())))
+    return writer.map(fields)
+
+
+def _arguments(writer: Writer, arguments: tuple[Argument, ...]) -> bytes:
+    return array(_argument(writer, arg) for arg in arguments)
+
+
 def _doc(writer: Writer, command: Command[RespConnection]) -> bytes:
-    fields = [(bulk(b"group"), bulk(group_of(command).encode()))]
+    facts = facts_of(command)
+    fields = []
+    described = summary(command.name)
+    if described is not None:
+        fields.append((bulk(b"summary"), bulk(described.encode())))
+    if facts.since:
+        fields.append((bulk(b"since"), bulk(facts.since.encode())))
+    fields.append((bulk(b"group"), bulk(facts.group.encode())))
+    if facts.doc_flags:
+        fields.append((bulk(b"doc_flags"), writer.set(simple(f.encode()) for f in facts.doc_flags)))
+    if facts.deprecated_since is not None:
+        fields.append((bulk(b"deprecated_since"), bulk(facts.deprecated_since.encode())))
+    if facts.arguments:
+        fields.append((bulk(b"arguments"), _arguments(writer, facts.arguments)))
     if command.subcommands:
         subs = [(bulk(s.key), _doc(writer, s)) for s in command.subcommands.values()]
         fields.append((bulk(b"subcommands"), writer.map(subs)))
@@ -240,8 +228,8 @@ def _docs(conn: RespConnection, args: list[bytes]) -> None:
 
 def _keys_of(
     conn: RespConnection, args: list[bytes]
-) -> tuple[Command[RespConnection], list[bytes]] | None:
-    """GETKEYS' command and keys, or None (the error sent)."""
+) -> tuple[list[bytes], list[tuple[int, tuple[str, ...]]]] | None:
+    """GETKEYS' request and where its keys are, with their flags; None when the error was sent."""
     request = args[2:]
     command = conn.table.find(request[0])
     if command is not None and command.subcommands is not None and len(request) > 1:
@@ -249,28 +237,37 @@ def _keys_of(
     if command is None:
         conn.error("Invalid command specified")
         return None
+    if not _has_keys(command):
+        conn.error("The command has no key arguments")
+        return None
     if (command.arity > 0 and len(request) != command.arity) or len(request) < -command.arity:
         conn.error("Invalid number of arguments specified for command")
         return None
-    keys = command_keys(command, request)
-    if not keys and command.key not in _COUNTED:  # (whose keys may be none)
-        conn.error("The command has no key arguments")
+    keys = _keys(command, request)
+    if not keys and "no_mandatory_keys" not in facts_of(command).flags:
+        conn.error("Invalid arguments specified for command")
         return None
-    return command, keys
+    return request, keys
 
 
 def _getkeys(conn: RespConnection, args: list[bytes]) -> None:
     found = _keys_of(conn, args)
     if found is not None:
-        conn.reply(array(bulk(key) for key in found[1]))
+        request, keys = found
+        conn.reply(array(bulk(request[i]) for i, _ in keys))
 
 
 def _getkeysandflags(conn: RespConnection, args: list[bytes]) -> None:
     found = _keys_of(conn, args)
     if found is not None:
-        command, keys = found
-        flags = conn.writer.set(simple(flag) for flag in _key_flags(command))
-        conn.reply(array(array([bulk(key), flags]) for key in keys))
+        request, keys = found
+        writer = conn.writer
+        conn.reply(
+            array(
+                array([bulk(request[i]), writer.set(simple(f.encode()) for f in flags)])
+                for i, flags in keys
+            )
+        )
 
 
 _HELP: Final = [

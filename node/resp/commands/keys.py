@@ -38,6 +38,13 @@ def _del(conn: RespConnection, args: list[bytes]) -> None:
 
 
 def _exists(conn: RespConnection, args: list[bytes]) -> None:
+    """EXISTS: how many of the keys exist (not marking them accessed)."""
+    db, now = conn.database, now_ms()
+    conn.reply(integer(sum(1 for key in args[1:] if db.read(key, now, False) is not None)))
+
+
+def _touch(conn: RespConnection, args: list[bytes]) -> None:
+    """TOUCH: how many of the keys exist, marking those accessed now."""
     db, now = conn.database, now_ms()
     conn.reply(integer(sum(1 for key in args[1:] if db.read(key, now) is not None)))
 
@@ -56,7 +63,7 @@ def type_name(value: Value | None) -> bytes:
 
 
 def _type(conn: RespConnection, args: list[bytes]) -> None:
-    conn.reply(simple(type_name(conn.database.read(args[1], now_ms()))))
+    conn.reply(simple(type_name(conn.database.read(args[1], now_ms(), False))))
 
 
 def _keys(conn: RespConnection, args: list[bytes]) -> None:
@@ -183,7 +190,7 @@ def _ttl(unit: int, *, absolute: bool = False) -> Handler:
 
     def handler(conn: RespConnection, args: list[bytes]) -> None:
         db, now = conn.database, now_ms()
-        if db.read(args[1], now) is None:
+        if db.read(args[1], now, False) is None:
             conn.reply(integer(-2))
             return
         when = db.expires_at(args[1])
@@ -399,6 +406,6 @@ COMMANDS: Final = (
     Command("flushall", -1, _flushall, "write"),
     Command("dbsize", 1, _dbsize, "readonly"),
     Command("randomkey", 1, _randomkey, "readonly"),
-    Command("touch", -2, _exists, "readonly", keys=(1, -1, 1)),
+    Command("touch", -2, _touch, "readonly", keys=(1, -1, 1)),
 )
 """The key commands, in COMMAND's order."""

@@ -1,11 +1,13 @@
-"""What a key's value is made of, as redis-server 7.2 answers it: OBJECT ENCODING, REFCOUNT and FREQ.
+"""What a key's value is made of, as redis-server 7.2 answers it: OBJECT ENCODING, REFCOUNT,
+IDLETIME and FREQ.
 
 A string's encoding is the one redis-server would have given it: ``int`` for at most 20 bytes that
 read as a signed 64-bit integer, ``embstr`` up to 44 bytes, ``raw`` beyond, and ``raw`` for a
 string APPEND or SETRANGE changed in place (a ``bytearray``); a stream's is ``stream``. REFCOUNT
-is redis-server's: its small integers (0 to 9999) are shared objects. OBJECT IDLETIME is not
-answered, as keys' access times are not kept here; FREQ is refused as redis-server refuses it
-without an LFU policy (the policy here is ``noeviction``).
+is redis-server's: its small integers (0 to 9999) are shared objects. IDLETIME is the whole
+seconds since the key was last read or written (``Database.access``, in the keyspaces' clock of
+whole seconds, as redis-server's LRU clock); FREQ is refused as redis-server refuses it without an
+LFU policy (the policy here is ``noeviction``, so access times are what is kept).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ _OBJECT_HELP: Final = [
     b"FREQ <key>",
     b"    Return the access frequency index of the <key>. The returned integer is",
     b"    proportional to the logarithm of the recent access frequency of the key.",
+    b"IDLETIME <key>",
+    b"    Return the idle time of the <key>, that is the approximated number of",
+    b"    seconds elapsed since the last access to the key.",
     b"REFCOUNT <key>",
     b"    Return the number of references of the value associated with the specified",
     b"    <key>.",
@@ -71,6 +76,15 @@ def _refcount(conn: RespConnection, args: list[bytes]) -> None:
     conn.reply(integer(_SHARED_REFCOUNT if shared else 1))
 
 
+def _idletime(conn: RespConnection, args: list[bytes]) -> None:
+    db, key = conn.database, args[2]
+    if db.inspect(key, now_ms()) is None:
+        conn.reply(conn.writer.null)
+        return
+    clock = db.keyspaces.clock
+    conn.reply(integer(max(0, clock - db.access.get(key, clock))))
+
+
 def _freq(conn: RespConnection, args: list[bytes]) -> None:
     if conn.database.inspect(args[2], now_ms()) is None:
         conn.reply(conn.writer.null)
@@ -86,6 +100,7 @@ COMMANDS: Final = (
         subcommands=[
             Command("object|encoding", 3, _encoding, "readonly", keys=(2, 2, 1)),
             Command("object|freq", 3, _freq, "readonly", keys=(2, 2, 1)),
+            Command("object|idletime", 3, _idletime, "readonly", keys=(2, 2, 1)),
             Command("object|refcount", 3, _refcount, "readonly", keys=(2, 2, 1)),
             Command("object|help", 2, help_reply(_OBJECT_HELP)),
         ],

@@ -95,6 +95,8 @@ class ScriptClient:
         """The FCALL that runs it."""
         self._started = time.monotonic()
         self.resp = 2
+        self.last_error = b""
+        """The last error reply a command of the script gave (counted in the error stats then)."""
 
     def command(self, args: list[bytes]) -> bytes:
         conn = self._conn
@@ -103,24 +105,35 @@ class ScriptClient:
             command = command.subcommands.get(args[1].lower())
         if command is None:
             return error("Unknown Redis command called from script")
+        refusal = self._refusal(command, args)
+        if refusal is not None:  # (a rejected call of the command and an error, as redis-server's)
+            reply = error(refusal)
+            conn.broker.redis_stats.rejected(command.name)
+            conn.broker.redis_stats.error_reply(reply)
+        else:
+            if command.writes:
+                self.dirty = True
+            conn.writer = RESP3 if self.resp == 3 else RESP2
+            reply = conn.run_captured(command, args)  # (an error reply counted as it was made)
+        if reply[:1] == b"-":
+            self.last_error = reply
+        return reply
+
+    def _refusal(self, command: Command[RespConnection], args: list[bytes]) -> str | None:
+        """Why the script may not run this command now (None: it may)."""
         if (command.arity > 0 and len(args) != command.arity) or len(args) < -command.arity:
-            return error("Wrong number of args calling Redis command from script")
+            return "Wrong number of args calling Redis command from script"
         if command.noscript:
-            return error("This Redis command is not allowed from script")
+            return "This Redis command is not allowed from script"
+        keyspaces = self._conn.broker.keyspaces
         if command.writes:
             if self._read_only:
-                return error("Write commands are not allowed from read-only scripts.")
-            refusal = conn.broker.keyspaces.refusal
-            if refusal is not None and not self.dirty:
-                return error(refusal)
+                return "Write commands are not allowed from read-only scripts."
+            if keyspaces.refusal is not None and not self.dirty:
+                return keyspaces.refusal
         if command.denyoom and self._oom_at_start and not (self.dirty or self._allow_oom):
-            oom = conn.broker.keyspaces.oom
-            if oom is not None:
-                return error(oom)
-        if command.writes:
-            self.dirty = True
-        conn.writer = RESP3 if self.resp == 3 else RESP2
-        return conn.run_captured(command, args)
+            return keyspaces.oom
+        return None
 
     def log(self, level: int, text: str) -> None:
         log.log(_LOG_LEVELS[level], "%s", text)
@@ -206,7 +219,7 @@ def _run_script(conn: RespConnection, args: list[bytes], numkeys: int, script: S
     keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
     engine = _engine(conn)
     protocol = conn.writer.version
-    conn.reply(_running(conn, client, lambda: engine.run_script(script, keys, argv, client, protocol)))
+    _running(conn, client, lambda: engine.run_script(script, keys, argv, client, protocol))
 
 
 def _eval(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
@@ -244,16 +257,20 @@ def _evalsha(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
     return handler
 
 
-def _running(conn: RespConnection, client: ScriptClient, run: Callable[[], Outcome]) -> bytes:
-    """Run a script as the node's running one (what SCRIPT KILL and the busy replies see); its
-    reply."""
+def _running(conn: RespConnection, client: ScriptClient, run: Callable[[], Outcome]) -> None:
+    """Run a script as the node's running one (what SCRIPT KILL and the busy replies see) and
+    send its reply; an error that repeats one a command of the script gave (raised by
+    ``redis.call``, or returned as ``redis.pcall`` gave it) is not counted again."""
     scripts = conn.broker.scripts
     scripts.running = client
     try:
         outcome = run()
     finally:
         scripts.running = None
-    return outcome if isinstance(outcome, bytes) else error(outcome)
+    reply = outcome if isinstance(outcome, bytes) else error(outcome)
+    conn.reply(reply)
+    if client.last_error and reply.startswith(client.last_error[:-2]):
+        conn.broker.redis_stats.uncount_error_reply(reply)
 
 
 def _kill(conn: RespConnection, eval_mode: bool) -> bytes:
@@ -476,7 +493,7 @@ def _fcall(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
         client.request = args
         keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
         run = lambda: engine.run_function(function, keys, argv, client, conn.writer.version)  # noqa: E731
-        conn.reply(_running(conn, client, run))
+        _running(conn, client, run)
 
     return handler
 

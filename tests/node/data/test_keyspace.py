@@ -91,6 +91,7 @@ def test_operations_agree_with_a_plain_dictionary(ops: list[tuple[str, bytes, in
                 del model[k]
             assert len(expired) - len(model.keys() & expired) == gone
         assert set(db.keys) == set(model)
+        assert db.access.keys() == db.keys.keys()  # (no access time outlives its key)
         assert db.expiring() == sum(1 for when in model.values() if when is not None)
         for k, when in model.items():
             assert db.expires_at(k) == when

@@ -60,9 +60,9 @@ async def test_command_list_and_info_from_the_table(nursery: trio.Nursery, redis
     assert b"$4\r\nxadd\r\n" in streams
     assert b"$7\r\nsubscribe\r\n" not in streams
     info = peer.send("COMMAND", "INFO", "xadd", "config|get")
-    # name, arity, flags, first, last and step keys as redis-server's (its flags, beyond ours, too)
+    # name, arity, flags, first, last and step keys as redis-server's
     assert info.startswith(
-        b"*2\r\n*10\r\n$4\r\nxadd\r\n:-5\r\n*2\r\n+denyoom\r\n+write\r\n:1\r\n:1\r\n:1\r\n"
+        b"*2\r\n*10\r\n$4\r\nxadd\r\n:-5\r\n*3\r\n+write\r\n+denyoom\r\n+fast\r\n:1\r\n:1\r\n:1\r\n"
     )
     assert b"$10\r\nconfig|get\r\n:-3\r\n" in info
 
