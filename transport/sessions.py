@@ -17,11 +17,13 @@ written at once, with one non-blocking write each, whenever its writer is idle; 
 does not take goes to the writer task, which waits for room. One ``Flusher`` serves a whole node,
 because a message read from a route is delivered to client connections and the other way round.
 
-**Reads.** On a plain socket the reader yields to the scheduler before it reads, never between
-reading input and handing it on (a trio stream yields after a read that found data waiting): input
-is thus never held by a suspended task, where nothing else running on the loop could reach it (a
-Redis script busy on this thread reads the other clients' sockets itself, and must find there
-what they sent).
+**Reads.** On a plain socket the reader never yields between reading input and handing it on (a
+trio stream yields after a read that found data waiting): input is thus never held by a suspended
+task, where nothing else running on the loop could reach it (a Redis script busy on this thread
+reads the other clients' sockets itself, and must find there what they sent). It yields before a
+read instead, when the input it last handled came without waiting, so a client that keeps sending
+takes turns with the others; a connection that had to wait for its input reads again at once,
+which costs an idle connection no extra trip through the scheduler.
 """
 
 from __future__ import annotations
@@ -173,8 +175,11 @@ class Session:
     async def _read(self, flusher: Flusher, after_input: Callable[[], Awaitable[None]] | None) -> None:
         conn = self.conn
         try:
+            waited = True
             while conn.closing is None:
-                data = await self._receive()
+                if not waited:
+                    await trio.lowlevel.checkpoint()
+                data, waited = await self._receive()
                 if not data:
                     conn.hangup(Hangup.CLOSED_BY_PEER)
                     return
@@ -185,16 +190,18 @@ class Session:
             conn.hangup(Hangup.READ_ERROR)
         self.waker.set()
 
-    async def _receive(self) -> bytes:
-        """The next input (empty: the peer closed); see the module's notes on reads."""
+    async def _receive(self) -> tuple[bytes, bool]:
+        """The next input (empty: the peer closed), and whether it had to be waited for; see the
+        module's notes on reads."""
         if self.fd < 0:
-            return bytes(await self.stream.receive_some(READ_SIZE))
-        await trio.lowlevel.checkpoint()
+            return bytes(await self.stream.receive_some(READ_SIZE)), True
+        waited = False
         while True:
             try:
-                return os.read(self.fd, READ_SIZE)
+                return os.read(self.fd, READ_SIZE), waited
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(self.fd)
+                waited = True
             except OSError as exc:
                 raise trio.BrokenResourceError(str(exc)) from exc
 
