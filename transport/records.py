@@ -26,10 +26,12 @@ that fail on purpose (a full disk, an I/O error).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import attrs
 
@@ -43,6 +45,7 @@ __all__ = [
     "Disk",
     "frame",
     "fsync_dir",
+    "lock_directory",
     "write_all",
 ]
 
@@ -155,3 +158,21 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lock_directory(directory: Path) -> int:
+    """Create ``directory`` if need be and take its ``LOCK`` file for this process alone; return
+    the lock's file descriptor (closing it lets go).
+
+    Raises:
+        BlockingIOError: another process holds the lock.
+        OSError: the directory or its lock file cannot be made or opened.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

@@ -36,7 +36,6 @@ has room and the write and fsync work, it succeeds. A lock file keeps the direct
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 from pathlib import Path
@@ -46,7 +45,17 @@ import msgpack
 import trio
 
 from cluster.raft import Entry, EntryKind, HardState, Persist, Persisted, Snapshot
-from transport.records import COMMIT, DISK, BatchReader, CorruptRecord, Disk, frame, fsync_dir, write_all
+from transport.records import (
+    COMMIT,
+    DISK,
+    BatchReader,
+    CorruptRecord,
+    Disk,
+    frame,
+    fsync_dir,
+    lock_directory,
+    write_all,
+)
 
 __all__ = ["RESUME_ROOM", "RaftStorage", "StorageError", "StorageFailed"]
 
@@ -191,10 +200,8 @@ class RaftStorage:
                 use.
         """
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._lock = lock_directory(self.directory)
             except BlockingIOError:
                 raise StorageError(f"{self.directory}: in use by another process") from None
             for leftover in self.directory.glob("*.tmp"):  # (a rewrite a crash interrupted)

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import logging
 import os
 import signal
@@ -69,7 +68,7 @@ from node.data.keyspaces import Keyspaces
 from node.data.store import snapshot
 from node.data.store.records import COMMIT, CorruptRecord, encode
 from node.data.store.replay import Executor, ReplayRefused, replay_file
-from transport.records import DISK, Disk, fsync_dir, write_all
+from transport.records import DISK, Disk, fsync_dir, lock_directory, write_all
 
 __all__ = ["FILE_NAME", "Disk", "Store", "StoreError"]
 
@@ -184,10 +183,8 @@ class Store:
         """
         started = time.monotonic()
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._lock = lock_directory(self.directory)
             except BlockingIOError:
                 raise StoreError(f"{self.directory}: in use by another process") from None
             self._temporary.unlink(missing_ok=True)  # (a rewrite the last run did not finish)
