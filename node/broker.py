@@ -24,6 +24,7 @@ from node.accounts.auth import Authenticator
 from node.config.keyspace_events import parse_flags
 from node.config.options import Config, RedisConfig
 from node.data.keyspaces import Keyspaces
+from node.redis_listeners import RedisListeners
 from node.redis_state.settings import RedisSettings
 from node.redis_state.stats import RedisStats
 from node.scripting.registry import Scripts
@@ -185,6 +186,8 @@ class Broker:
         """The configuration file the node was started from (CONFIG REWRITE writes to it)."""
         self.stop: Callable[[], None] | None = None
         """Stops the whole node (Redis's SHUTDOWN); set by whoever runs it (None: nothing does)."""
+        self.redis_listeners: RedisListeners | None = None
+        """Where the Redis front door listens, which CONFIG SET port moves (set by the server)."""
         self.replies: ReplyMapping | None = None
         """Reply mapping across gateways (set up with them; None keeps the publish path lean)."""
         self.accounts: dict[str, Account] = {}

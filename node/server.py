@@ -36,6 +36,7 @@ from node.data.keyspaces import SWEEP_SECONDS
 from node.nats.client import ClientConnection
 from node.nats.discovery import connect_urls
 from node.nats.protocol import writer as w
+from node.redis_listeners import RedisListeners
 from node.resp.commands.scripting import answer_while_busy
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
@@ -116,7 +117,7 @@ class Server:
         self.flusher = Flusher()
         self._redis_sessions: set[Session] = set()
         self._handler_nursery: trio.Nursery | None = None
-        self._redis_listeners: Sequence[trio.abc.Listener[Any]] = ()
+        self._redis: RedisListeners | None = None
         self.broker.scripts.while_busy = self._serve_while_busy
         self._tls = server_context(config.tls) if config.tls is not None else None
         self._verifications = trio.CapacityLimiter(VERIFICATIONS)
@@ -133,20 +134,13 @@ class Server:
         Connections are served in the order their input arrived (``transport.wake_order``)."""
         keep_wake_order()
         async with trio.open_nursery() as handlers:
-            self._handler_nursery, self._redis_listeners = handlers, redis
+            self._handler_nursery = handlers
             async with trio.open_nursery() as acceptors:
                 await acceptors.start(
                     partial(trio.serve_listeners, self.handle, list(listeners), handler_nursery=handlers)
                 )
                 if redis:
-                    await acceptors.start(
-                        partial(
-                            trio.serve_listeners,
-                            self.handle_redis,
-                            list(redis),
-                            handler_nursery=handlers,
-                        )
-                    )
+                    self._serve_redis_listeners(redis, acceptors, handlers)
                     acceptors.start_soon(self._keep_keys)
                 task_status.started(listeners)
                 await self._stop_accepting.wait()
@@ -163,6 +157,21 @@ class Server:
                     self._handler_done = trio.Event()
                     await self._handler_done.wait()
             handlers.cancel_scope.cancel()
+
+    def _serve_redis_listeners(
+        self, redis: Sequence[trio.abc.Listener[Any]], acceptors: trio.Nursery, handlers: trio.Nursery
+    ) -> None:
+        """Accept Redis clients on ``redis``; CONFIG SET port may move them
+        (``broker.redis_listeners``)."""
+        sockets = [listener for listener in redis if isinstance(listener, trio.SocketListener)]
+        if len(sockets) != len(redis):  # (listeners of another kind: served as given, never moved)
+            acceptors.start_soon(
+                partial(trio.serve_listeners, self.handle_redis, list(redis), handler_nursery=handlers)
+            )
+            return
+        host = (self.config.redis.host if self.config.redis else "") or self.config.host
+        self._redis = self.broker.redis_listeners = RedisListeners(host, sockets, self.handle_redis)
+        self._redis.start(acceptors, handlers)
 
     def shutdown(self) -> None:
         """Stop accepting, close every connection (flushing what it had), and let ``serve`` return."""
@@ -322,8 +331,8 @@ class Server:
         others', and their tasks start once the script has ended."""
         if self._handler_nursery is None or self.broker.at_connection_limit():
             return
-        for listener in self._redis_listeners:
-            if not isinstance(listener, trio.SocketListener) or listener.socket.fileno() < 0:
+        for listener in self._redis.listeners if self._redis is not None else ():
+            if listener.socket.fileno() < 0:
                 continue
             listening = socket.socket(fileno=listener.socket.fileno())
             try:

@@ -20,6 +20,7 @@ from typing import Final
 from node.broker import Broker
 from node.config.keyspace_events import INVALID, format_flags, parse_flags
 from node.integers import string2ll
+from node.redis_listeners import Rebind
 from node.resp.commands.common import help_reply
 from node.resp.commands.memory import POLICY, parse_memory, set_maxmemory
 from node.resp.connection import RespConnection
@@ -307,7 +308,26 @@ def _slowlog_len(broker: Broker, value: int) -> None:
 
 
 def _redis_port(broker: Broker) -> bytes:
+    listeners = broker.redis_listeners
+    if listeners is not None:
+        return b"%d" % listeners.port
     return b"%d" % (broker.config.redis.port if broker.config.redis is not None else 0)
+
+
+def _move_port(broker: Broker, value: bytes) -> Apply | str:
+    """``port``: the Redis front door moves to it (0: it stops listening), bound here already so
+    that a port in use fails the whole CONFIG SET (``node.redis_listeners``)."""
+    port = string2ll(value)
+    if port is None:
+        return "argument couldn't be parsed into an integer"
+    if not 0 <= port <= 65535:
+        return "argument must be between 0 and 65535 inclusive"
+    listeners = broker.redis_listeners
+    if listeners is None:
+        return _unchanged(_redis_port)(broker, value)
+    if port == listeners.port:
+        return lambda: None
+    return listeners.prepare(port)
 
 
 def _bind(broker: Broker) -> bytes:
@@ -370,7 +390,7 @@ PARAMS: Final = (
     Param(["daemonize"], _constant(b"no"), immutable=True),
     Param(["replicaof", "slaveof"], _constant(b""), immutable=True),
     Param(["save"], _constant(b""), _save),
-    Param(["port"], _redis_port),
+    Param(["port"], _redis_port, _move_port),
     Param(["bind"], _bind),
     Param(["slowlog-log-slower-than"], *_setting("slowlog_log_slower_than", -1, _LLONG_MAX)),
     Param(
@@ -447,6 +467,9 @@ def _config_set(conn: RespConnection, args: list[bytes]) -> None:
     for (param, key), value in zip(chosen, args[3::2], strict=True):
         outcome = param.check(conn.broker, value)
         if isinstance(outcome, str):
+            for prepared in appliers:
+                if isinstance(prepared, Rebind):
+                    prepared.abandon()
             conn.error(_failed(key, outcome))
             return
         appliers.append(outcome)
