@@ -32,7 +32,8 @@ MiB = 1 << 20
 GROWTH = 48 * MiB
 """How much the node's resident memory may grow over the whole run."""
 
-NAMES = [name.decode() for name in COMMANDS] + ["get", "hello", "client", "pubsub", "x"]
+NAMES = [name.decode() for name in COMMANDS if name != b"shutdown"]  # (a signed-in order to stop)
+NAMES += ["get", "hello", "client", "pubsub", "x"]
 SUBCOMMANDS = ["id", "list", "info", "reply", "channels", "numsub", "numpat", "count", "docs", "get"]
 SUBCOMMANDS += ["create", "setid", "destroy", "createconsumer", "delconsumer", "stream", "groups"]
 SUBCOMMANDS += ["consumers", "unblock", "set", "maxmemory", "maxmemory-policy", "noeviction"]
