@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 import redis
@@ -44,17 +44,15 @@ def tmpfs(megabytes: int) -> Iterator[Path]:
         directory.rmdir()
 
 
-def fill(directory: Path, name: str = "filler") -> Path:
-    """Take every byte left on the device with one file (to be removed to make room again)."""
-    path = directory / name
-    with path.open("wb") as file:
-        try:
-            while True:
-                file.write(b"\0" * 65536)
-                file.flush()
-        except OSError:
-            pass
-    return path
+def fill(file: BinaryIO) -> None:
+    """Take every byte left on the device with this file (to be removed to make room again). The file
+    is unbuffered: a buffered one keeps what did not fit and raises ENOSPC again when it is closed."""
+    try:
+        while True:
+            file.write(b"\0" * 65536)
+            file.flush()
+    except OSError:
+        pass
 
 
 def _client(node: LiveNode) -> Any:
@@ -187,16 +185,17 @@ def test_a_disk_that_fills_and_empties_during_a_kill_9_run_loses_nothing_acknowl
                     for tag, reply in zip(tags, replies, strict=True):
                         (refused if isinstance(reply, Exception) else acked).add(tag)
 
-        (device / "filler").touch()  # (the writers may fill the device before fill() opens it)
-        with live_node(*store, redis=True) as node:
+        filler = device / "filler"
+        with filler.open("wb", buffering=0) as filling, live_node(*store, redis=True) as node:
             writers = [threading.Thread(target=write, args=(node, i)) for i in range(3)]
             for thread in writers:
                 thread.start()
             time.sleep(0.4)
-            filler = fill(device)
+            fill(filling)
             time.sleep(0.5)
             with lock:
                 refused_while_full, acked_while_full = len(refused), len(acked)
+            filling.close()  # (an open file keeps its space after unlink)
             filler.unlink()
             time.sleep(0.8)
             node.process.kill()
