@@ -23,7 +23,10 @@ count (SCAN, KEYS, RANDOMKEY, MEMORY USAGE, renames and the like), use ``get``.
 
 An expiry that removes a key is recorded in the journal as a DEL (as redis-server propagates one),
 so that replaying the journal, during which nothing expires (``Shared.loading``), never finds an
-old value where a new one was written.
+old value where a new one was written. ``Shared.may_expire`` may keep a node from removing some
+keys (replicated keys: only their group's leader removes them, and a replica waits for its DEL, as
+a Redis replica waits for its master's): such a key, once its time is past, is absent to every
+lookup but stays until the DEL comes.
 
 Readers are not served inside the write that made them ready: the key queues on the node-wide
 ``Shared.ready`` and its readers are served once the writing command has finished, as
@@ -43,7 +46,7 @@ import random
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from node.config.keyspace_events import EXPIRED, KEY_MISS, NEW
@@ -175,6 +178,7 @@ class Shared:
         "hits",
         "journal",
         "loading",
+        "may_expire",
         "misses",
         "notifier",
         "ready",
@@ -188,6 +192,9 @@ class Shared:
         """Where changes are recorded (None: keys live in memory only)."""
         self.loading = False
         """The journal is being replayed: keys do not expire meanwhile."""
+        self.may_expire: Callable[[bytes], bool] | None = None
+        """Whether this node may remove the key as expired now (None: any key). A key it may not
+        remove is absent to lookups once its time is past, but kept."""
         self.ready: dict[tuple[Database, bytes], None] = {}
         """Keys written since their blocked readers were last looked at, in the order written."""
         self._serving = False
@@ -285,7 +292,9 @@ class Database:
         if value is not None and self._expires:
             place = self._expires.get(key)
             if place is not None and self._times[place] <= now and not self.keyspaces.loading:
-                self._expire(key)
+                may_expire = self.keyspaces.may_expire
+                if may_expire is None or may_expire(key):
+                    self._expire(key)
                 return None
         return value
 
@@ -518,12 +527,13 @@ class Database:
         is looked at once per round of the list) and remove those that have expired; return how
         many went."""
         keys, times = self._expiring, self._times
+        may_expire = self.keyspaces.may_expire
         cursor = self._cursor
         gone = 0
         for _ in range(min(count, len(keys))):
             if cursor >= len(keys):
                 cursor = 0
-            if times[cursor] <= now:
+            if times[cursor] <= now and (may_expire is None or may_expire(keys[cursor])):
                 self._expire(keys[cursor])  # (the last key moves here: it is looked at next)
                 gone += 1
             else:
@@ -532,13 +542,15 @@ class Database:
         return gone
 
     def stale(self, now: int, sample: int) -> int:
-        """How many of ``sample`` keys with an expiry, picked at random, have expired (nothing is
-        removed)."""
-        times = self._times
+        """How many of ``sample`` keys with an expiry, picked at random, have expired and may be
+        removed here (nothing is removed)."""
+        times, keys = self._times, self._expiring
+        may_expire = self.keyspaces.may_expire
         size = len(times)
         expired = 0
         for _ in range(sample if size else 0):
-            if times[int(random.random() * size)] <= now:
+            at = int(random.random() * size)
+            if times[at] <= now and (may_expire is None or may_expire(keys[at])):
                 expired += 1
         return expired
 

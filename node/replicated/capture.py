@@ -4,8 +4,9 @@ On a node whose keys are replicated, ``Keyspaces.journal`` is a ``Capture``: the
 record each change through it (``RespConnection.log_write``) exactly as they would into the store's
 append-only file, and the command path (``node.replicated.path``) takes the records a command made
 (``take``) and proposes them to the group that holds its keys. Durability is the group's (its Raft
-log is fsynced before an entry commits), so ``commit`` has nothing to do. Expiries are not
-proposed: each replica removes an expired key by its own clock.
+log is fsynced before an entry commits), so ``commit`` has nothing to do. An expiry is recorded as
+the DEL that removes the key: only a group's leader removes its keys as expired, and its replicas
+remove them when that DEL is applied (``KeyRouter``: a replica's clock never decides).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ class Capture:
         self._records += encode(account, db, args)
 
     def expire(self, account: str, db: int, key: bytes) -> None:
-        """Nothing: every replica removes an expired key by its own clock (expiry times are
-        absolute, so replicas agree but for their clocks' skew)."""
+        self._records += encode(account, db, [b"DEL", key])
 
     def take(self) -> bytes:
         """The records appended since the last call."""

@@ -32,13 +32,23 @@ whose commit is still under way: a leader does not hide its own pending writes y
 yet across nodes (answered with an error, never run wrongly): blocking reads (``XREAD``/
 ``XREADGROUP ... BLOCK``) and ``EXEC`` of keys led elsewhere. Not yet either: ``WATCH`` of keys led
 elsewhere, client tracking and keyspace notifications of keys led elsewhere,
-RESP3 shapes of forwarded replies, and expiries (each replica removes an expired key by its clock).
+RESP3 shapes of forwarded replies.
+
+**Expiry.** Only a group's leader removes its keys as expired, and only while a command of that
+group runs (a key the command meets past its time) or while it sweeps (``EXPIRY_SWEEP`` apart, the
+node's sweep over the keys of the groups it leads): each removal is recorded as a DEL, which goes in
+the command's entry (before the change the command made) or in an entry of its own, so every
+replica removes the key at the same place in the log. Elsewhere a key past its time is absent to
+lookups but kept until that DEL comes (``Shared.may_expire``). Were each replica to remove keys by
+its own clock, a write to a key the leader still held could find it gone on a replica (a stream
+restarted there, an increment from zero) and the replicas would part ways.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from functools import partial
 
@@ -49,7 +59,7 @@ from cluster.placement import Layout, SlotGroup, hash_slot
 from cluster.replication.group import GroupSpec, ProposalError
 from cluster.replication.replicas import Replicas
 from node.data.keyspaces import Keyspaces
-from node.data.store.records import COMMIT, RecordReader
+from node.data.store.records import COMMIT, RecordReader, encode
 from node.data.store.replay import CommandRefused, Executor
 from node.replicated.capture import Capture
 from node.replicated.machine import KeyspaceMachine
@@ -59,7 +69,7 @@ from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import error
 
-__all__ = ["CLUSTERDOWN", "CROSSSLOT", "KeyRouter"]
+__all__ = ["CLUSTERDOWN", "CROSSSLOT", "EXPIRY_SWEEP", "KeyRouter"]
 
 log = logging.getLogger("pubmesh")
 
@@ -67,6 +77,8 @@ CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 CLUSTERDOWN = "CLUSTERDOWN The cluster is down"
 _MOST_HOPS = 2
 _BLOCKING = frozenset([b"xread", b"xreadgroup"])
+EXPIRY_SWEEP = 0.1
+"""Seconds between two sweeps for expired keys of the groups a node leads."""
 
 Send = Callable[[str, KeysRequest | KeysReply], bool]
 
@@ -98,6 +110,9 @@ class KeyRouter:
         self.keyspaces = keyspaces
         self.capture = Capture()
         keyspaces.journal = self.capture
+        keyspaces.may_expire = self._may_expire
+        self._expiring: frozenset[str] = frozenset()
+        """The groups whose keys may be removed as expired now."""
         self._execute = executor(keyspaces)
         self._send = send
         self.timeout = replicas.config.propose_timeout
@@ -125,6 +140,7 @@ class KeyRouter:
             self._nursery = nursery
             for group in self.layout.groups_of(self.node):
                 await self._start_group(group.name)
+            nursery.start_soon(self._sweep)
             task_status.started()
             async for name in receive:
                 await self._rebuild(name)
@@ -158,6 +174,7 @@ class KeyRouter:
         if self.keyspaces.loading or conn.scripted or self._inside:
             return False  # (entries a group applies, a script's calls, forwarded commands)
         self._group = None
+        self._expiring = frozenset()
         slots = {hash_slot(key) for key in _keys(conn, command, args)}
         self._start = len(conn.outbound)
         if not slots:
@@ -168,6 +185,7 @@ class KeyRouter:
         group = self.layout.group_of_slot(slots.pop())
         if self._leads(group):
             self._group = group
+            self._expiring = frozenset((group.name,))
             return False
         if command.key == b"exec":
             conn.reject(command, "ERR a transaction on keys led by another node")
@@ -187,6 +205,7 @@ class KeyRouter:
         if self.keyspaces.loading or conn.scripted or self._inside:
             return
         group, self._group = self._group, None
+        self._expiring = frozenset()
         records = self.capture.take()
         if not records:
             return
@@ -242,6 +261,31 @@ class KeyRouter:
                 self._rebuilds.send_nowait(group.name)
             return error(CLUSTERDOWN)
 
+    # -- expiry ----------------------------------------------------------------------------------
+
+    def _may_expire(self, key: bytes) -> bool:
+        expiring = self._expiring
+        return bool(expiring) and self.layout.group_of(key).name in expiring
+
+    async def _sweep(self) -> None:
+        """Remove the expired keys of the groups led here, and commit each group's removals."""
+        while True:
+            await trio.sleep(EXPIRY_SWEEP)
+            led = [group for group in self.layout.groups_of(self.node) if self._leads(group)]
+            if not led:
+                continue
+            self.capture.take()
+            self._expiring = frozenset(group.name for group in led)
+            try:
+                self.keyspaces.sweep(time.time_ns() // 1_000_000)
+            finally:
+                self._expiring = frozenset()
+            records = self.capture.take()
+            if records and self._nursery is not None:
+                for name, removals in _by_group(self.layout, records).items():
+                    group = next(g for g in led if g.name == name)
+                    self._nursery.start_soon(self._commit, group, removals, b"")
+
     # -- forwarding ------------------------------------------------------------------------------
 
     async def _forward(
@@ -288,12 +332,14 @@ class KeyRouter:
         """Run a forwarded command here, the group's leader, and commit what it changed."""
         self.capture.take()
         self._inside = True
+        self._expiring = frozenset((group.name,))
         try:
             reply = self._execute(account, db, args)
         except CommandRefused as exc:
             reply = exc.reply
         finally:
             self._inside = False
+            self._expiring = frozenset()
         records = self.capture.take()
         if not records:
             return reply
@@ -324,6 +370,15 @@ def _keys(conn: RespConnection, command: Command[RespConnection], args: list[byt
     if command.key == b"exec":
         return [key for queued in conn.transaction.queued or () for key in _request_keys(queued)]
     return command_keys(command, args)
+
+
+def _by_group(layout: Layout, records: bytes) -> dict[str, bytes]:
+    """Records (each on one key, as removals are) by the group that holds their key."""
+    parts: dict[str, list[bytes]] = {}
+    for record in RecordReader().feed(records + COMMIT):
+        name = layout.group_of(record.args[1]).name
+        parts.setdefault(name, []).append(encode(record.account, record.db, record.args))
+    return {name: b"".join(part) for name, part in parts.items()}
 
 
 def _request_keys(args: list[bytes]) -> list[bytes]:

@@ -165,3 +165,32 @@ def test_nothing_is_swept_while_the_journal_is_replayed() -> None:
     assert db.get(b"k1", NOW) is not None
     keyspaces.loading = False
     assert keyspaces.sweep(NOW) == 10
+
+
+def test_keys_this_node_may_not_remove_are_absent_but_kept_until_it_may() -> None:
+    """``Shared.may_expire`` (a replica waits for its leader's DEL): a key past its time that the
+    node may not remove reads as absent, stays, is neither swept nor counted as stale nor
+    journaled; once the node may remove it, the next look removes it as usual."""
+    random.seed(7)
+    keyspaces = Keyspaces()
+    journal = Recorder()
+    keyspaces.journal = journal
+    db = keyspaces.database("$G", 0)
+    fill(db, range(50), NOW, prefix=b"kept")
+    fill(db, range(50), NOW, prefix=b"gone")
+    keyspaces.may_expire = lambda key: key.startswith(b"gone")
+    assert db.get(b"kept1", NOW) is None
+    assert db.read(b"kept2", NOW) is None
+    assert b"kept1" in db.keys
+    assert b"kept2" in db.keys
+    assert db.stale(NOW, 1_000) < 1_000  # (only the removable ones count)
+    assert keyspaces.sweep(NOW, seconds=60.0) == 50
+    assert sorted(db.keys) == sorted(b"kept%d" % i for i in range(50))
+    assert db.stale(NOW, 100) == 0
+    assert keyspaces.sweep(NOW, seconds=60.0) == 0
+    assert {args[1][:4] for _, _, args in journal.records} == {b"gone"}
+    keyspaces.may_expire = None
+    assert db.get(b"kept1", NOW) is None
+    assert b"kept1" not in db.keys
+    assert keyspaces.sweep(NOW, seconds=60.0) == 49
+    assert len(db) == 0

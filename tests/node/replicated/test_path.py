@@ -163,3 +163,38 @@ async def test_without_a_majority_a_write_is_refused_and_taken_back(
         await call(nodes[leader], "XADD", key, "*", "n", "1")
     assert isinstance(acked, bytes)
     await until(lambda: entries(nodes[leader], key) == [parse_id(acked)])  # (the change undone)
+
+
+def held(handle: NodeHandle, key: bytes) -> object:
+    """What this node's own replica holds at ``key`` (expired or not)."""
+    return handle.node.server.broker.keyspaces.database("$G", 0).keys.get(key)
+
+
+async def test_keys_expire_where_the_leader_logs_it_so_replicas_never_part_ways(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A key past its time is removed by its group's leader, in the group's log: written again
+    right after (the leader finds it expired), every replica ends with the same new value and no
+    group stops; one nobody touches goes from every replica by the leader's sweep."""
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    tag = key_led_by(nodes, leader, led)
+    keys = [b"{%s}:%d" % (tag, n) for n in range(12)]
+    for key in keys:
+        assert await call(nodes[leader], "SET", key, "old", "PX", "30") is True
+        await trio.sleep(0.05)  # (past its time: replicas' own sweeps would race the XADD)
+        assert isinstance(await call(nodes[leader], "XADD", key, "*", "f", "new"), bytes)
+    for handle in nodes.values():
+        for key in keys:
+            await until(lambda handle=handle, key=key: len(entries(handle, key)) == 1)  # type: ignore[misc]
+    for handle in nodes.values():  # (no group stopped on a replica that refused an entry)
+        assert handle.node.replicas is not None
+        assert len(handle.node.replicas.status()) == len(NAMES)
+
+    lone = b"{%s}:lone" % tag
+    assert await call(nodes[leader], "SET", lone, "v", "PX", "100") is True
+    for handle in nodes.values():
+        await until(lambda handle=handle: held(handle, lone) is not None)  # type: ignore[misc]
+    for handle in nodes.values():
+        await until(lambda handle=handle: held(handle, lone) is None)  # type: ignore[misc]
