@@ -135,6 +135,10 @@ class KeyRouting(Protocol):
         """The command ran here: its changes go to the group."""
         ...
 
+    def script_refusal(self, keys: list[bytes], *, cross_slot: bool) -> str | None:
+        """Why a running script's command may not reach these keys here (None: it may)."""
+        ...
+
 
 class Broker:
     """The state of one node and its publish path.

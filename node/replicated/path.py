@@ -14,6 +14,12 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   answered ``-CROSSSLOT Keys in request don't hash to the same slot``, as Redis Cluster does. A
   write without keys (FLUSHALL, SWAPDB ...) is refused: it would change every group at once. A
   read without keys (DBSIZE, SCAN ...) runs on this node's replicas as they are.
+* a **script** (``script_refusal``, asked for each command it runs) keeps to its slot, as on a
+  Redis Cluster node: the slot of its declared keys or, without them, of the first key it reaches
+  (which must be of a group led here); a command on a key of another group answers ``Script
+  attempted to access a non local key in a cluster node``, on another slot of the same group
+  ``... keys that do not hash to the same slot`` (allowed with the ``allow-cross-slot-keys``
+  flag); a script flagged ``no-cluster`` does not run.
 * **this node leads the group**: the command runs here, as it would anywhere; ``ran`` takes the
   records it made and, if any, holds its reply back while the group commits them
   (``RespConnection.awaiting``: the connection's later requests wait too): the reply leaves once
@@ -75,6 +81,8 @@ log = logging.getLogger("pubmesh")
 
 CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
 CLUSTERDOWN = "CLUSTERDOWN The cluster is down"
+SCRIPT_NOT_LOCAL = "Script attempted to access a non local key in a cluster node"
+SCRIPT_CROSSSLOT = "Script attempted to access keys that do not hash to the same slot"
 _MOST_HOPS = 2
 _BLOCKING = frozenset([b"xread", b"xreadgroup"])
 EXPIRY_SWEEP = 0.1
@@ -111,8 +119,12 @@ class KeyRouter:
         self.capture = Capture()
         keyspaces.journal = self.capture
         keyspaces.may_expire = self._may_expire
-        self._expiring: frozenset[str] = frozenset()
-        """The groups whose keys may be removed as expired now."""
+        self._serving: frozenset[str] = frozenset()
+        """The groups a command runs for now (or the sweep sweeps): their keys may be removed as
+        expired, and a script may reach them."""
+        self._script_slot: int | None = None
+        """The slot the running command's script keeps to (its declared keys', or the first it
+        reached)."""
         self._execute = executor(keyspaces)
         self._send = send
         self.timeout = replicas.config.propose_timeout
@@ -174,7 +186,8 @@ class KeyRouter:
         if self.keyspaces.loading or conn.scripted or self._inside:
             return False  # (entries a group applies, a script's calls, forwarded commands)
         self._group = None
-        self._expiring = frozenset()
+        self._serving = frozenset()
+        self._script_slot = None
         slots = {hash_slot(key) for key in _keys(conn, command, args)}
         self._start = len(conn.outbound)
         if not slots:
@@ -182,10 +195,12 @@ class KeyRouter:
         if len(slots) > 1:
             conn.reject(command, CROSSSLOT)
             return True
-        group = self.layout.group_of_slot(slots.pop())
+        slot = slots.pop()
+        group = self.layout.group_of_slot(slot)
         if self._leads(group):
             self._group = group
-            self._expiring = frozenset((group.name,))
+            self._serving = frozenset((group.name,))
+            self._script_slot = slot
             return False
         if command.key == b"exec":
             conn.reject(command, "ERR a transaction on keys led by another node")
@@ -200,12 +215,39 @@ class KeyRouter:
         local = self.replicas.groups.get(group.name)
         return local is not None and local.status().role == "leader"
 
+    def script_refusal(self, keys: list[bytes], *, cross_slot: bool) -> str | None:
+        """Why a running script may not reach these keys (None: it may), as a Redis Cluster node
+        refuses a script's command: keys in more than one slot, or of a group not led here (or not
+        the one its command runs for), or in another slot than the script's (unless its flags
+        allow ``cross_slot``: then any slot of that group)."""
+        if self.keyspaces.loading:
+            return None  # (entries a group applies)
+        slots = {hash_slot(key) for key in keys}
+        if not slots:
+            return None
+        if len(slots) > 1:
+            return SCRIPT_NOT_LOCAL  # (one command across slots: no node serves it)
+        slot = slots.pop()
+        group = self.layout.group_of_slot(slot)
+        if self._serving:
+            if group.name not in self._serving:
+                return SCRIPT_NOT_LOCAL
+        elif self._leads(group):
+            self._serving = frozenset((group.name,))  # (a script without keys keeps to this group)
+        else:
+            return SCRIPT_NOT_LOCAL
+        if self._script_slot is None:
+            self._script_slot = slot
+        elif not cross_slot and slot != self._script_slot:
+            return SCRIPT_CROSSSLOT
+        return None
+
     def ran(self, conn: RespConnection) -> None:
         """After a command this node leads ran: hold its reply until its changes are committed."""
         if self.keyspaces.loading or conn.scripted or self._inside:
             return
         group, self._group = self._group, None
-        self._expiring = frozenset()
+        self._serving, self._script_slot = frozenset(), None
         records = self.capture.take()
         if not records:
             return
@@ -264,8 +306,8 @@ class KeyRouter:
     # -- expiry ----------------------------------------------------------------------------------
 
     def _may_expire(self, key: bytes) -> bool:
-        expiring = self._expiring
-        return bool(expiring) and self.layout.group_of(key).name in expiring
+        serving = self._serving
+        return bool(serving) and self.layout.group_of(key).name in serving
 
     async def _sweep(self) -> None:
         """Remove the expired keys of the groups led here, and commit each group's removals."""
@@ -275,11 +317,11 @@ class KeyRouter:
             if not led:
                 continue
             self.capture.take()
-            self._expiring = frozenset(group.name for group in led)
+            self._serving = frozenset(group.name for group in led)
             try:
                 self.keyspaces.sweep(time.time_ns() // 1_000_000)
             finally:
-                self._expiring = frozenset()
+                self._serving = frozenset()
             records = self.capture.take()
             if records and self._nursery is not None:
                 for name, removals in _by_group(self.layout, records).items():
@@ -332,14 +374,16 @@ class KeyRouter:
         """Run a forwarded command here, the group's leader, and commit what it changed."""
         self.capture.take()
         self._inside = True
-        self._expiring = frozenset((group.name,))
+        self._serving = frozenset((group.name,))
+        slots = {hash_slot(key) for key in _request_keys(args)}
+        self._script_slot = slots.pop() if len(slots) == 1 else None
         try:
             reply = self._execute(account, db, args)
         except CommandRefused as exc:
             reply = exc.reply
         finally:
             self._inside = False
-            self._expiring = frozenset()
+            self._serving, self._script_slot = frozenset(), None
         records = self.capture.take()
         if not records:
             return reply

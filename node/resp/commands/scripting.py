@@ -24,6 +24,7 @@ from typing import Final
 from node.connection import Reason
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, REDIS_VERSION, help_reply
+from node.resp.commands.introspection import command_keys
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.errors import RespProtocolError
@@ -70,7 +71,13 @@ class ScriptClient:
     script), signed in as the caller's user with the caller's database selected."""
 
     def __init__(
-        self, caller: RespConnection, *, read_only: bool, allow_oom: bool, eval_mode: bool
+        self,
+        caller: RespConnection,
+        *,
+        read_only: bool,
+        allow_oom: bool,
+        eval_mode: bool,
+        cross_slot: bool = False,
     ) -> None:
         scripts = caller.broker.scripts
         conn = scripts.clients.get(caller.account.name)
@@ -84,6 +91,7 @@ class ScriptClient:
         self._conn = conn
         self._read_only = read_only
         self._allow_oom = allow_oom
+        self._cross_slot = cross_slot
         self._oom_at_start = caller.broker.keyspaces.oom is not None
         self.caller = caller
         self.eval_mode = eval_mode
@@ -133,6 +141,9 @@ class ScriptClient:
                 return keyspaces.refusal
         if command.denyoom and self._oom_at_start and not (self.dirty or self._allow_oom):
             return keyspaces.oom
+        router = self._conn.broker.key_router
+        if router is not None:  # (replicated keys: as a Redis Cluster node checks a script)
+            return router.script_refusal(command_keys(command, args), cross_slot=self._cross_slot)
         return None
 
     def log(self, level: int, text: str) -> None:
@@ -207,9 +218,18 @@ def _prepare(
                 "memory > 'maxmemory'"
             )
             return None
+    if flags is not None and "no-cluster" in flags and conn.broker.key_router is not None:
+        conn.error("Can not run script on cluster, 'no-cluster' flag is set.")
+        return None
     read_only = ro or (flags is not None and "no-writes" in flags)
     allow_oom = flags is not None and "allow-oom" in flags
-    return ScriptClient(conn, read_only=read_only, allow_oom=allow_oom, eval_mode=eval_mode)
+    return ScriptClient(
+        conn,
+        read_only=read_only,
+        allow_oom=allow_oom,
+        eval_mode=eval_mode,
+        cross_slot=flags is not None and "allow-cross-slot-keys" in flags,
+    )
 
 
 def _run_script(conn: RespConnection, args: list[bytes], numkeys: int, script: Script, ro: bool) -> None:

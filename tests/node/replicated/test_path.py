@@ -10,7 +10,7 @@ import redis
 import trio
 
 from cluster.config import ClusterConfig, ReplicationConfig
-from cluster.placement import SLOTS
+from cluster.placement import SLOTS, hash_slot
 from node.config.options import Config, RedisConfig
 from node.data.streams import MAX_ID, Stream, parse_id
 from node.run.launch import NodeHandle
@@ -198,3 +198,54 @@ async def test_keys_expire_where_the_leader_logs_it_so_replicas_never_part_ways(
         await until(lambda handle=handle: held(handle, lone) is not None)  # type: ignore[misc]
     for handle in nodes.values():
         await until(lambda handle=handle: held(handle, lone) is None)  # type: ignore[misc]
+
+
+def key_of(nodes: dict[str, NodeHandle], accept: object, prefix: bytes = b"k") -> bytes:
+    """A key whose group (a ``SlotGroup``) and slot ``accept(group, slot)`` likes."""
+    keys = nodes["a"].node.keys
+    assert keys is not None
+    for n in range(100_000):
+        key = b"%s-%d" % (prefix, n)
+        slot = hash_slot(key)
+        if accept(keys.layout.group_of_slot(slot), slot):  # type: ignore[operator]
+            return key
+    raise AssertionError("no such key")
+
+
+async def test_a_script_keeps_to_its_slot_and_to_keys_led_where_it_runs(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """As on a Redis Cluster node: a script's command on another group's key, or (without
+    ``allow-cross-slot-keys``) on another slot than the script's, is refused, and nothing of
+    another group is changed; a script with the ``no-cluster`` flag does not run."""
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    mine = key_of(nodes, lambda group, slot: True)
+    keys = nodes["a"].node.keys
+    assert keys is not None
+    group = keys.layout.group_of(mine)
+    elsewhere = key_of(nodes, lambda g, slot: g.name != group.name)
+    beside = key_of(nodes, lambda g, slot: g.name == group.name and slot != hash_slot(mine))
+    script = "redis.call('SET', KEYS[1], 'a') return redis.call('SET', ARGV[1], 'b')"
+    for node in nodes.values():
+        with pytest.raises(redis.ResponseError, match="non local key in a cluster node"):
+            await call(node, "EVAL", script, 1, mine, elsewhere)
+        with pytest.raises(redis.ResponseError, match="do not hash to the same slot"):
+            await call(node, "EVAL", script, 1, mine, beside)
+    assert await call(nodes["a"], "GET", mine) == b"a"  # (what ran before the refusal stays)
+    for key in (elsewhere, beside):
+        assert await call(nodes["b"], "EXISTS", key) == 0
+        for handle in nodes.values():
+            assert held(handle, key) is None
+    crossing = "#!lua flags=allow-cross-slot-keys\n" + script
+    assert await call(nodes["c"], "EVAL", crossing, 1, mine, beside) == b"OK"
+    assert await call(nodes["a"], "GET", beside) == b"b"
+
+    # Without declared keys, a script runs where it is sent: on keys that node leads, or refused.
+    stranger = next(name for name in NAMES if set(led.values()) != {name})
+    foreign = key_of(nodes, lambda g, slot: led[g.name] != stranger, b"foreign")
+    with pytest.raises(redis.ResponseError, match="non local key in a cluster node"):
+        await call(nodes[stranger], "EVAL", "return redis.call('SET', ARGV[1], 'x')", 0, foreign)
+    assert await call(nodes[stranger], "EXISTS", foreign) == 0
+    with pytest.raises(redis.ResponseError, match="'no-cluster' flag is set"):
+        await call(nodes["a"], "EVAL", "#!lua flags=no-cluster\nreturn 1", 0)
