@@ -228,11 +228,28 @@ class Group:
         Raises:
             ProposalError: not carried out (see the module docstring for which and why).
         """
+        return await self.outcome(self.submit(data))
+
+    def submit(self, data: bytes) -> _Waiter:
+        """Queue ``data`` for replication at once: entries are proposed in the order of these
+        calls (await ``outcome``).
+
+        Raises:
+            GroupStopped: the group is stopped.
+        """
         if self.stopped:
             raise GroupStopped(f"group {self.name} is stopped")
         waiter = _Waiter(0)
         self._proposals.append((data, waiter))
         self._wake.set()
+        return waiter
+
+    async def outcome(self, waiter: _Waiter) -> object:
+        """What ``propose`` answers, for a submitted proposal.
+
+        Raises:
+            ProposalError: not carried out.
+        """
         with trio.move_on_after(self.config.propose_timeout):
             await waiter.done.wait()
         if not waiter.done.is_set():

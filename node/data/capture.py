@@ -24,14 +24,25 @@ Capture happens in the publish path (an entry is in the stream before ``publish`
 committing, acknowledging and waking blocked readers (``Keyspaces.serve_ready``) wait for the
 ``Captures.run`` task, which does them for everything captured since it last ran: one commit for a
 whole burst of messages, as a Redis client's pipeline gets one.
+
+**Replicated keys** (``[replication] members``: ``Captures.groups`` is set): a stream is held by the
+replica group of its key, and is captured once, by that group's leader. Every node that lists the
+stream subscribes to its subjects, in one queue group, only while it leads the group
+(``Captures.follow``, a tenth of a second apart), so each message reaches one capturing node. The
+records of what it captured go to the group (``KeyGroups.commit``), and the acknowledgement waits
+for the group's commit: ``{"stream":NAME,"error":"CLUSTERDOWN ..."}`` if the group could not commit
+it (the leader takes the change back). A message published while no node leads the group is not
+captured (nobody is subscribed, as for any subject without interest): a producer that publishes
+as requests gets no answer and retries.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import trio
@@ -41,11 +52,12 @@ from node.config.options import StreamConfig
 from node.data.durability import CommitFailed, Journal
 from node.data.keyspace import WRONGTYPE
 from node.data.keyspaces import Keyspaces
+from node.data.store.records import encode
 from node.data.stream_writes import add_entry
 from node.data.streams import MAX_ID, Stream, Trim, format_id, make_id, parse_add_id
 from routing import Message, Subscription, subject_channel
 
-__all__ = ["CaptureHost", "Captures", "StreamCapture", "header_fields"]
+__all__ = ["CaptureHost", "Captures", "KeyGroups", "StreamCapture", "header_fields"]
 
 log = logging.getLogger("pubmesh")
 
@@ -53,6 +65,12 @@ CAPTURE_DB = 0
 """The database captured streams live in."""
 _HEADER = b"header:"
 _EXHAUSTED = "The stream has exhausted the last possible ID, unable to add more items"
+_NO_GROUPS = "-CLUSTERDOWN The cluster is down"
+_Ack = tuple["StreamCapture", bytes, int | str]
+"""A message captured (or refused): its stream, reply subject, and entry ID (or why)."""
+_Committing = tuple[Awaitable[str | None], list[_Ack]]
+FOLLOW_INTERVAL = 0.1
+"""Seconds between two looks at which replicated streams' groups this node leads."""
 
 
 class CaptureHost(Protocol):
@@ -66,7 +84,23 @@ class CaptureHost(Protocol):
 
     def subscribe(self, account: Account, sub: Subscription) -> None: ...
 
+    def unsubscribe(self, account: Account, subs: Sequence[Subscription]) -> None: ...
+
     def publish(self, account: Account, msg: Message) -> bool: ...
+
+
+class KeyGroups(Protocol):
+    """What captures use of replicated keys (``node.replicated.path.KeyRouter``)."""
+
+    def leads_key(self, key: bytes) -> bool:
+        """Whether this node leads the replica group that holds ``key``."""
+        ...
+
+    def commit(self, key: bytes, records: bytes) -> Awaitable[str | None]:
+        """Hand ``key``'s group these records of changes made here, at once (a group's entries
+        keep the order of these calls); await None once committed, else the error (the changes
+        are taken back)."""
+        ...
 
 
 def header_fields(block: bytes) -> list[bytes]:
@@ -90,9 +124,14 @@ class StreamCapture:
         self._captures = captures
         self._keyspaces = captures.broker.keyspaces
         self._max_age_ms = round(config.max_age * 1000)
+        queue = f"$capture.{config.name}" if captures.replicated else None
         self.subscriptions = [
-            Subscription(subject, sid=b"%d" % i, owner=self) for i, subject in enumerate(config.subjects)
+            Subscription(subject, queue, sid=b"%d" % i, owner=self)
+            for i, subject in enumerate(config.subjects)
         ]
+        self.subscribed = False
+        self.pending = bytearray()
+        """Records of what was captured since the last flush (replicated keys)."""
         self.captured = 0
         """Messages stored since start."""
         self.refused = 0
@@ -103,6 +142,9 @@ class StreamCapture:
         now = time.time_ns() // 1_000_000
         db, key = self._keyspaces.database(self.config.account, CAPTURE_DB), self.key
         value = db.get(key, now)
+        if value is None and key in db.keys:  # (expired, kept for its group's DEL: this is it)
+            db.delete(key)
+            self._log([b"DEL", key])
         stream = value if isinstance(value, Stream) else Stream()
         created = value is None
         refusal = self._keyspaces.oom or self._keyspaces.refusal  # (in redis-server's order)
@@ -139,6 +181,9 @@ class StreamCapture:
         return trims
 
     def _log(self, args: list[bytes]) -> None:
+        if self._captures.replicated:
+            self.pending += encode(self.config.account, CAPTURE_DB, args)
+            return
         journal: Journal | None = self._keyspaces.journal
         if journal is not None:
             journal.append(self.config.account, CAPTURE_DB, args)
@@ -147,20 +192,44 @@ class StreamCapture:
 class Captures:
     """A node's capturing streams, and the task that commits, acknowledges and wakes readers."""
 
-    def __init__(self, broker: CaptureHost, configs: Sequence[StreamConfig]) -> None:
+    def __init__(
+        self, broker: CaptureHost, configs: Sequence[StreamConfig], *, replicated: bool = False
+    ) -> None:
         self.broker = broker
+        self.replicated = replicated
+        self.groups: KeyGroups | None = None
+        """Where a replicated stream's records go (set once the node's groups exist)."""
         self.streams = [StreamCapture(self, config) for config in configs]
-        self._acks: list[tuple[StreamCapture, bytes, int | str]] = []
+        self._acks: list[_Ack] = []
         self._discards = -1
         """The journal's count of batches taken back when the first waiting ack was captured."""
         self._due = False
         self._wake: Callable[[], None] | None = None
+        self._committing, self._committed = trio.open_memory_channel[_Committing](math.inf)
+        """Replicated captures handed to their groups, to acknowledge once committed."""
 
     def subscribe(self) -> None:
-        """Subscribe every stream to its subjects (announced to routes and gateways as usual)."""
+        """Subscribe every stream to its subjects (announced to routes and gateways as usual);
+        replicated streams: those whose group this node leads (``follow``)."""
         for capture in self.streams:
-            for sub in capture.subscriptions:
-                self.broker.subscribe(capture.account, sub)
+            if not self.replicated:
+                for sub in capture.subscriptions:
+                    self.broker.subscribe(capture.account, sub)
+        self.follow()
+
+    def follow(self) -> None:
+        """Subscribe the replicated streams whose group this node leads, unsubscribe the others."""
+        groups = self.groups
+        if not self.replicated:
+            return
+        for capture in self.streams:
+            leads = groups is not None and groups.leads_key(capture.key)
+            if leads and not capture.subscribed:
+                for sub in capture.subscriptions:
+                    self.broker.subscribe(capture.account, sub)
+            elif capture.subscribed and not leads:
+                self.broker.unsubscribe(capture.account, capture.subscriptions)
+            capture.subscribed = leads
 
     def done(self, capture: StreamCapture, reply: bytes | None, outcome: int | str) -> None:
         """A message was captured (``outcome``: its entry ID) or refused (why): commit and answer
@@ -180,9 +249,21 @@ class Captures:
 
     def flush(self) -> None:
         """Commit what was captured, wake the readers it made ready, then acknowledge it (or,
-        if the journal took it back, say so)."""
+        if the journal took it back, say so). Replicated streams: hand each stream's records to
+        its group at once, and acknowledge them once the group answers (``_committing``)."""
         self._due = False
         keyspaces = self.broker.keyspaces
+        if self.replicated:
+            keyspaces.serve_ready()
+            acks, self._acks = self._acks, []
+            for capture in self.streams:
+                records, mine = bytes(capture.pending), [a for a in acks if a[0] is capture]
+                capture.pending.clear()
+                if records and self.groups is not None:
+                    self._committing.send_nowait((self.groups.commit(capture.key, records), mine))
+                elif mine:
+                    self._acknowledge(mine, None if not records else _NO_GROUPS)
+            return
         lost: str | None = None
         try:
             keyspaces.commit()
@@ -192,6 +273,10 @@ class Captures:
             lost = keyspaces.refusal or "-ERR the journal could not be written"
         keyspaces.serve_ready()
         acks, self._acks = self._acks, []
+        self._acknowledge(acks, lost)
+
+    def _acknowledge(self, acks: list[_Ack], lost: str | None) -> None:
+        """Answer each message's reply subject: its entry's ID, or why it was not kept."""
         for capture, reply, outcome in acks:
             if isinstance(outcome, str) or lost is not None:
                 why = outcome if isinstance(outcome, str) else str(lost)
@@ -200,6 +285,11 @@ class Captures:
                 answer = {"stream": capture.config.name, "id": format_id(outcome).decode()}
             payload = json.dumps(answer, separators=(",", ":")).encode()
             self.broker.publish(capture.account, Message(reply, None, None, payload))
+
+    async def _acknowledge_committed(self) -> None:
+        """Acknowledge replicated captures as their groups answer, in the order handed over."""
+        async for outcome, acks in self._committed:
+            self._acknowledge(acks, await outcome)
 
     def _flush_contained(self) -> None:
         """``flush``, where a failure is logged and costs only the acknowledgements of that
@@ -211,16 +301,23 @@ class Captures:
             log.exception("streams: captured messages not committed: not acknowledged")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Flush after each burst of captures, until cancelled."""
+        """Flush after each burst of captures, until cancelled; replicated streams: follow their
+        groups' leadership too, and acknowledge what their groups committed."""
         due = trio.Event()
         self._wake = due.set
-        task_status.started()
         try:
-            while True:
-                if self._due:
-                    self._flush_contained()
-                await due.wait()
-                due = trio.Event()
-                self._wake = due.set
+            async with trio.open_nursery() as nursery:
+                if self.replicated:
+                    nursery.start_soon(self._acknowledge_committed)
+                task_status.started()
+                while True:
+                    if self._due:
+                        self._flush_contained()
+                    with trio.move_on_after(FOLLOW_INTERVAL if self.replicated else math.inf):
+                        await due.wait()
+                    if due.is_set():
+                        due = trio.Event()
+                        self._wake = due.set
+                    self.follow()
         finally:
             self._wake = None

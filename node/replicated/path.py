@@ -55,7 +55,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import trio
@@ -89,6 +89,8 @@ EXPIRY_SWEEP = 0.1
 """Seconds between two sweeps for expired keys of the groups a node leads."""
 
 Send = Callable[[str, KeysRequest | KeysReply], bool]
+Answer = Callable[[bytes], Awaitable[bytes]]
+"""A submitted change's outcome: given its reply, that reply once committed, else the error."""
 
 
 class KeyRouter:
@@ -258,7 +260,7 @@ class KeyRouter:
             if group is None:
                 conn.send(error(CROSSSLOT))
                 return
-        conn.awaiting = partial(self._commit_for, conn, group, records, reply)
+        conn.awaiting = partial(self._commit_for, conn, self._submit(group, records), reply)
 
     def _group_of(self, records: bytes) -> SlotGroup | None:
         """The one group led here that holds every key the records change; else None, and the
@@ -275,33 +277,59 @@ class KeyRouter:
                 self._rebuilds.send_nowait(name)
         return None
 
-    async def _commit_for(
-        self, conn: RespConnection, group: SlotGroup, records: bytes, reply: bytes
-    ) -> None:
-        answer = await self._commit(group, records, reply)
-        if answer:
-            conn.send(answer)  # (the reply as the command made it, or the cluster's error)
+    async def _commit_for(self, conn: RespConnection, answer: Answer, reply: bytes) -> None:
+        conn.send(await answer(reply))  # (the reply as the command made it, or the cluster's error)
 
     async def _forward_for(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> None:
         reply = await self._forward(group, conn.account.name, conn.db, args, 0)
         if reply:
             conn.reply(reply)
 
-    async def _commit(self, group: SlotGroup, records: bytes, reply: bytes) -> bytes:
-        """Propose a change made here; ``reply`` once committed, else the cluster's error."""
+    def _submit(self, group: SlotGroup, records: bytes) -> Answer:
+        """Propose a change made here, at once: a group's entries keep the order of these calls,
+        which is the order the changes were made in. Await the answer for the outcome: the reply
+        given to it once committed, else the cluster's error (and the change is taken back)."""
         machine = self.machines[group.name]
         sequence, data = machine.begin(records)
         local = self.replicas.groups.get(group.name)
+        failure: ProposalError | None = None
+        proposal = None
         try:
             if local is None:
                 raise ProposalError("the group is not running here")
-            await local.propose(data)
-            return reply
+            proposal = local.submit(data)
         except ProposalError as exc:
-            log.warning("Group %s: a write was not committed: %s", group.name, exc)
-            if machine.forget(sequence) and self._rebuilds is not None:
-                self._rebuilds.send_nowait(group.name)
-            return error(CLUSTERDOWN)
+            failure = exc
+
+        async def answer(reply: bytes) -> bytes:
+            try:
+                if local is None or proposal is None:
+                    raise failure or ProposalError("not proposed")
+                await local.outcome(proposal)
+                return reply
+            except ProposalError as exc:
+                log.warning("Group %s: a write was not committed: %s", group.name, exc)
+                if machine.forget(sequence) and self._rebuilds is not None:
+                    self._rebuilds.send_nowait(group.name)
+                return error(CLUSTERDOWN)
+
+        return answer
+
+    # -- what captures use ------------------------------------------------------------------------
+
+    def leads_key(self, key: bytes) -> bool:
+        return self._leads(self.layout.group_of(key))
+
+    def commit(self, key: bytes, records: bytes) -> Awaitable[str | None]:
+        """Propose records of changes made here to keys of ``key``'s group, at once; await None
+        once committed, else the error's text."""
+        answer = self._submit(self.layout.group_of(key), records)
+
+        async def outcome() -> str | None:
+            reply = await answer(b"")
+            return reply.decode().removeprefix("-").rstrip("\r\n") or None
+
+        return outcome()
 
     # -- expiry ----------------------------------------------------------------------------------
 
@@ -326,7 +354,7 @@ class KeyRouter:
             if records and self._nursery is not None:
                 for name, removals in _by_group(self.layout, records).items():
                     group = next(g for g in led if g.name == name)
-                    self._nursery.start_soon(self._commit, group, removals, b"")
+                    self._nursery.start_soon(self._submit(group, removals), b"")
 
     # -- forwarding ------------------------------------------------------------------------------
 
@@ -387,7 +415,7 @@ class KeyRouter:
         records = self.capture.take()
         if not records:
             return reply
-        return await self._commit(group, records, reply)
+        return await self._submit(group, records)(reply)
 
     def receive(self, peer: str, frame: KeysRequest | KeysReply) -> None:
         """A KEYS or KEYR frame from the route peer ``peer``."""

@@ -63,7 +63,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
             rewrite_min_size=config.rewrite_min_size,
         )
     if config.streams:
-        node.captures = Captures(server.broker, config.streams)
+        node.captures = Captures(server.broker, config.streams, replicated=replicated)
         node.captures.subscribe()
     if server.broker.system_account is not None:
         node.system = SystemAccount(node, MonitorState(node, config.http_host))
@@ -88,6 +88,8 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
                     node.routes.send_raft,
                 )  # fmt: skip
                 broker.key_router = node.keys
+                if node.captures is not None:
+                    node.captures.groups = node.keys
                 node.routes.on_keys = node.keys.receive
                 node.replicas.on_unknown = node.keys.refused
     if config.gateway is not None:

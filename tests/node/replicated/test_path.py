@@ -11,7 +11,7 @@ import trio
 
 from cluster.config import ClusterConfig, ReplicationConfig
 from cluster.placement import SLOTS, hash_slot
-from node.config.options import Config, RedisConfig
+from node.config.options import Config, RedisConfig, StreamConfig
 from node.data.streams import MAX_ID, Stream, parse_id
 from node.run.launch import NodeHandle
 from tests.support import start_node, until
@@ -24,10 +24,15 @@ RAFT = ReplicationConfig(tick=0.05, election_ticks=10, propose_timeout=3.0, memb
 
 
 async def start_member(
-    nursery: trio.Nursery, tmp_path: Path, name: str, seed: NodeHandle | None
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    name: str,
+    seed: NodeHandle | None,
+    streams: tuple[StreamConfig, ...] = (),
 ) -> NodeHandle:
     config = Config(
         server_name=name,
+        streams=streams,
         store_dir=str(tmp_path / name),
         cluster=ROUTES.evolve(seeds=(f"nats://127.0.0.1:{seed.cluster_port}",) if seed else ()),
         replication=RAFT,
@@ -36,10 +41,12 @@ async def start_member(
     return await start_node(nursery, config)
 
 
-async def start_nodes(nursery: trio.Nursery, tmp_path: Path) -> dict[str, NodeHandle]:
+async def start_nodes(
+    nursery: trio.Nursery, tmp_path: Path, streams: tuple[StreamConfig, ...] = ()
+) -> dict[str, NodeHandle]:
     nodes: dict[str, NodeHandle] = {}
     for name in NAMES:
-        nodes[name] = await start_member(nursery, tmp_path, name, nodes.get("a"))
+        nodes[name] = await start_member(nursery, tmp_path, name, nodes.get("a"), streams)
     return nodes
 
 
