@@ -79,6 +79,10 @@ def _ignore() -> None:
     """The wake-up of a retired connection: there is no one left to wake."""
 
 
+def _no_one() -> None:
+    """What ``Connection.on_awaiting`` calls until the server listens."""
+
+
 class Connection(Outbox):
     """The state of one client connection that is the same in every protocol.
 
@@ -127,6 +131,11 @@ class Connection(Outbox):
         self.awaiting: Callable[[], Awaitable[None]] | None = None
         """Work the server awaits before the connection reads on (a replicated write's commit:
         ``node.replicated.path``); input waits for it."""
+        self.settling = False
+        """The server is awaiting ``awaiting`` (one task at a time does)."""
+        self.on_awaiting: Callable[[], None] = _no_one
+        """Called when work to await was left outside the connection's own input (a blocked read
+        that another client's write served): the server awaits it then."""
         self.verifying: Verifying[Any] | None = None
         """A sign-in whose bcrypt check the server runs off the event loop (``Verifying.then`` is
         what the protocol does again once the verdict is in); input waits for it."""

@@ -295,7 +295,7 @@ class Server:
             await self._serve(
                 session,
                 conn,
-                partial(self._redis_timers, conn),
+                partial(self._redis_timers, session, conn),
                 after_input=partial(self._after_input, session, conn),
             )
         finally:
@@ -400,15 +400,18 @@ class Server:
             if keyspaces.maxmemory:
                 keyspaces.measure_output(self.broker.pending_output())
 
-    async def _redis_timers(self, conn: RespConnection) -> None:
+    async def _redis_timers(self, session: Session, conn: RespConnection) -> None:
         """The output-buffer soft limit is checked once a second, and a blocked read's deadline
-        when it comes (it moves whenever the connection blocks or unblocks)."""
+        when it comes (it moves whenever the connection blocks or unblocks); work a served
+        blocked read left is awaited (``_settle``)."""
         tick = trio.current_time() + 1.0
         while True:
             moved = trio.Event()
-            conn.blocking.on_deadline = moved.set
+            conn.blocking.on_deadline = conn.on_awaiting = moved.set
             with trio.move_on_at(min(tick, conn.blocking.deadline)):
                 await moved.wait()
+            if conn.awaiting is not None:
+                await self._settle(session, conn)
             now = trio.current_time()
             if now >= tick:
                 conn.limits_due()
@@ -448,12 +451,26 @@ class Server:
             self.broker.auth.remember(check, user)
             verifying.done = True
             self.flusher.process(session, b"")
-        while (awaiting := conn.awaiting) is not None:  # (a replicated write's commit)
-            await awaiting()
-            conn.awaiting = None
-            self.flusher.process(session, b"")
-            session.write_now()  # (what it answered: a reply held back may not have woken the writer)
+        await self._settle(session, conn)
         await self._stall_if_congested()
+
+    async def _settle(self, session: Session, conn: Connection) -> None:
+        """Await the work commands left (``Connection.awaiting``: a replicated write's commit),
+        then let the connection carry on with its input, which may leave more. One task at a
+        time: the connection's reader, or its timers when a blocked read another client's write
+        served left the work."""
+        if conn.settling:
+            return  # (the other task loops until none is left)
+        conn.settling = True
+        try:
+            while (awaiting := conn.awaiting) is not None:
+                await awaiting()
+                if conn.awaiting is awaiting:  # (else a served blocked read left more meanwhile)
+                    conn.awaiting = None
+                self.flusher.process(session, b"")
+                session.write_now()  # (a reply held back may not have woken the writer)
+        finally:
+            conn.settling = False
 
     async def _stall_if_congested(self) -> None:
         """Pause a producer whose messages pushed consumers (clients, routes, gateways) past their

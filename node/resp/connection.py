@@ -627,6 +627,8 @@ class RespConnection(Connection):
             blocking.retry_deadline = -1.0
         self._run_buffered()
         self._commit()  # (when the retry blocked again, or requests wait on something else)
+        if self.awaiting is not None:  # (a replicated read's commit: nobody's input awaits it)
+            self.on_awaiting()
 
     def deadline_due(self) -> None:
         """The timer fired: a blocked read past its deadline answers a null array."""

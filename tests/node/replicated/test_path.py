@@ -13,6 +13,7 @@ from cluster.config import ClusterConfig, ReplicationConfig
 from cluster.placement import SLOTS, hash_slot
 from node.config.options import Config, RedisConfig, StreamConfig
 from node.data.streams import MAX_ID, Stream, parse_id
+from node.resp.connection import RespConnection
 from node.run.launch import NodeHandle
 from tests.support import start_node, until
 
@@ -256,3 +257,44 @@ async def test_a_script_keeps_to_its_slot_and_to_keys_led_where_it_runs(
     assert await call(nodes[stranger], "EXISTS", foreign) == 0
     with pytest.raises(redis.ResponseError, match="'no-cluster' flag is set"):
         await call(nodes["a"], "EVAL", "#!lua flags=no-cluster\nreturn 1", 0)
+
+
+async def test_a_blocked_group_read_served_by_a_write_is_answered_once_committed(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """XREADGROUP ... BLOCK on the leader, served by another client's XADD: its reply (held until
+    the group committed the delivery) reaches it with nothing more sent, and the delivery is on
+    every replica (the entry is pending for the consumer there too). The read creates its
+    consumer, a change the group commits too: the XADD often comes while that commit is under
+    way, and the delivery's commit must then be awaited after it."""
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    assert await call(nodes[leader], "XGROUP", "CREATE", key, "g", "$", "MKSTREAM") == b"OK"
+    read = ["XREADGROUP", "GROUP", "g", "c1", "BLOCK", "5000", "STREAMS", key, ">"]
+    got: list[object] = []
+
+    async def reader(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        got.append(await call(nodes[leader], *read))
+
+    with trio.fail_after(4):  # (well before the read's own timeout)
+        async with trio.open_nursery() as readers:
+            await readers.start(reader)
+            await until(lambda: blocked(nodes[leader]) == 1)
+            added = await call(nodes[leader], "XADD", key, "*", "f", "v")
+    assert got == [[[key, [(added, {b"f": b"v"})]]]]
+    for handle in nodes.values():
+        await until(lambda handle=handle: pending(handle, key) == 1)  # type: ignore[misc]
+
+
+def pending(handle: NodeHandle, key: bytes) -> int:
+    """Entries pending for group ``g`` of stream ``key`` in this node's own replica."""
+    stream = held(handle, key)
+    return len(stream.groups[b"g"].pel) if isinstance(stream, Stream) else -1
+
+
+def blocked(handle: NodeHandle) -> int:
+    clients = handle.server.broker.clients.values()
+    return sum(1 for c in clients if isinstance(c, RespConnection) and c.blocking.read is not None)
