@@ -9,7 +9,9 @@ The network (``SimNetwork``) mirrors ``cluster.network.MemoryNetwork``'s faults 
 nodes (``cut``/``heal``/``heal_all``), at the level of single messages: each may be lost,
 duplicated or delayed (which reorders them). A node can ``crash``, losing everything it had not
 persisted (optionally between persisting a ``Ready`` and sending its messages, or before
-persisting it), and ``restart`` from what its ``MemoryStorage`` holds.
+persisting it), and ``restart`` from what its ``MemoryStorage`` holds. ``spares`` nodes run from
+the start outside the founding voters; ``ChangeVoters`` has the leader add a node as a voter or
+remove it, one change at a time, so voters are replaced while faults go on.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import attrs
 import msgpack
 
 from cluster.raft import (
+    AddVoter,
+    ConfigChange,
     Entry,
     EntryKind,
     HardState,
@@ -32,12 +36,14 @@ from cluster.raft import (
     Raft,
     RaftConfig,
     Ready,
+    RemoveVoter,
     Role,
     Snapshot,
 )
 
 __all__ = [
     "Action",
+    "ChangeVoters",
     "Crash",
     "Cut",
     "Faults",
@@ -116,7 +122,14 @@ class Transfer:
     to: str
 
 
-Action = Cut | Isolate | Heal | Crash | Restart | Reboot | SetFaults | Transfer
+@attrs.frozen
+class ChangeVoters:
+    """Ask the current leader to add ``node`` as a voter, or to remove it if it is one."""
+
+    node: str
+
+
+Action = Cut | Isolate | Heal | Crash | Restart | Reboot | SetFaults | Transfer | ChangeVoters
 
 
 class MemoryStorage:
@@ -254,6 +267,7 @@ class SafetyChecker:
             self._record_commits(raft)
         for raft in live:
             self._check_committed_kept(raft)
+            self._check_one_change_pending(raft)
         for position, a in enumerate(live):
             for b in live[position + 1 :]:
                 self._check_log_matching(a, b)
@@ -294,6 +308,17 @@ class SafetyChecker:
                 raise SafetyViolation(f"leader completeness: {raft.id} (term {raft.term}) lacks {entry}")
 
     @staticmethod
+    def _check_one_change_pending(raft: Raft) -> None:
+        """A leader's log holds at most one uncommitted membership change."""
+        if raft.role is not Role.LEADER:
+            return
+        log = raft.log
+        tail = log.slice(log.committed + 1, log.last_index) if log.last_index > log.committed else ()
+        changes = [entry.index for entry in tail if entry.kind is EntryKind.CONFIG]
+        if len(changes) > 1:
+            raise SafetyViolation(f"{raft.id} (term {raft.term}) has uncommitted changes {changes}")
+
+    @staticmethod
     def _check_log_matching(a: Raft, b: Raft) -> None:
         lo = max(a.log.first_index, b.log.first_index)
         hi = min(a.log.last_index, b.log.last_index)
@@ -307,7 +332,7 @@ class SafetyChecker:
 
 
 class Simulation:
-    """``size`` nodes over a ``SimNetwork``, all from one seed.
+    """``size`` voters and ``spares`` non-voters over a ``SimNetwork``, all from one seed.
 
     ``compact_every``: a node snapshots its state machine once that many entries were applied since
     its last snapshot (0: never), keeping half of them in its log.
@@ -319,6 +344,7 @@ class Simulation:
         seed: int,
         *,
         compact_every: int = 0,
+        spares: int = 0,
         pre_vote: bool = True,
         check_quorum: bool = True,
     ) -> None:
@@ -326,12 +352,17 @@ class Simulation:
         self.network = SimNetwork(self.rng)
         self.now = 0
         self.compact_every = compact_every
-        ids = [f"n{number}" for number in range(1, size + 1)]
+        ids = [f"n{number}" for number in range(1, size + spares + 1)]
+        founders = ids[:size]
         self.nodes = {
             node_id: SimNode(
                 node_id,
                 RaftConfig(
-                    id=node_id, voters=ids, rng=self.rng, pre_vote=pre_vote, check_quorum=check_quorum
+                    id=node_id,
+                    voters=founders,
+                    rng=self.rng,
+                    pre_vote=pre_vote,
+                    check_quorum=check_quorum,
                 ),
             )
             for node_id in ids
@@ -439,6 +470,20 @@ class Simulation:
         self.settle()
         return True
 
+    def change(self, node_id: str) -> int | None:
+        """Have the leader add ``node_id`` as a voter, or remove it: the change's index, if taken."""
+        raft = self.leader()
+        if raft is None:
+            return None
+        change: ConfigChange = AddVoter(node_id)
+        if node_id in raft.voters:
+            if raft.voters == {node_id}:
+                return None
+            change = RemoveVoter(node_id)
+        index = raft.propose_change(change)
+        self.settle()
+        return index if isinstance(index, int) else None
+
     # -- faults ---------------------------------------------------------------------------
 
     def crash(self, node_id: str) -> None:
@@ -471,9 +516,11 @@ class Simulation:
             self.restart(action.node)
         elif isinstance(action, SetFaults):
             self.network.faults = action.faults
+        elif isinstance(action, ChangeVoters):
+            self.change(action.node)
         else:
             leader = self.leader()
-            if leader is not None:
+            if leader is not None and action.to in leader.voters:
                 leader.transfer_leader(action.to)
                 self.settle()
 
@@ -497,6 +544,8 @@ class Simulation:
             SetFaults(faults),
             Transfer(b),
         ]
+        if len(self.nodes) > len(self.nodes[a].config.voters):
+            choices.append(ChangeVoters(rng.choice(sorted(self.nodes))))
         return rng.choice(choices)
 
     def isolate(self, node_id: str) -> None:
@@ -513,12 +562,17 @@ class Simulation:
 
     # -- liveness -------------------------------------------------------------------------
 
-    def converged(self) -> bool:
-        """One leader all nodes follow, and every node has applied everything it committed."""
+    def members(self) -> list[SimNode]:
+        """The nodes the leader counts as voters (none without a leader)."""
         leader = self.leader()
-        if leader is None:
+        return [self.nodes[voter] for voter in sorted(leader.voters)] if leader else []
+
+    def converged(self) -> bool:
+        """One leader (a voter) all voters follow, each having applied all the leader committed."""
+        leader = self.leader()
+        if leader is None or leader.id not in leader.voters:
             return False
-        for node in self.nodes.values():
+        for node in self.members():
             raft = node.raft
             if raft is None or raft.leader != leader.id or raft.term != leader.term:
                 return False

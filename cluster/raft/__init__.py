@@ -3,20 +3,28 @@
 from cluster.raft.config import RaftConfig
 from cluster.raft.core import Raft
 from cluster.raft.errors import (
+    ChangePending,
     CompactionError,
+    InvalidChange,
     LeadershipTransferring,
     NotLeader,
     RaftError,
     UnknownPeer,
 )
+from cluster.raft.membership import AddVoter, ChangeEntry, ConfigChange, RemoveVoter
 from cluster.raft.messages import Entry, EntryKind, Message, Snapshot
 from cluster.raft.ready import HardState, Persist, Persisted, ReadState, Ready, Role, SoftState
 
 __all__ = [
+    "AddVoter",
+    "ChangeEntry",
+    "ChangePending",
     "CompactionError",
+    "ConfigChange",
     "Entry",
     "EntryKind",
     "HardState",
+    "InvalidChange",
     "LeadershipTransferring",
     "Message",
     "NotLeader",
@@ -27,6 +35,7 @@ __all__ = [
     "RaftError",
     "ReadState",
     "Ready",
+    "RemoveVoter",
     "Role",
     "Snapshot",
     "SoftState",
