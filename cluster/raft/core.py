@@ -109,11 +109,9 @@ class Raft:
                 self._election_elapsed = self._lead.check_elapsed
             self._collect_reads()
             return
-        if self._election_elapsed >= self._timeout:
-            if self._promotable():
-                self._campaign(pre=self.config.pre_vote)
-            else:
-                self._reset_timeout()
+        if self._election_elapsed >= self._timeout and self._promotable():
+            # (A node that may not campaign lets the time run on: its leader lease lapses.)
+            self._campaign(pre=self.config.pre_vote)
 
     def propose(self, data: bytes) -> int | NotLeader | LeadershipTransferring:
         """Append ``data`` to the log: its index, or why not (only the leader takes proposals)."""

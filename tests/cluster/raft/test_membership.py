@@ -185,6 +185,15 @@ def test_a_node_outside_the_voters_does_not_campaign_even_when_told_to() -> None
     assert not of_type(flush(joiner), VoteRequest)
 
 
+def test_a_non_voters_lease_lapses_when_its_leader_goes_quiet() -> None:
+    joiner = node("d")
+    joiner.step(Heartbeat(sender="a", to="d", term=1, commit=0))
+    ticks(joiner, 3 * joiner.config.election_ticks)
+    joiner.step(VoteRequest(sender="b", to="d", term=2, last_index=0, last_term=0))
+    (vote,) = of_type(flush(joiner), VoteResponse)
+    assert vote.granted, "d may be the vote a new leader needs"
+
+
 def test_requests_are_heard_whether_or_not_the_sender_is_a_voter_we_know() -> None:
     follower = node("b")
     follower.step(VoteRequest(sender="d", to="b", term=5, last_index=9, last_term=4))
