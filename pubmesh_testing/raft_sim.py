@@ -3,7 +3,8 @@
 Everything is driven by one seeded ``random.Random``: the same seed and fault schedule replay the
 same run exactly. Each ``step`` is one tick of virtual time: every live node ticks, messages due
 now are delivered, and every node's ``Ready`` is carried out as a host must (persist, then send,
-then apply). After every step ``SafetyChecker`` asserts Raft's safety properties.
+then apply). After every step ``SafetyChecker`` (``pubmesh_testing.raft_safety``) asserts Raft's
+safety properties.
 
 The network (``SimNetwork``) mirrors ``cluster.network.MemoryNetwork``'s faults between pairs of
 nodes (``cut``/``heal``/``heal_all``), at the level of single messages: each may be lost,
@@ -40,6 +41,7 @@ from cluster.raft import (
     Role,
     Snapshot,
 )
+from pubmesh_testing.raft_safety import SafetyChecker, SafetyViolation
 
 __all__ = [
     "Action",
@@ -60,10 +62,6 @@ __all__ = [
     "Simulation",
     "Transfer",
 ]
-
-
-class SafetyViolation(AssertionError):
-    """A Raft safety property failed."""
 
 
 @attrs.define
@@ -233,104 +231,6 @@ class SimNode:
         return self.raft is not None
 
 
-class SafetyChecker:
-    """Raft's safety properties, checked over the whole group after every step."""
-
-    def __init__(self) -> None:
-        self.leaders: dict[int, str] = {}
-        self.committed: dict[int, tuple[Entry, int]] = {}
-        """Every entry seen committed, with the term of the node that first saw it so."""
-        self.applied: dict[int, Entry] = {}
-        self._checked: dict[str, tuple[Raft, int]] = {}
-        self.highest_committed = 0
-
-    def on_apply(self, node: str, entry: Entry) -> None:
-        seen = self.applied.setdefault(entry.index, entry)
-        if seen != entry:
-            raise SafetyViolation(
-                f"state machine safety: {node} applied {entry} where {seen} was applied"
-            )
-
-    def on_install(self, node: str, commands: dict[int, bytes]) -> None:
-        for index, data in commands.items():
-            seen = self.applied.get(index)
-            if seen is not None and seen.data != data:
-                raise SafetyViolation(f"state machine safety: {node} installed {data!r} at {index}")
-
-    def check(self, nodes: list[SimNode]) -> None:
-        live = [node.raft for node in nodes if node.raft is not None]
-        for raft in live:
-            if raft.role is Role.LEADER and self.leaders.setdefault(raft.term, raft.id) != raft.id:
-                raise SafetyViolation(
-                    f"election safety: {self.leaders[raft.term]} and {raft.id} lead {raft.term}"
-                )
-            self._record_commits(raft)
-        for raft in live:
-            self._check_committed_kept(raft)
-            self._check_one_change_pending(raft)
-        for position, a in enumerate(live):
-            for b in live[position + 1 :]:
-                self._check_log_matching(a, b)
-
-    def _record_commits(self, raft: Raft) -> None:
-        """Record newly committed entries, checking them against what others committed there.
-
-        A node's own committed entries cannot change afterwards (its log refuses to overwrite
-        them), so each node's log is read once per index, from where the last check stopped.
-        """
-        log = raft.log
-        known, checked = self._checked.get(raft.id, (None, 0))
-        start = checked + 1 if known is raft else log.first_index
-        for index in range(max(start, log.first_index), log.committed + 1):
-            entry = log.slice(index, index)[0]
-            seen = self.committed.setdefault(index, (entry, raft.term))
-            if seen[0] != entry:
-                raise SafetyViolation(
-                    f"committed entry {index} replaced: {seen[0]} then {entry} on {raft.id}"
-                )
-        self._checked[raft.id] = (raft, log.committed)
-        self.highest_committed = max(self.highest_committed, log.committed)
-
-    def _check_committed_kept(self, raft: Raft) -> None:
-        """A leader's log holds every entry committed in an earlier term (leader completeness).
-
-        Entries up to the leader's own commit were checked as it committed them; beyond that, its
-        log must agree with every entry committed under a lower term.
-        """
-        if raft.role is not Role.LEADER:
-            return
-        log = raft.log
-        for index in range(log.committed + 1, self.highest_committed + 1):
-            if index not in self.committed:
-                continue  # committed while every node we watched had it compacted: never seen
-            entry, term = self.committed[index]
-            if raft.term > term and (index > log.last_index or log.slice(index, index)[0] != entry):
-                raise SafetyViolation(f"leader completeness: {raft.id} (term {raft.term}) lacks {entry}")
-
-    @staticmethod
-    def _check_one_change_pending(raft: Raft) -> None:
-        """A leader's log holds at most one uncommitted membership change."""
-        if raft.role is not Role.LEADER:
-            return
-        log = raft.log
-        tail = log.slice(log.committed + 1, log.last_index) if log.last_index > log.committed else ()
-        changes = [entry.index for entry in tail if entry.kind is EntryKind.CONFIG]
-        if len(changes) > 1:
-            raise SafetyViolation(f"{raft.id} (term {raft.term}) has uncommitted changes {changes}")
-
-    @staticmethod
-    def _check_log_matching(a: Raft, b: Raft) -> None:
-        lo = max(a.log.first_index, b.log.first_index)
-        hi = min(a.log.last_index, b.log.last_index)
-        for index in range(hi, lo - 1, -1):
-            if a.log.term(index) == b.log.term(index):
-                if a.log.slice(lo, index) != b.log.slice(lo, index):
-                    raise SafetyViolation(
-                        f"log matching: {a.id} and {b.id} agree at {index} but differ before"
-                    )
-                return
-
-
 class Simulation:
     """``size`` voters and ``spares`` non-voters over a ``SimNetwork``, all from one seed.
 
@@ -398,7 +298,7 @@ class Simulation:
                 if not ready:
                     break
                 self._carry_out(node, ready)
-        self.checker.check(list(self.nodes.values()))
+        self.checker.check([node.raft for node in self.nodes.values() if node.raft is not None])
 
     def run(self, ticks: int) -> None:
         for _ in range(ticks):

@@ -28,8 +28,8 @@ behind the change that added the current leader, must still take that leader's a
 snapshots, and must still vote for a candidate its stale voter set does not list (else a group
 whose only complete log is on such a candidate could never elect). Safety does not depend on it:
 every majority is counted over the counting node's voters in force. A removed node that does not
-know it was removed cannot disrupt the group while pre-vote and check-quorum are on (its requests
-meet leader leases, and its log falls behind). Only answers to a leader (append and heartbeat
+know it was removed cannot disrupt the group while pre-vote or check-quorum is on (its log falls
+behind, so pre-votes are refused; its requests meet leader leases). Only answers to a leader (append and heartbeat
 responses) from a node outside the voters in force are dropped, as before membership could change:
 the leader no longer tracks it.
 """
