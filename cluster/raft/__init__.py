@@ -9,6 +9,7 @@ from cluster.raft.errors import (
     LeadershipTransferring,
     NotLeader,
     RaftError,
+    Refusal,
     UnknownPeer,
 )
 from cluster.raft.membership import AddVoter, ChangeEntry, ConfigChange, RemoveVoter
@@ -35,6 +36,7 @@ __all__ = [
     "RaftError",
     "ReadState",
     "Ready",
+    "Refusal",
     "RemoveVoter",
     "Role",
     "Snapshot",

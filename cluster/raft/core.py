@@ -29,9 +29,9 @@ snapshots, and must still vote for a candidate its stale voter set does not list
 whose only complete log is on such a candidate could never elect). Safety does not depend on it:
 every majority is counted over the counting node's voters in force. A removed node that does not
 know it was removed cannot disrupt the group while pre-vote or check-quorum is on (its log falls
-behind, so pre-votes are refused; its requests meet leader leases). Only answers to a leader (append and heartbeat
-responses) from a node outside the voters in force are dropped, as before membership could change:
-the leader no longer tracks it.
+behind, so pre-votes are refused; its requests meet leader leases). Only answers to a leader
+(append and heartbeat responses) from a node outside the voters in force are dropped, as before
+membership could change: the leader no longer tracks it.
 """
 
 from __future__ import annotations
