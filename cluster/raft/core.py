@@ -320,9 +320,14 @@ class Raft:
         ):
             # A deposed leader (or one whose term we ran past while cut off) learns our term.
             self._send(AppendResponse(sender=self.id, to=message.sender, term=self.term, index=0))
-        elif isinstance(message, VoteRequest) and message.pre:
+        elif isinstance(message, VoteRequest):
+            # A candidate behind our term learns it (Raft's RequestVote reply carries the term): it
+            # may be the one node whose log can win, and voters that know our term may never write
+            # to it (their voter sets, older than its own, may not list it).
             self._send(
-                VoteResponse(sender=self.id, to=message.sender, term=self.term, granted=False, pre=True)
+                VoteResponse(
+                    sender=self.id, to=message.sender, term=self.term, granted=False, pre=message.pre
+                )
             )
 
     def _on_vote_request(self, message: VoteRequest) -> None:
