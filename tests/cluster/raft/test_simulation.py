@@ -115,10 +115,28 @@ def test_membership_changes_under_faults_stay_safe_and_voters_catch_up(
     play(*scenario)
 
 
-def storm(size: int, seed: int, compact_every: int, rate: float, ticks: int, *, spares: int = 0) -> None:
+def storm(
+    size: int,
+    seed: int,
+    compact_every: int,
+    rate: float,
+    ticks: int,
+    *,
+    spares: int = 0,
+    guards: tuple[bool, bool] = (True, True),
+) -> None:
     """A fault on about ``rate`` of the ticks, drawn by the simulation from ``seed``; with spare
-    nodes, a membership change on about a tenth of the ticks as well."""
-    sim = Simulation(size, seed, compact_every=compact_every, spares=spares)
+    nodes, a membership change on about a tenth of the ticks as well. ``guards``: whether pre-vote
+    and check-quorum are on."""
+    pre_vote, check_quorum = guards
+    sim = Simulation(
+        size,
+        seed,
+        compact_every=compact_every,
+        spares=spares,
+        pre_vote=pre_vote,
+        check_quorum=check_quorum,
+    )
     for _ in range(ticks):
         if sim.rng.random() < rate:
             sim.apply(sim.random_action())
@@ -148,11 +166,12 @@ def test_safe_and_live_through_a_storm_of_faults(
     st.sampled_from([0, 5, 17]),
     st.sampled_from([0.05, 0.1, 0.2]),
     st.sampled_from([1, 2]),
+    st.tuples(st.booleans(), st.booleans()),
 )
 def test_membership_changes_through_a_storm_of_faults(
-    size: int, seed: int, compact_every: int, rate: float, spares: int
+    size: int, seed: int, compact_every: int, rate: float, spares: int, guards: tuple[bool, bool]
 ) -> None:
-    storm(size, seed, compact_every, rate, ticks=300, spares=spares)
+    storm(size, seed, compact_every, rate, ticks=300, spares=spares, guards=guards)
 
 
 @pytest.mark.slow
