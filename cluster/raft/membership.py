@@ -33,9 +33,11 @@ If a conflicting tail holding a change is truncated, the node falls back to the 
 and must not give them to its state machine as commands; ``ChangeEntry.decode(entry.data)`` says
 what changed (for instance to open links to a new voter, or to retire a replica whose node was
 removed). A leader removed by a change keeps leading (without counting itself) until the change
-commits, then steps down; a node outside its voter set never campaigns. Snapshots record the
-voters in force at their index (``VoterHistory.at``), so a restored or restarted node reproduces
-the configuration from what it persisted.
+commits, then steps down (handing over to a caught-up voter); a node outside its voter set does
+not campaign, unless only an uncommitted change removed it (its log may be the only complete one:
+see ``Raft._promotable``). Whom a node hears does not depend on its voter set (see
+``cluster.raft.core``). Snapshots record the voters in force at their index (``VoterHistory.at``),
+so a restored or restarted node reproduces the configuration from what it persisted.
 """
 
 from __future__ import annotations
