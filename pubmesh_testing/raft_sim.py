@@ -3,13 +3,16 @@
 Everything is driven by one seeded ``random.Random``: the same seed and fault schedule replay the
 same run exactly. Each ``step`` is one tick of virtual time: every live node ticks, messages due
 now are delivered, and every node's ``Ready`` is carried out as a host must (persist, then send,
-then apply). After every step ``SafetyChecker`` asserts Raft's safety properties.
+then apply). After every step ``SafetyChecker`` (``pubmesh_testing.raft_safety``) asserts Raft's
+safety properties.
 
 The network (``SimNetwork``) mirrors ``cluster.network.MemoryNetwork``'s faults between pairs of
 nodes (``cut``/``heal``/``heal_all``), at the level of single messages: each may be lost,
 duplicated or delayed (which reorders them). A node can ``crash``, losing everything it had not
 persisted (optionally between persisting a ``Ready`` and sending its messages, or before
-persisting it), and ``restart`` from what its ``MemoryStorage`` holds.
+persisting it), and ``restart`` from what its ``MemoryStorage`` holds. ``spares`` nodes run from
+the start outside the founding voters; ``ChangeVoters`` has the leader add a node as a voter or
+remove it, one change at a time, so voters are replaced while faults go on.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import attrs
 import msgpack
 
 from cluster.raft import (
+    AddVoter,
+    ConfigChange,
     Entry,
     EntryKind,
     HardState,
@@ -32,12 +37,15 @@ from cluster.raft import (
     Raft,
     RaftConfig,
     Ready,
+    RemoveVoter,
     Role,
     Snapshot,
 )
+from pubmesh_testing.raft_safety import SafetyChecker, SafetyViolation
 
 __all__ = [
     "Action",
+    "ChangeVoters",
     "Crash",
     "Cut",
     "Faults",
@@ -54,10 +62,6 @@ __all__ = [
     "Simulation",
     "Transfer",
 ]
-
-
-class SafetyViolation(AssertionError):
-    """A Raft safety property failed."""
 
 
 @attrs.define
@@ -116,7 +120,14 @@ class Transfer:
     to: str
 
 
-Action = Cut | Isolate | Heal | Crash | Restart | Reboot | SetFaults | Transfer
+@attrs.frozen
+class ChangeVoters:
+    """Ask the current leader to add ``node`` as a voter, or to remove it if it is one."""
+
+    node: str
+
+
+Action = Cut | Isolate | Heal | Crash | Restart | Reboot | SetFaults | Transfer | ChangeVoters
 
 
 class MemoryStorage:
@@ -220,94 +231,8 @@ class SimNode:
         return self.raft is not None
 
 
-class SafetyChecker:
-    """Raft's safety properties, checked over the whole group after every step."""
-
-    def __init__(self) -> None:
-        self.leaders: dict[int, str] = {}
-        self.committed: dict[int, tuple[Entry, int]] = {}
-        """Every entry seen committed, with the term of the node that first saw it so."""
-        self.applied: dict[int, Entry] = {}
-        self._checked: dict[str, tuple[Raft, int]] = {}
-        self.highest_committed = 0
-
-    def on_apply(self, node: str, entry: Entry) -> None:
-        seen = self.applied.setdefault(entry.index, entry)
-        if seen != entry:
-            raise SafetyViolation(
-                f"state machine safety: {node} applied {entry} where {seen} was applied"
-            )
-
-    def on_install(self, node: str, commands: dict[int, bytes]) -> None:
-        for index, data in commands.items():
-            seen = self.applied.get(index)
-            if seen is not None and seen.data != data:
-                raise SafetyViolation(f"state machine safety: {node} installed {data!r} at {index}")
-
-    def check(self, nodes: list[SimNode]) -> None:
-        live = [node.raft for node in nodes if node.raft is not None]
-        for raft in live:
-            if raft.role is Role.LEADER and self.leaders.setdefault(raft.term, raft.id) != raft.id:
-                raise SafetyViolation(
-                    f"election safety: {self.leaders[raft.term]} and {raft.id} lead {raft.term}"
-                )
-            self._record_commits(raft)
-        for raft in live:
-            self._check_committed_kept(raft)
-        for position, a in enumerate(live):
-            for b in live[position + 1 :]:
-                self._check_log_matching(a, b)
-
-    def _record_commits(self, raft: Raft) -> None:
-        """Record newly committed entries, checking them against what others committed there.
-
-        A node's own committed entries cannot change afterwards (its log refuses to overwrite
-        them), so each node's log is read once per index, from where the last check stopped.
-        """
-        log = raft.log
-        known, checked = self._checked.get(raft.id, (None, 0))
-        start = checked + 1 if known is raft else log.first_index
-        for index in range(max(start, log.first_index), log.committed + 1):
-            entry = log.slice(index, index)[0]
-            seen = self.committed.setdefault(index, (entry, raft.term))
-            if seen[0] != entry:
-                raise SafetyViolation(
-                    f"committed entry {index} replaced: {seen[0]} then {entry} on {raft.id}"
-                )
-        self._checked[raft.id] = (raft, log.committed)
-        self.highest_committed = max(self.highest_committed, log.committed)
-
-    def _check_committed_kept(self, raft: Raft) -> None:
-        """A leader's log holds every entry committed in an earlier term (leader completeness).
-
-        Entries up to the leader's own commit were checked as it committed them; beyond that, its
-        log must agree with every entry committed under a lower term.
-        """
-        if raft.role is not Role.LEADER:
-            return
-        log = raft.log
-        for index in range(log.committed + 1, self.highest_committed + 1):
-            if index not in self.committed:
-                continue  # committed while every node we watched had it compacted: never seen
-            entry, term = self.committed[index]
-            if raft.term > term and (index > log.last_index or log.slice(index, index)[0] != entry):
-                raise SafetyViolation(f"leader completeness: {raft.id} (term {raft.term}) lacks {entry}")
-
-    @staticmethod
-    def _check_log_matching(a: Raft, b: Raft) -> None:
-        lo = max(a.log.first_index, b.log.first_index)
-        hi = min(a.log.last_index, b.log.last_index)
-        for index in range(hi, lo - 1, -1):
-            if a.log.term(index) == b.log.term(index):
-                if a.log.slice(lo, index) != b.log.slice(lo, index):
-                    raise SafetyViolation(
-                        f"log matching: {a.id} and {b.id} agree at {index} but differ before"
-                    )
-                return
-
-
 class Simulation:
-    """``size`` nodes over a ``SimNetwork``, all from one seed.
+    """``size`` voters and ``spares`` non-voters over a ``SimNetwork``, all from one seed.
 
     ``compact_every``: a node snapshots its state machine once that many entries were applied since
     its last snapshot (0: never), keeping half of them in its log.
@@ -319,6 +244,7 @@ class Simulation:
         seed: int,
         *,
         compact_every: int = 0,
+        spares: int = 0,
         pre_vote: bool = True,
         check_quorum: bool = True,
     ) -> None:
@@ -326,12 +252,17 @@ class Simulation:
         self.network = SimNetwork(self.rng)
         self.now = 0
         self.compact_every = compact_every
-        ids = [f"n{number}" for number in range(1, size + 1)]
+        ids = [f"n{number}" for number in range(1, size + spares + 1)]
+        founders = ids[:size]
         self.nodes = {
             node_id: SimNode(
                 node_id,
                 RaftConfig(
-                    id=node_id, voters=ids, rng=self.rng, pre_vote=pre_vote, check_quorum=check_quorum
+                    id=node_id,
+                    voters=founders,
+                    rng=self.rng,
+                    pre_vote=pre_vote,
+                    check_quorum=check_quorum,
                 ),
             )
             for node_id in ids
@@ -367,7 +298,7 @@ class Simulation:
                 if not ready:
                     break
                 self._carry_out(node, ready)
-        self.checker.check(list(self.nodes.values()))
+        self.checker.check([node.raft for node in self.nodes.values() if node.raft is not None])
 
     def run(self, ticks: int) -> None:
         for _ in range(ticks):
@@ -439,6 +370,20 @@ class Simulation:
         self.settle()
         return True
 
+    def change(self, node_id: str) -> int | None:
+        """Have the leader add ``node_id`` as a voter, or remove it: the change's index, if taken."""
+        raft = self.leader()
+        if raft is None:
+            return None
+        change: ConfigChange = AddVoter(node_id)
+        if node_id in raft.voters:
+            if raft.voters == {node_id}:
+                return None
+            change = RemoveVoter(node_id)
+        index = raft.propose_change(change)
+        self.settle()
+        return index if isinstance(index, int) else None
+
     # -- faults ---------------------------------------------------------------------------
 
     def crash(self, node_id: str) -> None:
@@ -471,9 +416,11 @@ class Simulation:
             self.restart(action.node)
         elif isinstance(action, SetFaults):
             self.network.faults = action.faults
+        elif isinstance(action, ChangeVoters):
+            self.change(action.node)
         else:
             leader = self.leader()
-            if leader is not None:
+            if leader is not None and action.to in leader.voters:
                 leader.transfer_leader(action.to)
                 self.settle()
 
@@ -497,6 +444,8 @@ class Simulation:
             SetFaults(faults),
             Transfer(b),
         ]
+        if len(self.nodes) > len(self.nodes[a].config.voters):
+            choices.append(ChangeVoters(rng.choice(sorted(self.nodes))))
         return rng.choice(choices)
 
     def isolate(self, node_id: str) -> None:
@@ -513,12 +462,17 @@ class Simulation:
 
     # -- liveness -------------------------------------------------------------------------
 
-    def converged(self) -> bool:
-        """One leader all nodes follow, and every node has applied everything it committed."""
+    def members(self) -> list[SimNode]:
+        """The nodes the leader counts as voters (none without a leader)."""
         leader = self.leader()
-        if leader is None:
+        return [self.nodes[voter] for voter in sorted(leader.voters)] if leader else []
+
+    def converged(self) -> bool:
+        """One leader (a voter) all voters follow, each having applied all the leader committed."""
+        leader = self.leader()
+        if leader is None or leader.id not in leader.voters:
             return False
-        for node in self.nodes.values():
+        for node in self.members():
             raft = node.raft
             if raft is None or raft.leader != leader.id or raft.term != leader.term:
                 return False

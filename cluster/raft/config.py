@@ -5,8 +5,11 @@ likes (100 ms is usual): the core never reads a clock. The election timeout is d
 [``election_ticks``, 2 * ``election_ticks``) at every reset, from ``rng``, so a seeded generator
 makes a whole run reproducible.
 
-Membership is a fixed set of voters for now; changing it (joint consensus, or one voter at a time)
-is a later step, and snapshots already record the voters they were taken under.
+``voters`` are the group's founding voters: those in force at the start of the log, before any
+snapshot or membership change (``cluster.raft.membership``). Every node of a group is given the
+same founding voters, including a node that joins later and is not among them: it starts as a
+non-voter, never campaigns, and becomes a voter when the change that adds it reaches its log
+(from then on, and after a restart, the log and snapshots say who the voters are).
 """
 
 from __future__ import annotations
@@ -32,11 +35,6 @@ class RaftConfig:
     pre_vote: bool = True
     check_quorum: bool = True
     max_entries_per_append: int = 64
-
-    @voters.validator
-    def _check_voters(self, _attribute: object, value: frozenset[str]) -> None:
-        if self.id not in value:
-            raise ValueError(f"{self.id!r} is not among the voters {sorted(value)}")
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.heartbeat_ticks < self.election_ticks:

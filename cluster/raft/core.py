@@ -3,7 +3,8 @@
 A ``Raft`` is one node of a replica group. It does no I/O, reads no clock and starts no tasks:
 
 * inputs: ``tick()`` (time passes), ``step(message)`` (a peer spoke), ``propose(data)``,
-  ``read_index(context)``, ``transfer_leader(to)``, ``compact(index, data)``;
+  ``propose_change(change)``, ``read_index(context)``, ``transfer_leader(to)``,
+  ``compact(index, data)``;
 * outputs: ``ready()`` gathers what the host must persist, send, install and apply, in that order
   (see ``cluster.raft.ready``), and ``advance(ready)`` tells the ``Raft`` it was done.
 
@@ -12,7 +13,25 @@ depose a healthy leader when it returns; check-quorum, so a leader that cannot r
 an election timeout steps down (and a node that hears from its leader ignores disruptive votes);
 log replication with conflict truncation and term-hinted backtracking; commit of current-term
 entries by majority; snapshots (``compact``, and InstallSnapshot for followers that fell behind the
-leader's compaction); read-index reads; leadership transfer. Membership is a fixed set of voters.
+leader's compaction); read-index reads; leadership transfer.
+
+Membership changes one voter at a time (``propose_change``; rules in ``cluster.raft.membership``).
+The voters in force (``voters``) are those of the last change entry in the log, else the
+snapshot's, else the founding ``RaftConfig.voters``; every majority (votes, commit, check-quorum,
+read index) and every transfer is over them. A node outside them does not campaign (unless only an
+uncommitted change removed it: ``_promotable``); a leader that removed itself steps down once that
+change commits.
+
+Requests are heard whoever sends them, as the dissertation prescribes (servers process RPCs without
+consulting their configuration): a node added by a change it has not received yet, or one lagging
+behind the change that added the current leader, must still take that leader's appends and
+snapshots, and must still vote for a candidate its stale voter set does not list (else a group
+whose only complete log is on such a candidate could never elect). Safety does not depend on it:
+every majority is counted over the counting node's voters in force. A removed node that does not
+know it was removed cannot disrupt the group while pre-vote or check-quorum is on (its log falls
+behind, so pre-votes are refused; its requests meet leader leases). Only answers to a leader
+(append and heartbeat responses) from a node outside the voters in force are dropped, as before
+membership could change: the leader no longer tracks it.
 """
 
 from __future__ import annotations
@@ -20,9 +39,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cluster.raft.config import RaftConfig
-from cluster.raft.errors import NotLeader, Refusal
+from cluster.raft.errors import LeadershipTransferring, NotLeader, Refusal
 from cluster.raft.leader import Leadership
 from cluster.raft.log import RaftLog
+from cluster.raft.membership import ConfigChange
 from cluster.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -41,6 +61,7 @@ from cluster.raft.tracker import Progress, has_quorum
 __all__ = ["Raft"]
 
 _FROM_LEADER = (AppendEntries, Heartbeat, InstallSnapshot)
+_TO_LEADER = (AppendResponse, HeartbeatResponse)
 
 
 def _names_future_term(message: Message) -> bool:
@@ -88,14 +109,32 @@ class Raft:
                 self._election_elapsed = self._lead.check_elapsed
             self._collect_reads()
             return
-        if self._election_elapsed >= self._timeout:
+        if self._election_elapsed >= self._timeout and self._promotable():
+            # (A node that may not campaign lets the time run on: its leader lease lapses.)
             self._campaign(pre=self.config.pre_vote)
 
-    def propose(self, data: bytes) -> int | Refusal:
+    def propose(self, data: bytes) -> int | NotLeader | LeadershipTransferring:
         """Append ``data`` to the log: its index, or why not (only the leader takes proposals)."""
         if self._lead is None:
             return NotLeader(self.leader)
         return self._lead.propose(data)
+
+    def propose_change(self, change: ConfigChange) -> int | Refusal:
+        """Append a membership change (in force at once): its index, or why not.
+
+        Refused (``ChangePending``) while another change or this leader's first entry is
+        uncommitted; raises ``InvalidChange`` if it makes no sense for the voters in force.
+        """
+        if self._lead is None:
+            return NotLeader(self.leader)
+        index = self._lead.propose_change(change)
+        self._maybe_retire()
+        return index
+
+    @property
+    def voters(self) -> frozenset[str]:
+        """The voters in force: those of the last membership change in the log."""
+        return self.log.voters
 
     def read_index(self, context: bytes) -> Refusal | None:
         """Ask for a linearizable read point: a ``ReadState`` with ``context`` comes in a ``Ready``."""
@@ -114,16 +153,14 @@ class Raft:
 
     def compact(self, index: int, data: bytes) -> Snapshot:
         """The state machine as of ``index`` (applied) is ``data``: drop the log up to there."""
-        snapshot = self.log.compact(index, self.config.voters, data)
+        snapshot = self.log.compact(index, data)
         self._snapshot_to_persist = snapshot
         return snapshot
 
     def step(self, message: Message) -> None:
-        if (
-            message.to != self.id
-            or message.sender not in self.config.voters
-            or message.sender == self.id
-        ):
+        if message.to != self.id or message.sender == self.id:
+            return
+        if isinstance(message, _TO_LEADER) and message.sender not in self.voters:
             return
         if message.term > self.term:
             if isinstance(message, VoteRequest) and self._in_lease() and not message.transfer:
@@ -182,6 +219,7 @@ class Raft:
         if self._lead is not None:
             self._lead.on_persisted()
             self._collect_reads()
+            self._maybe_retire()
 
     @property
     def progress(self) -> Mapping[str, Progress]:
@@ -222,7 +260,7 @@ class Raft:
             self.term += 1
             self.vote = self.id
             term = self.term
-        for voter in sorted(self.config.voters - {self.id}):
+        for voter in sorted(self.voters - {self.id}):
             self._send(
                 VoteRequest(
                     sender=self.id,
@@ -239,12 +277,12 @@ class Raft:
     def _tally(self) -> None:
         granted = [voter for voter, yes in self._votes.items() if yes]
         rejected = [voter for voter, yes in self._votes.items() if not yes]
-        if has_quorum(self.config.voters, granted):
+        if has_quorum(self.voters, granted):
             if self.role is Role.PRE_CANDIDATE:
                 self._campaign(pre=False)
             else:
                 self._become_leader()
-        elif has_quorum(self.config.voters, rejected):
+        elif has_quorum(self.voters, rejected):
             self._become_follower(self.term, None)
 
     def _become_leader(self) -> None:
@@ -253,6 +291,17 @@ class Raft:
         self._votes = {}
         self._election_elapsed = 0
         self._lead = Leadership(self.config, self.term, self.log, self._send)
+
+    def _promotable(self) -> bool:
+        """Whether this node may campaign: it is a voter in force, or was one as of its commit.
+
+        The second case is a node whose log ends in an uncommitted change removing it: its log may
+        be the only complete one (a leader that removed itself and lost leadership before the
+        change committed), and refusing to campaign would then block every election. Winning is
+        still decided by a majority of the voters in force; such a leader commits the change with
+        its first entry and then retires (``_maybe_retire``).
+        """
+        return self.id in self.voters or self.id in self.log.members.at(self.log.committed)
 
     def _in_lease(self) -> bool:
         """Whether we heard from a live leader within an election timeout (check-quorum only)."""
@@ -271,9 +320,14 @@ class Raft:
         ):
             # A deposed leader (or one whose term we ran past while cut off) learns our term.
             self._send(AppendResponse(sender=self.id, to=message.sender, term=self.term, index=0))
-        elif isinstance(message, VoteRequest) and message.pre:
+        elif isinstance(message, VoteRequest):
+            # A candidate behind our term learns it (Raft's RequestVote reply carries the term): it
+            # may be the one node whose log can win, and voters that know our term may never write
+            # to it (their voter sets, older than its own, may not list it).
             self._send(
-                VoteResponse(sender=self.id, to=message.sender, term=self.term, granted=False, pre=True)
+                VoteResponse(
+                    sender=self.id, to=message.sender, term=self.term, granted=False, pre=message.pre
+                )
             )
 
     def _on_vote_request(self, message: VoteRequest) -> None:
@@ -305,6 +359,16 @@ class Raft:
         elif isinstance(message, HeartbeatResponse):
             self._lead.on_heartbeat_response(message)
         self._collect_reads()
+        self._maybe_retire()
+
+    def _maybe_retire(self) -> None:
+        """A committed change removed this leader: hand over to a caught-up voter and step down."""
+        if self._lead is None or not self._lead.retired:
+            return
+        successor = self._lead.successor()
+        if successor is not None:
+            self._send(TimeoutNow(sender=self.id, to=successor, term=self.term))
+        self._become_follower(self.term, None)
 
     def _step_candidate(self, message: Message) -> None:
         if isinstance(message, _FROM_LEADER):
@@ -329,7 +393,7 @@ class Raft:
             )
         elif isinstance(message, InstallSnapshot):
             self._on_snapshot(message)
-        elif isinstance(message, TimeoutNow):
+        elif isinstance(message, TimeoutNow) and self._promotable():
             self._campaign(pre=False, transfer=True)
 
     def _on_append(self, message: AppendEntries) -> None:

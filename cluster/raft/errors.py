@@ -10,7 +10,9 @@ from __future__ import annotations
 import attrs
 
 __all__ = [
+    "ChangePending",
     "CompactionError",
+    "InvalidChange",
     "LeadershipTransferring",
     "NotLeader",
     "RaftError",
@@ -33,7 +35,18 @@ class LeadershipTransferring:
     to: str
 
 
-Refusal = NotLeader | LeadershipTransferring
+@attrs.frozen
+class ChangePending:
+    """No membership change may be proposed until the entry at ``index`` commits.
+
+    ``index`` is the previous change, still uncommitted, or a new leader's first entry: a leader
+    changes membership only once an entry of its own term committed.
+    """
+
+    index: int
+
+
+Refusal = NotLeader | LeadershipTransferring | ChangePending
 
 
 class RaftError(Exception):
@@ -42,6 +55,11 @@ class RaftError(Exception):
 
 class CompactionError(RaftError):
     """A snapshot was asked for at an index not yet applied, or already compacted."""
+
+
+class InvalidChange(RaftError):
+    """A membership change that makes no sense for the voters in force (adding a voter, removing a
+    non-voter or the last voter)."""
 
 
 class UnknownPeer(RaftError):

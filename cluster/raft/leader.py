@@ -6,6 +6,12 @@ A ``Leadership`` lives from a node's election to the end of its term. It tracks 
 commit only beneath one of its own), confirms read indexes with a round of heartbeats, and hands
 leadership over on request. The leader's own copy counts toward a majority only once persisted
 (``on_persisted``): an acknowledged entry is on a majority of disks, the leader's included.
+
+Majorities are always over the voters in force (``log.voters``), which a membership change
+(``propose_change``) alters the moment it is appended (``cluster.raft.membership``): a new voter
+gets a ``Progress`` and is sent the log at once, a removed one is dropped. A leader that removed
+itself still replicates but no longer counts its own copy; ``retired`` says when that change has
+committed and it must step down.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from collections.abc import Callable
 import attrs
 
 from cluster.raft.config import RaftConfig
-from cluster.raft.errors import LeadershipTransferring, UnknownPeer
+from cluster.raft.errors import ChangePending, LeadershipTransferring, UnknownPeer
 from cluster.raft.log import RaftLog
+from cluster.raft.membership import ChangeEntry, ConfigChange, apply_change
 from cluster.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -51,11 +58,8 @@ class Leadership:
         self.term = term
         self._log = log
         self._send = send
-        self.progress = {voter: Progress(next=log.last_index + 1) for voter in config.voters}
-        own = self.progress[self._id]
-        own.match = log.persisted
-        own.become_replicate()
-        own.recent_active = True
+        self.progress = {self._id: Progress(match=log.persisted, recent_active=True)}
+        self.progress[self._id].become_replicate()
         self._heartbeat_elapsed = 0
         self.check_elapsed = 0
         self.transferee: str | None = None
@@ -65,7 +69,10 @@ class Leadership:
         self._reads_waiting: list[bytes] = []
         self.released: list[ReadState] = []
         """Read states confirmed and not yet taken by the ``Raft``."""
-        log.append((Entry(log.last_index + 1, term, kind=EntryKind.NOOP),))
+        self._track_voters(log.voters)
+        self.first_index = log.last_index + 1
+        """The first entry of this term: no membership change before it commits."""
+        log.append((Entry(self.first_index, term, kind=EntryKind.NOOP),))
         self.broadcast_append()
 
     # -- inputs from the Raft --------------------------------------------------------------
@@ -87,7 +94,7 @@ class Leadership:
         active = [voter for voter, progress in self.progress.items() if progress.recent_active]
         for voter, progress in self.progress.items():
             progress.recent_active = voter == self._id
-        return not self._config.check_quorum or has_quorum(self._config.voters, active)
+        return not self._config.check_quorum or has_quorum(self._log.voters, active)
 
     def propose(self, data: bytes) -> int | LeadershipTransferring:
         if self.transferee is not None:
@@ -97,13 +104,42 @@ class Leadership:
         self.broadcast_append(send_if_empty=False)
         return entry.index
 
+    def propose_change(self, change: ConfigChange) -> int | LeadershipTransferring | ChangePending:
+        """Append a membership change, in force at once (raises ``InvalidChange`` if senseless)."""
+        if self.transferee is not None:
+            return LeadershipTransferring(self.transferee)
+        waiting_for = max(self.first_index, self._log.members.last_change)
+        if self._log.committed < waiting_for:
+            return ChangePending(waiting_for)
+        voters = apply_change(self._log.voters, change)
+        entry = Entry(
+            self._log.last_index + 1, self.term, ChangeEntry(change, voters).encode(), EntryKind.CONFIG
+        )
+        self._track_voters(voters)
+        self._log.append((entry,))
+        if not self._after_match_moved():
+            self.broadcast_append(send_if_empty=False)
+        return entry.index
+
+    @property
+    def retired(self) -> bool:
+        """Whether a committed change removed this leader: it must step down now."""
+        return self._id not in self._log.voters and self._log.committed >= self._log.members.last_change
+
+    def successor(self) -> str | None:
+        """A voter whose log is complete, to hand over to when retiring (None if none is)."""
+        for voter in sorted(self._log.voters):
+            if self.progress[voter].match == self._log.last_index:
+                return voter
+        return None
+
     def read_index(self, context: bytes) -> None:
         """Confirm leadership for a read at the current commit (answers arrive in ``released``)."""
         if self._log.term(self._log.committed) != self.term:
             # Until an entry of this term commits, our commit mark may lag the true one.
             self._reads_waiting.append(context)
             return
-        if len(self._config.voters) == 1:
+        if has_quorum(self._log.voters, (self._id,)):
             self.released.append(ReadState(self._log.committed, context))
             return
         self._read_seq += 1
@@ -111,7 +147,7 @@ class Leadership:
         self._broadcast_heartbeat()
 
     def transfer(self, to: str) -> None:
-        if to not in self._config.voters:
+        if to not in self._log.voters:
             raise UnknownPeer(to)
         if to == self._id or to == self.transferee:
             return
@@ -220,7 +256,8 @@ class Leadership:
 
     def _after_match_moved(self) -> bool:
         """Commit what a majority now holds, if it is of our term. True: commit moved (and sent)."""
-        index = committed_index({voter: progress.match for voter, progress in self.progress.items()})
+        voters = self._log.voters
+        index = committed_index({voter: self.progress[voter].match for voter in voters})
         if index <= self._log.committed or self._log.term(index) != self.term:
             return False
         self._log.commit_to(index)
@@ -233,11 +270,19 @@ class Leadership:
     def _release_reads(self) -> None:
         confirmed = -1
         for position, read in enumerate(self._reads):
-            if has_quorum(self._config.voters, read.acks):
+            if has_quorum(self._log.voters, read.acks):
                 confirmed = position
         for read in self._reads[: confirmed + 1]:
             self.released.append(ReadState(read.index, read.context))
         del self._reads[: confirmed + 1]
+
+    def _track_voters(self, voters: frozenset[str]) -> None:
+        """Give each of ``voters`` a ``Progress`` (probing from the entry about to be appended,
+        so it is sent at once), and forget the others."""
+        for voter in voters - self.progress.keys():
+            self.progress[voter] = Progress(next=self._log.last_index + 1)
+        for gone in self.progress.keys() - voters - {self._id}:
+            del self.progress[gone]
 
     def _maybe_hand_over(self) -> None:
         to = self.transferee

@@ -8,11 +8,16 @@ Three marks move forward along it: ``persisted`` (entries up to here are on stab
 ``committed`` (a majority holds entries up to here) and ``applied`` (the state machine has them).
 ``applied <= committed``; a truncation of an uncommitted conflicting tail pulls ``persisted`` back,
 because what storage holds past that point is no longer the log.
+
+The log also knows which voters are in force (``voters``): those of its last membership change
+entry, whether committed or not (see ``cluster.raft.membership``), kept in step with every append,
+truncation, restore and compaction.
 """
 
 from __future__ import annotations
 
 from cluster.raft.errors import CompactionError
+from cluster.raft.membership import VoterHistory
 from cluster.raft.messages import Entry, Snapshot
 
 __all__ = ["RaftLog"]
@@ -27,6 +32,8 @@ class RaftLog:
         self.committed = max(committed, snapshot.index)
         self.applied = snapshot.index
         self.persisted = self.last_index
+        self.members = VoterHistory(snapshot.index, snapshot.voters)
+        self.members.appended(entries)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -38,6 +45,11 @@ class RaftLog:
     @property
     def last_index(self) -> int:
         return self._entries[-1].index if self._entries else self.snapshot.index
+
+    @property
+    def voters(self) -> frozenset[str]:
+        """The voters in force: those of the last membership change in the log."""
+        return self.members.voters
 
     @property
     def last_term(self) -> int:
@@ -102,6 +114,7 @@ class RaftLog:
         del self._entries[first - self.snapshot.index - 1 :]
         self._entries.extend(entries)
         self.persisted = min(self.persisted, first - 1)
+        self.members.appended(entries)
 
     def maybe_append(self, prev_index: int, prev_term: int, entries: tuple[Entry, ...]) -> int | None:
         """Follower side of AppendEntries: the index the logs now agree up to, or None if no match.
@@ -143,14 +156,18 @@ class RaftLog:
         self.snapshot = snapshot
         self._entries = []
         self.committed = self.applied = self.persisted = snapshot.index
+        self.members = VoterHistory(snapshot.index, snapshot.voters)
 
-    def compact(self, index: int, voters: frozenset[str], data: bytes) -> Snapshot:
-        """Drop the entries up to ``index`` (applied), keeping a snapshot of the state there."""
+    def compact(self, index: int, data: bytes) -> Snapshot:
+        """Drop the entries up to ``index`` (applied), keeping a snapshot of the state there
+        (and of the voters in force there)."""
         if index > self.applied or index > self.persisted:
             raise CompactionError(f"index {index} not applied yet (applied {self.applied})")
         term = self.term(index)
         if term is None or index <= self.snapshot.index:
             raise CompactionError(f"index {index} already compacted (snapshot at {self.snapshot.index})")
+        voters = self.members.at(index)
         del self._entries[: index - self.snapshot.index]
+        self.members.rebase(index, voters)
         self.snapshot = Snapshot(index=index, term=term, voters=voters, data=data)
         return self.snapshot

@@ -34,6 +34,8 @@ class EntryKind(enum.Enum):
     """Data the application proposed; applied to its state machine once committed."""
     NOOP = "noop"
     """The empty entry a new leader appends to commit its predecessors' entries (Raft §5.4.2)."""
+    CONFIG = "config"
+    """A membership change (``cluster.raft.membership.ChangeEntry``): in force once in the log."""
 
 
 @attrs.frozen

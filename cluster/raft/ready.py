@@ -11,7 +11,11 @@ The host drives a ``Raft`` in a loop: give it inputs (ticks, messages, proposals
    promise that (1) is on disk; a node that sent them and then crashed with (1) lost could vote
    twice in a term or forget a committed entry.
 3. ``ready.install`` (a snapshot from the leader: replace the state machine with it) and then
-   ``ready.apply`` (committed entries, in order), to the state machine.
+   ``ready.apply`` (committed entries, in order), to the state machine. Only ``COMMAND`` entries
+   are the state machine's: ``NOOP`` entries carry nothing, and a ``CONFIG`` entry is a
+   membership change (``ChangeEntry.decode(entry.data)``) that was in force in the ``Raft`` since
+   it was appended; its being applied tells the host it committed (``raft.voters`` is always
+   the set in force, an installed snapshot's included).
 4. ``raft.advance(ready)``.
 
 Crashing anywhere in this sequence is safe as long as the order holds: after a restart the host

@@ -20,6 +20,13 @@ it was never committed), ``GroupStopped``, or ``ProposalError`` itself when a sn
 leader covered the entry (committed or not: unknown). An entry whose proposal timed out may still commit
 later: a caller that retries must make its data idempotent (the keyspace will carry client ids).
 
+``await group.propose_change(AddVoter(name))`` (or ``RemoveVoter``) changes the group's voters one at
+a time (``cluster.raft.membership``): it returns the voter set once the change is committed and
+applied here, or raises as ``propose`` does, or ``ChangeRefused`` when another change is still
+uncommitted (retry) or the change makes no sense for the voters in force. A node to be added
+should run its side of the group first (started with the group's founding voters), so it catches
+up before it counts.
+
 ``transfer_leadership`` hands leadership over (maintenance, lame duck mode) to the named voter or
 to the one most caught up. ``status`` describes the group for monitoring.
 
@@ -40,7 +47,11 @@ import trio
 
 from cluster.config import ReplicationConfig
 from cluster.raft import (
+    ChangeEntry,
+    ChangePending,
+    ConfigChange,
     EntryKind,
+    InvalidChange,
     LeadershipTransferring,
     Message,
     NotLeader,
@@ -49,11 +60,13 @@ from cluster.raft import (
     RaftConfig,
     RaftError,
     Ready,
+    Refusal,
     Role,
 )
 from cluster.replication.storage import RaftStorage, StorageFailed
 
 __all__ = [
+    "ChangeRefused",
     "Group",
     "GroupSpec",
     "GroupStatus",
@@ -94,8 +107,8 @@ class StateMachine(Protocol):
 
 @attrs.frozen
 class GroupSpec:
-    """A replica group: its name (unique in the cluster; its directory's name) and its voters,
-    by server name."""
+    """A replica group: its name (unique in the cluster; its directory's name) and its founding
+    voters, by server name (the same on every member; ``Group.propose_change`` changes them)."""
 
     name: str
     voters: frozenset[str]
@@ -118,6 +131,10 @@ class ProposalTimeout(ProposalError):
 
 class ProposalLost(ProposalError):
     """Another leader's entry took its place: it was never committed."""
+
+
+class ChangeRefused(ProposalError):
+    """A membership change was not proposed: another is uncommitted, or it makes no sense."""
 
 
 class GroupStopped(ProposalError):
@@ -198,7 +215,7 @@ class Group:
         self._rng = rng or random.Random()
         self.raft: Raft | None = None
         self._inbox: deque[Message] = deque()
-        self._proposals: deque[tuple[bytes, _Waiter]] = deque()
+        self._proposals: deque[tuple[bytes | ConfigChange, _Waiter]] = deque()
         self._transfers: deque[str] = deque()
         self._waiters: dict[int, _Waiter] = {}
         self._ticks = 0
@@ -230,9 +247,19 @@ class Group:
         """
         return await self.outcome(self.submit(data))
 
-    def submit(self, data: bytes) -> _Waiter:
-        """Queue ``data`` for replication at once: entries are proposed in the order of these
-        calls (await ``outcome``).
+    async def propose_change(self, change: ConfigChange) -> frozenset[str]:
+        """Add or remove one voter: the voters it makes, once committed and applied here.
+
+        Raises:
+            ProposalError: not carried out (``ChangeRefused``: see the module docstring).
+        """
+        voters = await self.outcome(self.submit(change))
+        assert isinstance(voters, frozenset)
+        return voters
+
+    def submit(self, proposal: bytes | ConfigChange) -> _Waiter:
+        """Queue ``proposal`` (data, or a change of voters) at once: entries are proposed in the
+        order of these calls (await ``outcome``).
 
         Raises:
             GroupStopped: the group is stopped.
@@ -240,7 +267,7 @@ class Group:
         if self.stopped:
             raise GroupStopped(f"group {self.name} is stopped")
         waiter = _Waiter(0)
-        self._proposals.append((data, waiter))
+        self._proposals.append((proposal, waiter))
         self._wake.set()
         return waiter
 
@@ -364,14 +391,26 @@ class Group:
         while self._transfers:
             raft.transfer_leader(self._transfers.popleft())
         while self._proposals:
-            data, waiter = self._proposals.popleft()
+            proposal, waiter = self._proposals.popleft()
             if waiter.done.is_set():
                 continue  # (timed out meanwhile)
-            index = raft.propose(data)
+            index: int | Refusal
+            try:
+                if isinstance(proposal, bytes):
+                    index = raft.propose(proposal)
+                else:
+                    index = raft.propose_change(proposal)
+            except InvalidChange as exc:
+                waiter.finish(error=ChangeRefused(f"group {self.name}: {exc}"))
+                continue
             if isinstance(index, NotLeader):
                 waiter.finish(error=NotLeaderError(self.name, index.leader))
             elif isinstance(index, LeadershipTransferring):
                 waiter.finish(error=NotLeaderError(self.name, index.to))
+            elif isinstance(index, ChangePending):
+                waiter.finish(
+                    error=ChangeRefused(f"group {self.name}: a change is pending at {index.index}")
+                )
             else:
                 waiter.term = raft.term
                 self._waiters[index] = waiter
@@ -387,7 +426,11 @@ class Group:
                     error=ProposalError(f"group {self.name}: outcome unknown (snapshot installed)")
                 )
         for entry in ready.apply:
-            result = self.machine.apply(entry.data) if entry.kind is EntryKind.COMMAND else None
+            result: object = None
+            if entry.kind is EntryKind.COMMAND:
+                result = self.machine.apply(entry.data)
+            elif entry.kind is EntryKind.CONFIG:
+                result = ChangeEntry.decode(entry.data).voters
             waiter = self._waiters.pop(entry.index, None)
             if waiter is None:
                 continue

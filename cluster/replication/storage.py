@@ -66,7 +66,7 @@ SNAPSHOT_FILE = "snapshot"
 RESUME_ROOM = 1 << 20
 """Free bytes the device must have before a save is tried again after a failure."""
 _READ_CHUNK = 1 << 20
-_KINDS = {EntryKind.COMMAND: "c", EntryKind.NOOP: "n"}
+_KINDS = {EntryKind.COMMAND: "c", EntryKind.NOOP: "n", EntryKind.CONFIG: "m"}
 _KIND_OF = {code: kind for kind, code in _KINDS.items()}
 
 

@@ -11,7 +11,8 @@ bounded again to what a group may hold.
 Message layouts (after the type name): ``sender to term`` and then
 
 * ``VOTE last_index last_term pre transfer`` / ``VOTED granted pre``
-* ``APPEND prev_index prev_term [[index term kind data], ...] commit``
+* ``APPEND prev_index prev_term [[index term kind data], ...] commit`` (a membership change
+  entry's data must decode as a ``ChangeEntry`` within the voter bounds)
 * ``APPENDED index reject hint_index hint_term``
 * ``BEAT commit read_seq`` / ``BEATEN read_seq`` / ``TIMEOUT``
 * ``SNAP index term [voter, ...] data``
@@ -23,6 +24,7 @@ import re
 from typing import Any
 
 from cluster.checks import LinkError, array, blob, integer, text
+from cluster.raft.membership import ChangeEntry
 from cluster.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -48,7 +50,7 @@ MAX_ENTRIES = 4096
 MAX_INDEX = (1 << 63) - 1
 GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 """A replica group's name: also its directory's name under the node's store."""
-_KINDS = {EntryKind.COMMAND: 0, EntryKind.NOOP: 1}
+_KINDS = {EntryKind.COMMAND: 0, EntryKind.NOOP: 1, EntryKind.CONFIG: 2}
 _KIND_OF = {code: kind for kind, code in _KINDS.items()}
 
 
@@ -109,7 +111,15 @@ def _unpack_entry(value: Any) -> Entry:
         raise LinkError("bad log entry")
     kind = _KIND_OF.get(integer(fields[2], 0, len(_KINDS) - 1))
     assert kind is not None
-    return Entry(_index(fields[0]), _index(fields[1]), blob(fields[3]), kind)
+    data = blob(fields[3])
+    if kind is EntryKind.CONFIG:
+        try:
+            change = ChangeEntry.decode(data)
+        except ValueError as error:
+            raise LinkError(str(error)) from None
+        if len(change.voters) > MAX_VOTERS or any(len(v) > MAX_NAME for v in change.voters):
+            raise LinkError("a membership change past its bounds")
+    return Entry(_index(fields[0]), _index(fields[1]), data, kind)
 
 
 def unpack(value: Any) -> Message:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import TypeVar
 
-from cluster.raft import Message, Persisted, Raft, RaftConfig, Ready
-from cluster.raft.messages import Entry
+from cluster.raft import Message, Persisted, Raft, RaftConfig, Ready, Role
+from cluster.raft.messages import AppendResponse, Entry, VoteResponse
 
 T = TypeVar("T")
 
@@ -71,3 +71,31 @@ def entries(*terms: int, start: int = 1) -> tuple[Entry, ...]:
 
 def of_type(messages: list[Message], kind: type[T]) -> list[T]:
     return [message for message in messages if isinstance(message, kind)]
+
+
+def leader_of(persisted: Persisted | None = None, voters: tuple[str, ...] = VOTERS) -> Raft:
+    """Node "a" elected leader by "b"'s vote (without pre-vote), its first appends sent."""
+    raft = node(voters=voters, persisted=persisted, pre_vote=False)
+    elect(raft)
+    raft.step(VoteResponse(sender="b", to="a", term=raft.term, granted=True))
+    assert raft.role is Role.LEADER
+    flush(raft)
+    return raft
+
+
+def ack(raft: Raft, sender: str, index: int) -> list[Message]:
+    raft.step(AppendResponse(sender=sender, to=raft.id, term=raft.term, index=index))
+    return flush(raft)
+
+
+def pump(rafts: dict[str, Raft], messages: list[Message], *, drop: str = "") -> list[Message]:
+    """Deliver messages (and their answers) until quiet, except to ``drop``: everything delivered."""
+    delivered = []
+    while messages:
+        message = messages.pop(0)
+        if message.to == drop or message.to not in rafts:
+            continue
+        delivered.append(message)
+        rafts[message.to].step(message)
+        messages.extend(flush(rafts[message.to]))
+    return delivered

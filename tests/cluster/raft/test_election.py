@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from cluster.raft import HardState, LeadershipTransferring, NotLeader, Persisted, Role, UnknownPeer
@@ -229,3 +230,14 @@ def test_a_granted_vote_is_persisted_in_the_ready_that_sends_it() -> None:
     ready = raft.ready()
     assert ready.must_persist.hard_state == HardState(term=4, vote="b", commit=0)
     assert of_type(list(ready.then_send), VoteResponse)[0].granted
+
+
+def test_a_vote_request_from_an_earlier_term_is_refused_with_ours() -> None:
+    raft = node(persisted=Persisted(HardState(term=5), None, ()), pre_vote=False, check_quorum=False)
+    raft.step(vote_request("a", 3))
+    (reply,) = of_type(flush(raft), VoteResponse)
+    assert (reply.granted, reply.term, reply.pre) == (False, 5, False)
+    candidate = node("b", pre_vote=False, check_quorum=False)
+    elect(candidate)
+    candidate.step(attrs.evolve(reply, to="b"))
+    assert (candidate.role, candidate.term) == (Role.FOLLOWER, 5)

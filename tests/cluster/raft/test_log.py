@@ -70,12 +70,12 @@ def test_compaction_keeps_the_tail_and_refuses_unapplied_or_compacted_indexes() 
     log.commit_to(4)
     log.applied_to(3)
     with pytest.raises(CompactionError):
-        log.compact(4, EMPTY.voters, b"")
-    snapshot = log.compact(2, EMPTY.voters, b"state")
+        log.compact(4, b"")
+    snapshot = log.compact(2, b"state")
     assert (snapshot.index, snapshot.term) == (2, 1)
     assert (log.first_index, log.term(2), log.term(1)) == (3, 1, None)
     with pytest.raises(CompactionError):
-        log.compact(2, EMPTY.voters, b"")
+        log.compact(2, b"")
     with pytest.raises(CompactionError):
         log.slice(2, 3)
     assert log.find_conflict_by_term(1, 1) == (1, 0), "a compacted index may match: term unknown"

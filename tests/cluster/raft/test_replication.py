@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.raft import HardState, Persisted, Raft, Role
+from cluster.raft import HardState, Persisted
 from cluster.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -13,35 +13,7 @@ from cluster.raft.messages import (
     VoteResponse,
 )
 from pubmesh_testing.raft_sim import Simulation
-from tests.cluster.raft.nodes import elect, entries, flush, node, of_type
-
-
-def leader_of(persisted: Persisted | None = None) -> Raft:
-    """Node "a" elected leader by "b"'s vote (without pre-vote), its first appends sent."""
-    raft = node(persisted=persisted, pre_vote=False)
-    elect(raft)
-    raft.step(VoteResponse(sender="b", to="a", term=raft.term, granted=True))
-    assert raft.role is Role.LEADER
-    flush(raft)
-    return raft
-
-
-def ack(raft: Raft, sender: str, index: int) -> list[Message]:
-    raft.step(AppendResponse(sender=sender, to=raft.id, term=raft.term, index=index))
-    return flush(raft)
-
-
-def pump(rafts: dict[str, Raft], messages: list[Message], *, drop: str = "") -> list[Message]:
-    """Deliver messages (and their answers) until quiet, except to ``drop``: everything delivered."""
-    delivered = []
-    while messages:
-        message = messages.pop(0)
-        if message.to == drop or message.to not in rafts:
-            continue
-        delivered.append(message)
-        rafts[message.to].step(message)
-        messages.extend(flush(rafts[message.to]))
-    return delivered
+from tests.cluster.raft.nodes import ack, elect, entries, flush, leader_of, node, of_type, pump
 
 
 def test_a_leader_commits_only_entries_of_its_own_term_by_counting() -> None:

@@ -1,5 +1,6 @@
 """Groups driven over a direct in-process network (no routes), to inject faults at the driver's own
-seams: a crash between persisting a vote and sending it, and a full disk on the leader."""
+seams: a crash between persisting a vote and sending it, a full disk on the leader, and a dead
+member replaced by a new one."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 import trio
 
 from cluster.config import ReplicationConfig
-from cluster.raft import Message
+from cluster.raft import AddVoter, Message, RemoveVoter
 from cluster.raft.messages import VoteResponse
-from cluster.replication.group import Group, GroupSpec, ProposalTimeout
+from cluster.replication.group import ChangeRefused, Group, GroupSpec, ProposalTimeout
 from cluster.replication.storage import RaftStorage
 from tests.cluster.replication.machines import Recorder
 from tests.support import until
@@ -45,9 +46,7 @@ class Net:
     async def start(self, name: str, disk: Disk | None = None) -> Group:
         machine = self.machines[name] = Recorder()
         storage = RaftStorage(self.root / name, **({"disk": disk} if disk else {}))
-        group = Group(
-            SPEC, name, storage, machine, self.sender(name), CONFIG, random.Random(NAMES.index(name))
-        )
+        group = Group(SPEC, name, storage, machine, self.sender(name), CONFIG, random.Random(name))
         scope = trio.CancelScope()
 
         async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -146,3 +145,27 @@ async def test_a_leader_whose_disk_is_full_acknowledges_nothing_until_it_has_roo
     assert longest[-1] == b"after"
     for machine in net.machines.values():
         assert machine.applied == longest[: len(machine.applied)]
+
+
+async def test_a_dead_member_is_replaced_and_its_replacement_catches_up(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    net = Net(nursery, tmp_path)
+    for name in NAMES:
+        await net.start(name)
+    leader = await until(net.leader)
+    for number in range(5):
+        await leader.propose(b"w%d" % number)
+    dead = next(name for name in NAMES if name != leader.node)
+    net.scopes[dead].cancel()
+    await until(lambda: net.groups[dead].stopped)
+    survivors = frozenset(NAMES) - {dead}
+    assert await leader.propose_change(RemoveVoter(dead)) == survivors
+    await net.start("d")  # (with the founding voters: it is no voter yet and does not campaign)
+    assert await leader.propose_change(AddVoter("d")) == survivors | {"d"}
+    await leader.propose(b"after")
+    await until(lambda: net.machines["d"].applied == net.machines[leader.node].applied)
+    assert net.machines["d"].applied[-1] == b"after"
+    with pytest.raises(ChangeRefused):
+        await leader.propose_change(AddVoter("d"))
+    assert {peer.name for peer in leader.status().peers} == survivors - {leader.node} | {"d"}

@@ -8,12 +8,24 @@ import contextlib
 import errno
 import logging
 import os
+import random
 import shutil
 from pathlib import Path
 
 import pytest
 
-from cluster.raft import Entry, EntryKind, HardState, Persist, Persisted, Snapshot
+from cluster.raft import (
+    AddVoter,
+    ChangeEntry,
+    Entry,
+    EntryKind,
+    HardState,
+    Persist,
+    Persisted,
+    Raft,
+    RaftConfig,
+    Snapshot,
+)
 from cluster.replication.storage import LOG_FILE, SNAPSHOT_FILE, RaftStorage, StorageError, StorageFailed
 from tests.node.data.test_store_full_disk import tmpfs
 from transport.records import Disk
@@ -52,6 +64,18 @@ async def test_a_conflicting_tail_is_truncated_on_disk(tmp_path: Path) -> None:
     loaded = reopen(tmp_path)
     assert loaded.entries == entries(1, 3, 1) + entries(4, 4, 2)
     assert loaded.hard_state == HardState(2, None, 3)
+
+
+async def test_a_membership_change_survives_a_restart(tmp_path: Path) -> None:
+    storage = RaftStorage(tmp_path)
+    storage.load()
+    change = ChangeEntry(AddVoter("d"), VOTERS | {"d"}).encode()
+    await storage.save(Persist(entries=(*entries(1, 2, 1), Entry(3, 1, change, EntryKind.CONFIG))))
+    storage.close()
+    loaded = reopen(tmp_path)
+    assert loaded.entries[-1] == Entry(3, 1, change, EntryKind.CONFIG)
+    config = RaftConfig(id="a", voters=VOTERS, rng=random.Random(0))
+    assert Raft(config, loaded).voters == VOTERS | {"d"}
 
 
 async def test_compaction_drops_the_prefix_on_disk_and_across_restarts(tmp_path: Path) -> None:

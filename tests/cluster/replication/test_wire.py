@@ -12,18 +12,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.frames import FrameDecoder, LinkError, RaftFrame, encode
+from cluster.raft import AddVoter, ChangeEntry, RemoveVoter
 from cluster.raft import messages as m
 from cluster.replication.wire import MAX_NAME, pack, unpack
 
 NAME = st.text(min_size=1, max_size=12)
 INDEX = st.integers(0, 2**63 - 1)
-ENTRY_KIND = st.sampled_from(list(m.EntryKind))
+CHANGE = st.builds(
+    ChangeEntry,
+    st.builds(AddVoter, NAME) | st.builds(RemoveVoter, NAME),
+    st.frozensets(NAME, max_size=5),
+).map(ChangeEntry.encode)
+ENTRY = st.tuples(
+    INDEX, st.binary(max_size=30), st.sampled_from([m.EntryKind.COMMAND, m.EntryKind.NOOP])
+)
+ENTRY |= st.tuples(INDEX, CHANGE, st.just(m.EntryKind.CONFIG))
 
 
 @st.composite
 def appends(draw: st.DrawFn) -> m.AppendEntries:
     prev = draw(st.integers(0, 2**40))
-    datas = draw(st.lists(st.tuples(INDEX, st.binary(max_size=30), ENTRY_KIND), max_size=5))
+    datas = draw(st.lists(ENTRY, max_size=5))
     entries = tuple(m.Entry(prev + 1 + i, t, d, k) for i, (t, d, k) in enumerate(datas))
     return m.AppendEntries(
         sender=draw(NAME), to=draw(NAME), term=draw(INDEX), prev_index=prev,
@@ -110,3 +119,7 @@ def test_bounds_are_enforced() -> None:
         unpack(pack(gap))
     with pytest.raises(LinkError):
         decoded(msgpack.packb(["RAFT", "../etc", pack(beat)], use_bin_type=True))
+    for data in (b"", b"[]", b'{"op":"add","node":1,"voters":[]}', b'{"op":"x","node":"a","voters":[]}'):
+        change = attrs.evolve(gap, prev_index=6, entries=(m.Entry(7, 1, data, m.EntryKind.CONFIG),))
+        with pytest.raises(LinkError):
+            unpack(pack(change))
