@@ -448,9 +448,10 @@ class Server:
             self.broker.auth.remember(check, user)
             verifying.done = True
             self.flusher.process(session, b"")
-        while (awaiting := conn.awaiting) is not None:  # (a replicated write's commit)
+        while (awaiting := conn.awaiting) is not None:  # (a replicated write's commit, a read's barrier)
             await awaiting()
-            conn.awaiting = None
+            if conn.awaiting is awaiting:  # (else it left more: a read it ran may write, as EXEC)
+                conn.awaiting = None
             self.flusher.process(session, b"")
             session.write_now()  # (what it answered: a reply held back may not have woken the writer)
         await self._stall_if_congested()

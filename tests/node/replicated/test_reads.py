@@ -1,0 +1,74 @@
+"""Linearizable reads of replicated keys on real nodes: a leader answers a read only once a majority
+confirmed it still leads, so one cut off from its followers never serves a stale value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+import trio
+
+from cluster.frames import RaftFrame
+from cluster.replication.replicas import SendFrame
+from node.run.launch import NodeHandle
+from tests.node.replicated.test_path import NAMES, call, client, key_led_by, leaders, start_nodes
+from tests.support import until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+
+def cut_off(nodes: dict[str, NodeHandle], name: str) -> None:
+    """Drop every Raft frame to or from ``name`` (its routes stay up: commands still travel)."""
+    for sender, handle in nodes.items():
+        replicas = handle.node.replicas
+        assert replicas is not None
+        send = replicas._send_frame
+
+        def dropping(to: str, frame: RaftFrame, send: SendFrame = send, sender: str = sender) -> bool:
+            return name in (sender, to) or send(to, frame)
+
+        replicas._send_frame = dropping
+
+
+async def test_a_leader_cut_off_answers_no_read_and_reads_see_acknowledged_writes(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    old = next(iter(led.values()))
+    key = key_led_by(nodes, old, led)
+    others = [name for name in NAMES if name != old]
+    assert await call(nodes[others[0]], "SET", key, "v0") is True
+    assert await call(nodes[old], "GET", key) == b"v0"
+
+    def transaction() -> list[object]:  # (a read that writes too: committed once it ran)
+        with client(nodes[old]) as c:
+            pipe = c.pipeline()
+            pipe.get(key).set(key, "v1")
+            replies: list[object] = pipe.execute()
+            return replies
+
+    assert await trio.to_thread.run_sync(transaction) == [b"v0", True]
+    assert await call(nodes[others[1]], "GET", key) == b"v1"
+
+    cut_off(nodes, old)
+    with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
+        await call(nodes[old], "GET", key)  # (it still thinks it leads: no majority confirms it)
+
+    # The others elect a leader; a write through one is then read through the other. The old
+    # leader, which hears from no leader, still answers no read (it never serves the stale v1).
+    refusals: list[str] = []
+    with trio.fail_after(20):
+        while True:
+            try:
+                assert await call(nodes[others[0]], "SET", key, "v2") is True
+                break
+            except redis.ResponseError as exc:
+                refusals.append(str(exc))
+                await trio.sleep(0.05)
+    assert all(text.startswith("CLUSTERDOWN") for text in refusals)
+    assert await call(nodes[others[1]], "GET", key) == b"v2"
+    assert await call(nodes[others[1]], "MGET", key) == [b"v2"]
+    with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
+        await call(nodes[old], "GET", key)
