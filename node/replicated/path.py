@@ -26,6 +26,9 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   ``-CLUSTERDOWN The cluster is down`` if the group could not commit it in ``propose_timeout``. A
   change made here that the group did not commit is then taken back by rebuilding the group's
   keys from its log.
+* **READONLY** (``RespConnection.readonly``): a read (redis-server's ``readonly`` flag) of a
+  group this node holds a replica of runs at once on that replica, as it is (possibly stale, as on
+  a Redis Cluster replica); other commands go as below. ``READWRITE`` undoes it.
 * **another node leads it** (or this node holds no replica of it): the command travels to the
   group's leader in a ``KEYS`` frame over routes (to a voter, when this node does not know the
   leader, which passes it on), the leader runs it (as a client of the command's account and
@@ -176,6 +179,8 @@ class KeyRouter:
             conn.reject(command, CROSSSLOT)
             return True
         group = self.layout.group_of_slot(slots.pop())
+        if conn.readonly and "readonly" in command.flags and group.name in self.replicas.groups:
+            return False  # (READONLY: this node's replica as it is, possibly stale)
         if self._cleared is conn:  # (a read whose barrier passed: it runs now)
             self._cleared = None
             self._group = group

@@ -1,5 +1,7 @@
 """The diagnostic commands (SLOWLOG, LATENCY, MONITOR, ROLE, DEBUG) and those of features
 the node runs without (CLUSTER, READONLY, READWRITE), as redis-server 7.2 answers them.
+READONLY and READWRITE set the connection's ``readonly`` where keys live on replica groups
+(``Broker.key_router``), and answer that cluster support is disabled elsewhere.
 
 DEBUG: only ``SLEEP 0`` and ``OBJECT key``. A node serves NATS clients on the same loop, so a DEBUG
 SLEEP that stops everything, as redis-server's does, is refused for any longer time; the other
@@ -177,6 +179,23 @@ def _cluster(conn: RespConnection, args: list[bytes]) -> None:
     conn.error(_NO_CLUSTER)
 
 
+def _readonly(conn: RespConnection, args: list[bytes]) -> None:
+    _read_from_replicas(conn, True)
+
+
+def _readwrite(conn: RespConnection, args: list[bytes]) -> None:
+    _read_from_replicas(conn, False)
+
+
+def _read_from_replicas(conn: RespConnection, on: bool) -> None:
+    """READONLY (``on``) and READWRITE: only where keys live on replica groups."""
+    if conn.broker.key_router is None:
+        conn.error(_NO_CLUSTER)
+        return
+    conn.readonly = on
+    conn.reply(OK)
+
+
 _CLUSTER_SUBCOMMANDS: Final = [
     *((name, -3, "admin") for name in ("addslots", "delslots")),
     *((name, -4, "admin") for name in ("addslotsrange", "delslotsrange", "meet", "setslot")),
@@ -251,6 +270,6 @@ COMMANDS: Final = (
             for name, arity, flags in _CLUSTER_SUBCOMMANDS
         ],
     ),
-    Command("readonly", 1, _cluster),
-    Command("readwrite", 1, _cluster),
+    Command("readonly", 1, _readonly),
+    Command("readwrite", 1, _readwrite),
 )

@@ -18,17 +18,23 @@ from tests.support import until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 
-def cut_off(nodes: dict[str, NodeHandle], name: str) -> None:
-    """Drop every Raft frame to or from ``name`` (its routes stay up: commands still travel)."""
-    for sender, handle in nodes.items():
-        replicas = handle.node.replicas
-        assert replicas is not None
-        send = replicas._send_frame
+class Cuts:
+    """Raft frames to or from the nodes in ``names`` are dropped (routes stay up: commands still
+    travel in KEYS frames)."""
 
-        def dropping(to: str, frame: RaftFrame, send: SendFrame = send, sender: str = sender) -> bool:
-            return name in (sender, to) or send(to, frame)
+    def __init__(self, nodes: dict[str, NodeHandle]) -> None:
+        self.names: set[str] = set()
+        for sender, handle in nodes.items():
+            replicas = handle.node.replicas
+            assert replicas is not None
+            send = replicas._send_frame
 
-        replicas._send_frame = dropping
+            def dropping(
+                to: str, frame: RaftFrame, send: SendFrame = send, sender: str = sender
+            ) -> bool:
+                return bool(self.names & {sender, to}) or send(to, frame)
+
+            replicas._send_frame = dropping
 
 
 async def test_a_leader_cut_off_answers_no_read_and_reads_see_acknowledged_writes(
@@ -52,7 +58,7 @@ async def test_a_leader_cut_off_answers_no_read_and_reads_see_acknowledged_write
     assert await trio.to_thread.run_sync(transaction) == [b"v0", True]
     assert await call(nodes[others[1]], "GET", key) == b"v1"
 
-    cut_off(nodes, old)
+    Cuts(nodes).names.add(old)
     with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
         await call(nodes[old], "GET", key)  # (it still thinks it leads: no majority confirms it)
 
@@ -72,3 +78,47 @@ async def test_a_leader_cut_off_answers_no_read_and_reads_see_acknowledged_write
     assert await call(nodes[others[1]], "MGET", key) == [b"v2"]
     with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
         await call(nodes[old], "GET", key)
+
+
+async def test_readonly_reads_this_nodes_replica_and_readwrite_undoes_it(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    cuts = Cuts(nodes)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    follower, other = [name for name in NAMES if name != leader]
+    port = nodes[follower].redis_port or 0
+    conn = await trio.to_thread.run_sync(
+        lambda: redis.Redis(host="127.0.0.1", port=port, single_connection_client=True)
+    )
+
+    async def follower_says(*args: object) -> object:
+        return await trio.to_thread.run_sync(lambda: conn.execute_command(*args))
+
+    async def until_follower_reads(value: bytes) -> None:
+        with trio.fail_after(10):
+            while await follower_says("GET", key) != value:  # noqa: ASYNC110 (a client's answers)
+                await trio.sleep(0.02)
+
+    try:
+        assert await follower_says("READONLY") is True
+        assert b" flags=r " in await follower_says("CLIENT", "INFO")  # type: ignore[operator]
+        assert await follower_says("SET", key, "v0") is True  # (a write still goes to the leader)
+        await until_follower_reads(b"v0")  # (its replica applied it)
+
+        cuts.names.add(follower)
+        assert await call(nodes[other], "SET", key, "v1") is True
+        assert await follower_says("GET", key) == b"v0"  # (its replica, stale: at once)
+        assert await follower_says("READWRITE") is True
+        try:
+            fresh = await follower_says("GET", key)  # (the leader's answer, or none at all)
+        except redis.ResponseError as exc:
+            fresh = str(exc)
+        assert fresh in (b"v1", "CLUSTERDOWN The cluster is down")
+        cuts.names.clear()
+        assert await follower_says("READONLY") is True
+        await until_follower_reads(b"v1")  # (its replica catches up)
+    finally:
+        await trio.to_thread.run_sync(conn.close)
