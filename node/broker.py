@@ -135,6 +135,10 @@ class KeyRouting(Protocol):
         """The command ran here: its changes go to the group."""
         ...
 
+    def cluster(self, conn: Any, args: list[bytes]) -> bool:
+        """Answer a CLUSTER subcommand describing the placement; False: not one it describes."""
+        ...
+
 
 class Broker:
     """The state of one node and its publish path.

@@ -37,6 +37,9 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   ``propose_timeout`` (plus one election) the command is answered ``-CLUSTERDOWN The cluster is
   down``: never a silent success.
 
+CLUSTER SLOTS and the other subcommands that describe the placement are answered by ``view``
+(``node.replicated.topology``), through ``cluster``.
+
 Reads are linearizable: they see every write acknowledged before they were sent (reads on the
 leader may also see a write whose commit is still under way: a leader does not hide its own
 pending writes yet). Not carried yet across nodes (answered with an error, never run wrongly):
@@ -64,6 +67,7 @@ from node.data.store.records import COMMIT, RecordReader
 from node.data.store.replay import CommandRefused, Executor
 from node.replicated.capture import Capture
 from node.replicated.machine import KeyspaceMachine
+from node.replicated.topology import ClusterView
 from node.resp.commands.introspection import command_keys
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
@@ -125,6 +129,8 @@ class KeyRouter:
         self._refused: set[tuple[str, str]] = set()
         self._inside = False
         """A forwarded command runs (its connection's hook lets it be)."""
+        self.view: ClusterView | None = None
+        """Answers CLUSTER SLOTS and the like (set once the node's routes are known)."""
         self._cleared: RespConnection | None = None
         """The connection whose read passed its group's read barrier and now runs."""
 
@@ -162,6 +168,10 @@ class KeyRouter:
         if why is not None and (peer, group) not in self._refused and len(self._refused) < 1024:
             self._refused.add((peer, group))
             log.error("Refused Raft messages from %s: %s", peer, why)
+
+    def cluster(self, conn: RespConnection, args: list[bytes]) -> bool:
+        """A CLUSTER subcommand: the placement as ``view`` describes it (False: not described)."""
+        return self.view is not None and self.view.answer(conn, args)
 
     # -- the connection's hook -------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The diagnostic commands (SLOWLOG, LATENCY, MONITOR, ROLE, DEBUG) and those of features
 the node runs without (CLUSTER, READONLY, READWRITE), as redis-server 7.2 answers them.
-READONLY and READWRITE set the connection's ``readonly`` where keys live on replica groups
-(``Broker.key_router``), and answer that cluster support is disabled elsewhere.
+Where keys live on replica groups (``Broker.key_router``), READONLY and READWRITE set the
+connection's ``readonly``, and CLUSTER's subcommands that describe the placement answer as in
+cluster mode (``node.replicated.topology``); elsewhere they answer that cluster support is
+disabled.
 
 DEBUG: only ``SLEEP 0`` and ``OBJECT key``. A node serves NATS clients on the same loop, so a DEBUG
 SLEEP that stops everything, as redis-server's does, is refused for any longer time; the other
@@ -176,7 +178,9 @@ def _seconds(text: bytes) -> float | None:
 
 
 def _cluster(conn: RespConnection, args: list[bytes]) -> None:
-    conn.error(_NO_CLUSTER)
+    router = conn.broker.key_router
+    if router is None or not router.cluster(conn, args):
+        conn.error(_NO_CLUSTER)
 
 
 def _readonly(conn: RespConnection, args: list[bytes]) -> None:
