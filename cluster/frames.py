@@ -394,6 +394,12 @@ def _client_url(url: str) -> str:
     return url
 
 
+def _redis_url(value: Any) -> str:
+    """Where a peer takes Redis clients: a client URL, or "" (it does not)."""
+    url = _str(value)
+    return _client_url(url) if url else ""
+
+
 def _slot(value: Any) -> int | str | None:
     if value is None or type(value) is str:
         return value
@@ -408,7 +414,7 @@ def _route_hello(fields: dict[Any, Any]) -> RouteHello:
         pinned=_strs(get("pinned", []), MAX_PEERS), peers=tuple(_peers(get("peers", []))),
         gateway_url=_str(get("gateway_url", "")), slot=_slot(get("slot")),
         connection=_str(get("connection", "")), client_urls=_client_urls(get("client_urls", [])),
-        redis_url=_client_url(redis_url) if (redis_url := _str(get("redis_url", ""))) else "",
+        redis_url=_redis_url(get("redis_url", "")),
     )  # fmt: skip
 
 

@@ -1,5 +1,6 @@
-"""CLUSTER SLOTS, SHARDS, NODES, INFO, KEYSLOT, MYID and MYSHARDID where keys live on replica
-groups, in redis-server 7.2's cluster-mode shapes, describing the placement as it is.
+"""CLUSTER SLOTS, SHARDS, NODES, INFO, KEYSLOT, MYID, MYSHARDID, COUNTKEYSINSLOT and
+GETKEYSINSLOT where keys live on replica groups, in redis-server 7.2's cluster-mode shapes,
+describing the placement as it is.
 
 Redis Cluster's terms map onto the layout (``cluster.placement``) so: a shard is a replica group
 (its slot range), the group's leader is the shard's master and its other voters are replicas. A
@@ -29,6 +30,8 @@ from cluster.config import parse_url
 from cluster.placement import SLOTS, Layout, SlotGroup, hash_slot
 from cluster.replication.replicas import Replicas
 from cluster.routes import RedisPeer
+from node.integers import string2ll
+from node.resp.commands.common import NOT_INTEGER, now_ms
 from node.resp.connection import RespConnection
 from node.resp.writer import array, bulk, integer
 
@@ -108,6 +111,8 @@ class ClusterView:
             conn.reply(conn.writer.verbatim(self._info().encode()))
         elif sub == b"keyslot":
             conn.reply(integer(hash_slot(args[2])))
+        elif sub in (b"countkeysinslot", b"getkeysinslot"):
+            self._keys_in_slot(conn, args)
         elif sub == b"myid":
             conn.reply(bulk(node_id(self.node).encode()))
         elif sub == b"myshardid":
@@ -116,6 +121,22 @@ class ClusterView:
         else:
             return False
         return True
+
+    def _keys_in_slot(self, conn: RespConnection, args: list[bytes]) -> None:
+        """COUNTKEYSINSLOT and GETKEYSINSLOT, of this node's replicas (its keys, as a cluster
+        node's): none in a slot of a group it holds no replica of."""
+        numbers = [string2ll(arg) for arg in args[2:]]  # (the slot; GETKEYSINSLOT's count)
+        if None in numbers:
+            conn.error(NOT_INTEGER)
+            return
+        slot, *most = (n or 0 for n in numbers)
+        if most and (not 0 <= slot < SLOTS or most[0] < 0):
+            conn.error("Invalid slot or number of keys")
+        elif not 0 <= slot < SLOTS:
+            conn.error("Invalid slot")
+        else:
+            keys = [key for key in conn.database.live_keys(now_ms()) if hash_slot(key) == slot]
+            conn.reply(array(bulk(key) for key in keys[: most[0]]) if most else integer(len(keys)))
 
     # -- what is known -----------------------------------------------------------------------
 

@@ -76,6 +76,14 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         yield ports[0]
 
 
+async def outcome(port: int, *args: object) -> object:
+    """A command's reply, or its error's text."""
+    try:
+        return await reply_of(port, *args)
+    except redis.ResponseError as exc:
+        return str(exc)
+
+
 async def reply_of(port: int, *args: object, protocol: int = 2) -> object:
     return await trio.to_thread.run_sync(lambda: ask(port, *args, protocol=protocol))
 
@@ -171,6 +179,23 @@ async def test_cluster_subcommands_describe_the_placement_as_a_cluster_node_woul
         redis_cluster, "CLUSTER", "KEYSLOT", "{user1}.a"
     )
     assert await reply_of(port, "CLUSTER", "MYID") == node_id("a").encode()
+
+    # COUNTKEYSINSLOT, GETKEYSINSLOT: this node's keys, and a cluster node's errors.
+    for args in [
+        ("COUNTKEYSINSLOT", "x"), ("COUNTKEYSINSLOT", "16384"), ("COUNTKEYSINSLOT", "-1"),
+        ("GETKEYSINSLOT", "0", "-1"), ("GETKEYSINSLOT", "x", "1"), ("GETKEYSINSLOT", "1", "x"),
+        ("GETKEYSINSLOT", "16384", "1"), ("COUNTKEYSINSLOT", "0"), ("GETKEYSINSLOT", "0", "5"),
+    ]:  # fmt: skip
+        assert await outcome(port, "CLUSTER", *args) == await outcome(redis_cluster, "CLUSTER", *args)
+    slot = hash_slot(b"t")
+    assert await reply_of(port, "MSET", "{t}a", "1", "{t}b", "2") == b"OK"
+    assert await reply_of(port, "CLUSTER", "COUNTKEYSINSLOT", slot) == 2
+    one = await reply_of(port, "CLUSTER", "GETKEYSINSLOT", slot, 1)
+    assert isinstance(one, list)
+    assert len(one) == 1
+    found = await reply_of(port, "CLUSTER", "GETKEYSINSLOT", slot, 10)
+    assert isinstance(found, list)
+    assert sorted(found) == [b"{t}a", b"{t}b"]
 
 
 def _nodes_of(shard: object) -> list[object]:
