@@ -191,7 +191,8 @@ class KeyRouter:
         group = self.layout.group_of_slot(slots.pop())
         if conn.readonly and "readonly" in command.flags and group.name in self.replicas.groups:
             return False  # (READONLY: this node's replica as it is, possibly stale)
-        if self._cleared is conn:  # (a read whose barrier passed: it runs now)
+        if self._cleared is conn or conn.blocking.retry_deadline >= 0:
+            # (a read whose barrier passed runs now; so does a blocked read a write here woke)
             self._cleared = None
             self._group = group
             return False

@@ -3,6 +3,7 @@ confirmed it still leads, so one cut off from its followers never serves a stale
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import trio
 
 from cluster.frames import RaftFrame
 from cluster.replication.replicas import SendFrame
+from node.resp.connection import RespConnection
 from node.run.launch import NodeHandle
 from tests.node.replicated.test_path import NAMES, call, client, key_led_by, leaders, start_nodes
 from tests.support import until
@@ -122,3 +124,33 @@ async def test_readonly_reads_this_nodes_replica_and_readwrite_undoes_it(
         await until_follower_reads(b"v1")  # (its replica catches up)
     finally:
         await trio.to_thread.run_sync(conn.close)
+
+
+async def test_a_blocked_read_on_the_leader_wakes_for_a_write(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """The read runs again when the write wakes it, at once: it passed its read barrier already."""
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    woke: list[bytes] = []
+
+    def raw() -> bytes:
+        with socket.create_connection(("127.0.0.1", nodes[leader].redis_port or 0)) as sock:
+            sock.sendall(b"XREAD BLOCK 5000 STREAMS " + key + b" $\r\n")
+            return sock.recv(1000)
+
+    async def read() -> None:
+        woke.append(await trio.to_thread.run_sync(raw))
+
+    nursery.start_soon(read)
+    broker = nodes[leader].node.server.broker
+    await until(
+        lambda: any(isinstance(c, RespConnection) and c.blocking.read for c in broker.clients.values())
+    )
+    added = await call(nodes[leader], "XADD", key, "*", "n", "1")
+    await until(lambda: woke)
+    assert isinstance(added, bytes)
+    assert woke[0].startswith(b"*1\r\n*2\r\n$%d\r\n%s\r\n" % (len(key), key))
+    assert added in woke[0]
