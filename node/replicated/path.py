@@ -355,6 +355,8 @@ class KeyRouter:
         finally:
             self._inside = False
         records = self.capture.take()
+        if self.keyspaces.ready:  # (readers blocked here that the write woke: after the take)
+            self.keyspaces.serve_ready()
         if not records:
             return reply
         return await self._commit(group, records, reply)

@@ -126,14 +126,17 @@ async def test_readonly_reads_this_nodes_replica_and_readwrite_undoes_it(
         await trio.to_thread.run_sync(conn.close)
 
 
+@pytest.mark.parametrize("through_leader", [True, False])
 async def test_a_blocked_read_on_the_leader_wakes_for_a_write(
-    nursery: trio.Nursery, tmp_path: Path
+    nursery: trio.Nursery, tmp_path: Path, through_leader: bool
 ) -> None:
-    """The read runs again when the write wakes it, at once: it passed its read barrier already."""
+    """The read runs again when the write (a client's there, or one carried out for another
+    node) wakes it, at once: it passed its read barrier already."""
     nodes = await start_nodes(nursery, tmp_path)
     led = await until(lambda: leaders(nodes))
     leader = next(iter(led.values()))
     key = key_led_by(nodes, leader, led)
+    writer = leader if through_leader else next(name for name in NAMES if name != leader)
     woke: list[bytes] = []
 
     def raw() -> bytes:
@@ -149,7 +152,7 @@ async def test_a_blocked_read_on_the_leader_wakes_for_a_write(
     await until(
         lambda: any(isinstance(c, RespConnection) and c.blocking.read for c in broker.clients.values())
     )
-    added = await call(nodes[leader], "XADD", key, "*", "n", "1")
+    added = await call(nodes[writer], "XADD", key, "*", "n", "1")
     await until(lambda: woke)
     assert isinstance(added, bytes)
     assert woke[0].startswith(b"*1\r\n*2\r\n$%d\r\n%s\r\n" % (len(key), key))
