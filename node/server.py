@@ -41,7 +41,7 @@ from node.resp.commands.scripting import answer_while_busy
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.writer import error
-from transport.sessions import READ_SIZE, Flusher, Session
+from transport.sessions import READ_SIZE, Flusher, Session, contain
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 from transport.wake_order import keep_wake_order
 
@@ -449,7 +449,12 @@ class Server:
             verifying.done = True
             self.flusher.process(session, b"")
         while (awaiting := conn.awaiting) is not None:  # (a replicated write's commit, a read's barrier)
-            await awaiting()
+            try:
+                await awaiting()  # (a read's barrier then runs the read: inside the boundary too)
+            except Exception as exc:
+                conn.awaiting = None
+                contain(conn, exc)
+                return
             if conn.awaiting is awaiting:  # (else it left more: a read it ran may write, as EXEC)
                 conn.awaiting = None
             self.flusher.process(session, b"")
