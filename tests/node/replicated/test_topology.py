@@ -20,7 +20,7 @@ from cluster.placement import SLOTS, hash_slot
 from node.replicated.topology import node_id
 from node.run.launch import NodeHandle
 from pipeline.local import free_port, redis_server
-from tests.node.replicated.test_path import NAMES, leaders, start_nodes
+from tests.node.replicated.test_path import NAMES, leaders, start_nodes, stop
 from tests.support import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -244,3 +244,33 @@ async def test_redis_pys_cluster_client_finds_every_node_from_one(
     assert got == b"7"
     assert isinstance(added, bytes)
     assert length == 1
+
+
+async def test_a_node_that_went_away_is_shown_disconnected_and_serves_no_slots(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    gone = next(name for name in NAMES if name not in led.values())
+    asked = next(name for name in NAMES if name != gone)
+    routes = nodes[asked].node.routes
+    assert routes is not None
+    await until(lambda: all(p.redis_url for p in routes.redis_peers()))
+    await stop(nodes[gone])
+    await until(lambda: not next(p for p in routes.redis_peers() if p.name == gone).connected)
+    port = nodes[asked].redis_port or 0
+
+    text = await reply_of(port, "CLUSTER", "NODES")
+    assert isinstance(text, bytes)
+    line = next(line for line in text.decode().splitlines() if line.startswith(node_id(gone)))
+    assert " slave,fail? " in line
+    assert line.endswith(" disconnected")
+    slots = await reply_of(port, "CLUSTER", "SLOTS")
+    assert isinstance(slots, list)
+    assert all(entry[2] != node_id(gone).encode() for row in slots for entry in row[2:])
+    shards = await reply_of(port, "CLUSTER", "SHARDS")
+    assert isinstance(shards, list)
+    health = {
+        _field(node, b"id"): _field(node, b"health") for shard in shards for node in _nodes_of(shard)
+    }
+    assert health[node_id(gone).encode()] == b"fail"
