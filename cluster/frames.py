@@ -122,6 +122,8 @@ class RouteHello:
         gateway_url: where the sender accepts gateway links ("" if it does not).
         client_urls: where the sender takes clients (``host:port``), for its peers to advertise
             to theirs.
+        redis_url: where the sender takes Redis clients (``host:port``; "" if it does not), for
+            its peers to describe in CLUSTER SLOTS and the like.
     """
 
     id: str
@@ -135,6 +137,7 @@ class RouteHello:
     slot: int | str | None = None
     connection: str = ""
     client_urls: tuple[str, ...] = ()
+    redis_url: str = ""
 
 
 @attrs.frozen(slots=True)
@@ -324,7 +327,7 @@ def _hello_map(info: RouteHello | GatewayHello) -> dict[str, Any]:
         "kind": "route", "id": info.id, "name": info.name, "cluster": info.cluster,
         "url": info.url, "pool_size": info.pool_size, "pinned": list(info.pinned),
         "peers": [_peer_map(p) for p in info.peers], "gateway_url": info.gateway_url,
-        "client_urls": list(info.client_urls),
+        "client_urls": list(info.client_urls), "redis_url": info.redis_url,
     }  # fmt: skip
     if info.slot is not None:
         out["slot"] = info.slot
@@ -375,14 +378,26 @@ def _client_urls(value: Any) -> tuple[str, ...]:
     bracketed IPv6 one (they go into every client's INFO, so nothing else gets through)."""
     urls = _strs(value, MAX_CLIENT_URLS)
     for url in urls:
-        host, _, port = url.rpartition(":")
-        if (
-            len(url) > MAX_CLIENT_URL
-            or not _HOST.fullmatch(host)
-            or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)
-        ):
-            raise LinkError(f"bad client URL {url[:64]!r}")
+        _client_url(url)
     return urls
+
+
+def _client_url(url: str) -> str:
+    """``url`` if it is a client URL as ``_client_urls`` takes them."""
+    host, _, port = url.rpartition(":")
+    if (
+        len(url) > MAX_CLIENT_URL
+        or not _HOST.fullmatch(host)
+        or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536)
+    ):
+        raise LinkError(f"bad client URL {url[:64]!r}")
+    return url
+
+
+def _redis_url(value: Any) -> str:
+    """Where a peer takes Redis clients: a client URL, or "" (it does not)."""
+    url = _str(value)
+    return _client_url(url) if url else ""
 
 
 def _slot(value: Any) -> int | str | None:
@@ -399,6 +414,7 @@ def _route_hello(fields: dict[Any, Any]) -> RouteHello:
         pinned=_strs(get("pinned", []), MAX_PEERS), peers=tuple(_peers(get("peers", []))),
         gateway_url=_str(get("gateway_url", "")), slot=_slot(get("slot")),
         connection=_str(get("connection", "")), client_urls=_client_urls(get("client_urls", [])),
+        redis_url=_redis_url(get("redis_url", "")),
     )  # fmt: skip
 
 

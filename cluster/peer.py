@@ -46,6 +46,8 @@ class Peer(Generic[AccountT]):
         self.slots: dict[Slot, Link[AccountT]] = {}
         self.gateway_url = ""
         """Where this peer accepts gateway links, if it does: how other clusters learn of it."""
+        self.redis_url = ""
+        """Where this peer takes Redis clients (``host:port``), if it does."""
         self.disconnected = trio.Event()
         """Set when the peer's last link drops (replaced when one comes up again)."""
         self.met = False

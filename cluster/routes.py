@@ -20,6 +20,9 @@ meanwhile is missed, and whatever the previous connection had carried is forgott
 every peer when that changes (a node in lame duck mode takes no more): the node hears of every
 change among connected peers through ``on_client_urls``, and advertises the lot to its clients.
 
+Each HELLO also carries where its sender takes Redis clients (``redis_url``): ``redis_peers``
+lists them, for CLUSTER SLOTS and the like (``node.replicated``).
+
 **Failure.** Any frame counts as a sign of life; heartbeats keep an idle link talking, and a link
 silent for ``ping_max`` intervals is declared dead, because a partition leaves TCP connections open.
 When a connection drops, the interest that arrived over it (its accounts' slices of the peer's
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Protocol
 
+import attrs
 import trio
 
 from cluster.config import ClusterConfig, parse_url
@@ -61,7 +65,7 @@ from cluster.peer import Peer, Slot, peer_of
 from routing import InterestChange, InvalidSubjectError
 from transport.sessions import Flusher
 
-__all__ = ["GatewayDirectory", "RouteManager"]
+__all__ = ["GatewayDirectory", "RedisPeer", "RouteManager"]
 
 log = logging.getLogger("pubmesh")
 
@@ -71,6 +75,17 @@ MAX_DIAL_FAILURES = 12
 """Failed dials after which a peer known only from gossip is forgotten."""
 UNMET_BACKOFF_MAX = 30.0
 """The longest pause between dials of a peer known only from gossip."""
+
+
+@attrs.frozen
+class RedisPeer:
+    """A route peer as CLUSTER SLOTS and the like describe it."""
+
+    name: str
+    redis_url: str
+    """``host:port`` where it takes Redis clients ("" if it does not, or has not said)."""
+    route_url: str
+    connected: bool
 
 
 class GatewayDirectory(Protocol):
@@ -134,6 +149,8 @@ class RouteManager(LinkManager[AccountT]):
         """Where this node takes clients, as its HELLO tells peers (see ``advertise_clients``)."""
         self._peer_client_urls: dict[str, tuple[str, ...]] = {}
         """Where each connected peer takes clients, by server id."""
+        self.redis_url = ""
+        """Where this node takes Redis clients (``host:port``), as its HELLO tells peers."""
         self.on_client_urls: Callable[[], None] = _nothing
         """Called when a connected peer's client URLs come, change or go."""
         self.on_raft: Callable[[str, RaftFrame], None] | None = None
@@ -278,6 +295,7 @@ class RouteManager(LinkManager[AccountT]):
             slot=link.slot,
             connection=link.connection if link.slot is not None else "",
             client_urls=self.client_urls,
+            redis_url=self.redis_url,
         )
 
     def _known_peers(self) -> list[PeerInfo]:
@@ -304,6 +322,7 @@ class RouteManager(LinkManager[AccountT]):
             raise LinkError(f"bad slot {slot!r}")
         peer = self._peer(info.id, info.name, info.url, pool, frozenset(config.pinned_accounts))
         peer.gateway_url = info.gateway_url
+        peer.redis_url = info.redis_url
         current = peer.slots.get(slot)
         if current is not None and self._keeps(current, link, info.id):
             self._refuse(link, "duplicate route")
@@ -398,6 +417,11 @@ class RouteManager(LinkManager[AccountT]):
     def peer_client_urls(self) -> list[str]:
         """Where the connected peers take clients, each URL once, in the order they came."""
         return list(dict.fromkeys(url for urls in self._peer_client_urls.values() for url in urls))
+
+    def redis_peers(self) -> list[RedisPeer]:
+        """Every peer this node knows of: where it takes Redis clients, its route URL, and whether
+        a link to it is up."""
+        return [RedisPeer(p.name, p.redis_url, p.url, bool(p.slots)) for p in self.peers.values()]
 
     def advertise_clients(self, urls: tuple[str, ...]) -> None:
         """Tell every peer (now, and in later HELLOs) where this node takes clients."""

@@ -139,6 +139,10 @@ class KeyRouting(Protocol):
         """Why a running script's command may not reach these keys here (None: it may)."""
         ...
 
+    def cluster(self, conn: Any, args: list[bytes]) -> bool:
+        """Answer a CLUSTER subcommand describing the placement; False: not one it describes."""
+        ...
+
 
 class Broker:
     """The state of one node and its publish path.

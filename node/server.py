@@ -41,7 +41,7 @@ from node.resp.commands.scripting import answer_while_busy
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.writer import error
-from transport.sessions import READ_SIZE, Flusher, Session
+from transport.sessions import READ_SIZE, Flusher, Session, contain
 from transport.tls import TlsError, handshake, peer_names, server_context, start_after
 from transport.wake_order import keep_wake_order
 
@@ -455,18 +455,23 @@ class Server:
         await self._stall_if_congested()
 
     async def _settle(self, session: Session, conn: Connection) -> None:
-        """Await the work commands left (``Connection.awaiting``: a replicated write's commit),
-        then let the connection carry on with its input, which may leave more. One task at a
-        time: the connection's reader, or its timers when a blocked read another client's write
-        served left the work."""
+        """Await the work commands left (``Connection.awaiting``: a replicated write's commit, a
+        read's barrier), then let the connection carry on with its input, which may leave more.
+        One task at a time: the connection's reader, or its timers when a blocked read another
+        client's write served left the work."""
         if conn.settling:
             return  # (the other task loops until none is left)
         conn.settling = True
         try:
-            while (awaiting := conn.awaiting) is not None:
-                await awaiting()
-                if conn.awaiting is awaiting:  # (else a served blocked read left more meanwhile)
+            while (awaiting := conn.awaiting) is not None:  # (a write's commit, a read's barrier)
+                try:
+                    await awaiting()  # (a read's barrier then runs the read: inside the boundary too)
+                except Exception as exc:
                     conn.awaiting = None
+                    contain(conn, exc)
+                    return
+                if conn.awaiting is awaiting:  # (else it left more: a read it ran may write, as
+                    conn.awaiting = None  # EXEC; or a served blocked read did meanwhile)
                 self.flusher.process(session, b"")
                 session.write_now()  # (a reply held back may not have woken the writer)
         finally:

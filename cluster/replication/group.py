@@ -27,6 +27,13 @@ uncommitted (retry) or the change makes no sense for the voters in force. A node
 should run its side of the group first (started with the group's founding voters), so it catches
 up before it counts.
 
+``await group.read_barrier()`` returns once a read of this node's state machine is linearizable:
+this node confirmed with a majority of the voters (a round of heartbeats, Raft's read index) that
+it still led when the barrier was asked for, and has applied the log up to the commit index it had
+then; it raises a ``ProposalError`` as ``propose`` does (``NotLeaderError``, ``ProposalTimeout``
+when no majority answered in ``propose_timeout``, ``GroupStopped``). Barriers asked for while the
+task is busy share one round.
+
 ``transfer_leadership`` hands leadership over (maintenance, lame duck mode) to the named voter or
 to the one most caught up. ``status`` describes the group for monitoring.
 
@@ -218,6 +225,13 @@ class Group:
         self._proposals: deque[tuple[bytes | ConfigChange, _Waiter]] = deque()
         self._transfers: deque[str] = deque()
         self._waiters: dict[int, _Waiter] = {}
+        self._barriers: list[_Waiter] = []
+        """Read barriers asked for and not yet handed to the core."""
+        self._confirming: dict[bytes, list[_Waiter]] = {}
+        """Read barriers by their read-index context, until a majority confirms leadership."""
+        self._confirmed: list[tuple[int, _Waiter]] = []
+        """Read barriers confirmed, with their read index, until it is applied."""
+        self._read_contexts = 0
         self._ticks = 0
         self._wake = trio.Event()
         self._changed = trio.Event()
@@ -277,10 +291,27 @@ class Group:
         Raises:
             ProposalError: not carried out.
         """
+        return await self._outcome(waiter, "not applied in time")
+
+    async def read_barrier(self) -> None:
+        """Return once a read of the state machine here is linearizable (see the module docstring).
+
+        Raises:
+            ProposalError: this node could not confirm it leads, in time or at all.
+        """
+        if self.stopped:
+            raise GroupStopped(f"group {self.name} is stopped")
+        waiter = _Waiter(0)
+        self._barriers.append(waiter)
+        self._wake.set()
+        await self._outcome(waiter, "leadership not confirmed in time")
+
+    async def _outcome(self, waiter: _Waiter, late: str) -> object:
+        """Wait for the group's task to finish ``waiter``, at most ``propose_timeout``."""
         with trio.move_on_after(self.config.propose_timeout):
             await waiter.done.wait()
         if not waiter.done.is_set():
-            waiter.finish(error=ProposalTimeout(f"group {self.name}: not applied in time"))
+            waiter.finish(error=ProposalTimeout(f"group {self.name}: {late}"))
         if waiter.error is not None:
             raise waiter.error
         return waiter.result
@@ -357,6 +388,7 @@ class Group:
             waiter.finish(error=error)
         for waiter in self._waiters.values():
             waiter.finish(error=error)
+        self._fail_reads(error)
         self._proposals.clear()
         self._waiters.clear()
         self.storage.close()
@@ -414,6 +446,17 @@ class Group:
             else:
                 waiter.term = raft.term
                 self._waiters[index] = waiter
+        barriers = [waiter for waiter in self._barriers if not waiter.done.is_set()]
+        self._barriers.clear()
+        if barriers:
+            self._read_contexts += 1
+            context = self._read_contexts.to_bytes(8, "big")
+            refusal = raft.read_index(context)
+            if refusal is None:
+                self._confirming[context] = barriers
+            else:
+                for waiter in barriers:
+                    waiter.finish(error=NotLeaderError(self.name, raft.leader))
 
     async def _carry_out(self, raft: Raft, ready: Ready) -> None:
         await self._persist(ready.must_persist)
@@ -438,13 +481,35 @@ class Group:
                 waiter.finish(result)
             else:
                 waiter.finish(error=ProposalLost(f"group {self.name}: entry {entry.index} replaced"))
+        for read in ready.read_states:
+            self._confirmed += [(read.index, w) for w in self._confirming.pop(read.context, ())]
         if ready.soft_state is not None:
             self.leader, self.role = ready.soft_state.leader, ready.soft_state.role
             self._changed.set()
             self._changed = trio.Event()
             if self.role is Role.LEADER:
                 log.info("Group %s: %s leads in term %d", self.name, self.node, raft.term)
+            else:  # (the core forgot the reads its leadership had not confirmed)
+                for waiters in self._confirming.values():
+                    for waiter in waiters:
+                        waiter.finish(error=NotLeaderError(self.name, self.leader))
+                self._confirming.clear()
         raft.advance(ready)
+        if self._confirmed:
+            applied = raft.log.applied
+            for index, waiter in self._confirmed:
+                if index <= applied:
+                    waiter.finish()
+            self._confirmed = [(i, w) for i, w in self._confirmed if not w.done.is_set()]
+
+    def _fail_reads(self, error: ProposalError) -> None:
+        """End every read barrier with ``error``."""
+        waiting = [w for ws in self._confirming.values() for w in ws]
+        for waiter in [*self._barriers, *waiting, *(w for _, w in self._confirmed)]:
+            waiter.finish(error=error)
+        self._barriers.clear()
+        self._confirming.clear()
+        self._confirmed.clear()
 
     async def _persist(self, persist: Persist) -> None:
         """Save, trying again with backoff until the disk takes it."""

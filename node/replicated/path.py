@@ -20,25 +20,38 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   attempted to access a non local key in a cluster node``, on another slot of the same group
   ``... keys that do not hash to the same slot`` (allowed with the ``allow-cross-slot-keys``
   flag); a script flagged ``no-cluster`` does not run.
-* **this node leads the group**: the command runs here, as it would anywhere; ``ran`` takes the
-  records it made and, if any, holds its reply back while the group commits them
-  (``RespConnection.awaiting``: the connection's later requests wait too): the reply leaves once
-  the entry is committed (acknowledged means replicated), or becomes ``-CLUSTERDOWN The cluster is
-  down`` if the group could not commit it in ``propose_timeout``. A change made here that the group
-  did not commit is then taken back by rebuilding the group's keys from its log.
+* **this node leads the group**: a command that does not write (a read, EXEC, a script) waits
+  first for the group's read barrier (``Group.read_barrier``: a majority confirms this node still
+  leads, and it applied what was committed then), then runs; without a confirmation in
+  ``propose_timeout`` it is answered ``-CLUSTERDOWN The cluster is down``, so a leader cut off
+  from its group answers no read once another may lead. A write runs at once (its reply waits for
+  its commit, which a deposed leader cannot reach). Either way the command runs here, as it would
+  anywhere; ``ran`` takes the records it made and, if any, holds its reply back while the group
+  commits them (``RespConnection.awaiting``, as the barrier: the connection's later requests wait
+  too): the reply leaves once the entry is committed (acknowledged means replicated), or becomes
+  ``-CLUSTERDOWN The cluster is down`` if the group could not commit it in ``propose_timeout``. A
+  change made here that the group did not commit is then taken back by rebuilding the group's
+  keys from its log.
+* **READONLY** (``RespConnection.readonly``): a read (redis-server's ``readonly`` flag) of a
+  group this node holds a replica of runs at once on that replica, as it is (possibly stale, as on
+  a Redis Cluster replica); other commands go as below. ``READWRITE`` undoes it.
 * **another node leads it** (or this node holds no replica of it): the command travels to the
   group's leader in a ``KEYS`` frame over routes (to a voter, when this node does not know the
   leader, which passes it on), the leader runs it (as a client of the command's account and
-  database would, in RESP2) and proposes it alike, and its reply comes back in a ``KEYR`` frame
-  and is relayed as it is. Without an answer in ``propose_timeout`` (plus one election) the
-  command is answered ``-CLUSTERDOWN The cluster is down``: never a silent success.
+  database would, in RESP2; a read once its read barrier passed) and proposes it alike, and its
+  reply comes back in a ``KEYR`` frame and is relayed as it is. Without an answer in
+  ``propose_timeout`` (plus one election) the command is answered ``-CLUSTERDOWN The cluster is
+  down``: never a silent success.
 
-Reads go to the leader too, so they see every acknowledged write (reads there may also see a write
-whose commit is still under way: a leader does not hide its own pending writes yet). Not carried
-yet across nodes (answered with an error, never run wrongly): blocking reads (``XREAD``/
-``XREADGROUP ... BLOCK``) and ``EXEC`` of keys led elsewhere. Not yet either: ``WATCH`` of keys led
-elsewhere, client tracking and keyspace notifications of keys led elsewhere,
-RESP3 shapes of forwarded replies.
+CLUSTER SLOTS and the other subcommands that describe the placement are answered by ``view``
+(``node.replicated.topology``), through ``cluster``.
+
+Reads are linearizable: they see every write acknowledged before they were sent (reads on the
+leader may also see a write whose commit is still under way: a leader does not hide its own
+pending writes yet). Not carried yet across nodes (answered with an error, never run wrongly):
+blocking reads (``XREAD``/``XREADGROUP ... BLOCK``) and ``EXEC`` of keys led elsewhere. Not yet
+either: ``WATCH`` of keys led elsewhere, client tracking and keyspace notifications of keys led
+elsewhere, RESP3 shapes of forwarded replies.
 
 **Expiry.** Only a group's leader removes its keys as expired, and only while a command of that
 group runs (a key the command meets past its time) or while it sweeps (``EXPIRY_SWEEP`` apart, the
@@ -69,6 +82,7 @@ from node.data.store.records import COMMIT, RecordReader, encode
 from node.data.store.replay import CommandRefused, Executor
 from node.replicated.capture import Capture
 from node.replicated.machine import KeyspaceMachine
+from node.replicated.topology import ClusterView
 from node.resp.commands.introspection import command_keys
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
@@ -143,6 +157,10 @@ class KeyRouter:
         self._refused: set[tuple[str, str]] = set()
         self._inside = False
         """A forwarded command runs (its connection's hook lets it be)."""
+        self.view: ClusterView | None = None
+        """Answers CLUSTER SLOTS and the like (set once the node's routes are known)."""
+        self._cleared: RespConnection | None = None
+        """The connection whose read passed its group's read barrier and now runs."""
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -180,6 +198,10 @@ class KeyRouter:
             self._refused.add((peer, group))
             log.error("Refused Raft messages from %s: %s", peer, why)
 
+    def cluster(self, conn: RespConnection, args: list[bytes]) -> bool:
+        """A CLUSTER subcommand: the placement as ``view`` describes it (False: not described)."""
+        return self.view is not None and self.view.answer(conn, args)
+
     # -- the connection's hook -------------------------------------------------------------------
 
     def route(self, conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> bool:
@@ -199,11 +221,19 @@ class KeyRouter:
             return True
         slot = slots.pop()
         group = self.layout.group_of_slot(slot)
-        if self._leads(group):
-            self._group = group
-            self._serving = frozenset((group.name,))
-            self._script_slot = slot
+        if conn.readonly and "readonly" in command.flags and group.name in self.replicas.groups:
+            return False  # (READONLY: this node's replica as it is, possibly stale)
+        if self._cleared is conn or conn.blocking.retry_deadline >= 0:
+            # (a read whose barrier passed runs now; so does a blocked read a write here woke)
+            self._cleared = None
+            self._run_here(group, slot)
             return False
+        if self._leads(group):
+            if command.writes:
+                self._run_here(group, slot)
+                return False
+            conn.awaiting = partial(self._read_for, conn, group, command, list(args))
+            return True
         if command.key == b"exec":
             conn.reject(command, "ERR a transaction on keys led by another node")
             return True
@@ -212,6 +242,13 @@ class KeyRouter:
             return True
         conn.awaiting = partial(self._forward_for, conn, group, list(args))
         return True
+
+    def _run_here(self, group: SlotGroup, slot: int) -> None:
+        """The command runs here for ``group``: its changes go to it, keys of it past their time
+        are removed, and a script keeps to ``slot``."""
+        self._group = group
+        self._serving = frozenset((group.name,))
+        self._script_slot = slot
 
     def _leads(self, group: SlotGroup) -> bool:
         local = self.replicas.groups.get(group.name)
@@ -279,6 +316,29 @@ class KeyRouter:
 
     async def _commit_for(self, conn: RespConnection, answer: Answer, reply: bytes) -> None:
         conn.send(await answer(reply))  # (the reply as the command made it, or the cluster's error)
+
+    async def _read_for(
+        self, conn: RespConnection, group: SlotGroup, command: Command[RespConnection], args: list[bytes]
+    ) -> None:
+        """Run a read led here once it is linearizable (the group's read barrier passed)."""
+        if await self._barrier(group):
+            self._cleared = conn
+            conn.execute(args)  # (its checks pass again: nothing of the connection's changed)
+            self._cleared = None
+        else:
+            conn.reject(command, CLUSTERDOWN)
+
+    async def _barrier(self, group: SlotGroup) -> bool:
+        """Whether a read of ``group``'s keys here is linearizable now (else: the cluster's error)."""
+        local = self.replicas.groups.get(group.name)
+        try:
+            if local is None:
+                raise ProposalError("the group is not running here")
+            await local.read_barrier()
+            return True
+        except ProposalError as exc:
+            log.info("Group %s: a read was not confirmed: %s", group.name, exc)
+            return False
 
     async def _forward_for(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> None:
         reply = await self._forward(group, conn.account.name, conn.db, args, 0)
@@ -399,7 +459,11 @@ class KeyRouter:
         return group.voters[0]
 
     async def _carry_out(self, group: SlotGroup, account: str, db: int, args: list[bytes]) -> bytes:
-        """Run a forwarded command here, the group's leader, and commit what it changed."""
+        """Run a forwarded command here, the group's leader, once linearizable if it reads only,
+        and commit what it changed."""
+        command = _find(args)
+        if not (command is None or command.writes) and not await self._barrier(group):
+            return error(CLUSTERDOWN)
         self.capture.take()
         self._inside = True
         self._serving = frozenset((group.name,))
@@ -413,6 +477,8 @@ class KeyRouter:
             self._inside = False
             self._serving, self._script_slot = frozenset(), None
         records = self.capture.take()
+        if self.keyspaces.ready:  # (readers blocked here that the write woke: after the take)
+            self.keyspaces.serve_ready()
         if not records:
             return reply
         return await self._submit(group, records)(reply)
@@ -455,7 +521,13 @@ def _by_group(layout: Layout, records: bytes) -> dict[str, bytes]:
 
 def _request_keys(args: list[bytes]) -> list[bytes]:
     """The keys of a request not yet checked (queued, or forwarded)."""
+    command = _find(args)
+    return command_keys(command, args) if command is not None else []
+
+
+def _find(args: list[bytes]) -> Command[RespConnection] | None:
+    """The command (or subcommand) a request not yet checked names, if any."""
     command = COMMANDS.find(args[0])
     if command is not None and command.subcommands is not None and len(args) > 1:
         command = command.subcommands.get(args[1].lower())
-    return command_keys(command, args) if command is not None else []
+    return command

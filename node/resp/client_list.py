@@ -1,9 +1,9 @@
 """A Redis connection as one line of CLIENT LIST (and CLIENT INFO), in redis-server 7.2's field
 order: id, addresses, age and idle time, flags (``O`` monitor, ``P`` pub/sub, ``b`` blocked, ``x``
-in MULTI, ``t``/``R``/``B`` tracking, ``T`` no-touch, else ``N``), database, subscriptions, MULTI's
-queue, the query buffer and output bytes, the last command, user, tracking's redirection, protocol
-and library. The fields redis-server counts for its own buffers and that mean nothing here are 0.
-Reads only what the connection shows publicly.
+in MULTI, ``t``/``R``/``B`` tracking, ``r`` READONLY, ``T`` no-touch, else ``N``), database,
+subscriptions, MULTI's queue, the query buffer and output bytes, the last command, user,
+tracking's redirection, protocol and library. The fields redis-server counts for its own buffers
+and that mean nothing here are 0. Reads only what the connection shows publicly.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def client_line(conn: RespConnection) -> bytes:
     tracking = conn.tracking
     if tracking is not None:
         flags += "t" + ("R" if tracking.broken else "") + ("B" if tracking.bcast else "")
-    flags += "T" if conn.no_touch else ""
+    flags += ("r" if conn.readonly else "") + ("T" if conn.no_touch else "")
     flags = flags or "N"
     qbuf = conn.query_buffer
     multi = len(queued) if queued is not None else -1

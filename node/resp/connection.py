@@ -147,6 +147,9 @@ class RespConnection(Connection):
         """In MONITOR mode: fed every command the node runs."""
         self.no_touch = False
         """CLIENT NO-TOUCH: the keys its commands read are not marked accessed (but by TOUCH)."""
+        self.readonly = False
+        """READONLY: its reads of replicated keys run on this node's replica as it is (possibly
+        stale), as on a Redis Cluster replica (``node.replicated.path``)."""
         self._request: list[bytes] = []
         """The request running (or the last one)."""
         self._from_inline = False
@@ -672,7 +675,7 @@ class RespConnection(Connection):
         self.writer = RESP2
         self.db = 0
         self.options["name"] = ""
-        self._reply_off = self._skip_next = False
+        self._reply_off = self._skip_next = self.readonly = False
         user = self.broker.auth.without_credentials()
         account = self.broker.account(user.account if user else "$G")
         self.account = account

@@ -17,7 +17,7 @@ from cluster.connections import Dial
 from cluster.gateways import GatewayManager
 from cluster.placement import layout
 from cluster.replication.replicas import Replicas
-from cluster.routes import RouteManager
+from cluster.routes import RedisPeer, RouteManager
 from node.accounts.imports import install_imports
 from node.broker import Broker
 from node.config.options import Config
@@ -25,7 +25,9 @@ from node.data.capture import Captures
 from node.data.store import Store
 from node.monitoring.state import MonitorState
 from node.monitoring.system import SystemAccount
+from node.nats.discovery import own_urls
 from node.replicated.path import KeyRouter
+from node.replicated.topology import ClusterView
 from node.resp.executor import CommandExecutor
 from node.run.node import Node
 from node.server import Server
@@ -90,6 +92,12 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
                 broker.key_router = node.keys
                 if node.captures is not None:
                     node.captures.groups = node.keys
+                redis = config.redis
+                if redis is not None and redis.port:  # (where the node takes Redis clients)
+                    own = own_urls(redis.host or config.host, redis.port, None)
+                    node.routes.redis_url = own[0] if own else ""
+                me = RedisPeer(config.server_name, node.routes.redis_url, node.routes.url, True)
+                node.keys.view = ClusterView(plan, node.replicas, me, node.routes.redis_peers)
                 node.routes.on_keys = node.keys.receive
                 node.replicas.on_unknown = node.keys.refused
     if config.gateway is not None:

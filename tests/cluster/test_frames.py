@@ -49,6 +49,7 @@ ROUTE_HELLO = st.builds(
     id=TEXT, name=TEXT, cluster=TEXT, url=TEXT, pool_size=st.integers(1, 64),
     pinned=URLS, peers=st.lists(PEER, max_size=3).map(tuple), gateway_url=TEXT,
     slot=st.none() | st.integers(0, 63) | TEXT, connection=TEXT,
+    redis_url=st.sampled_from(["", "127.0.0.1:6379", "[::1]:7000", "redis.example:1"]),
 ).map(lambda h: h if h.slot is not None else attrs.evolve(h, connection=""))  # fmt: skip
 GATEWAY_HELLO = st.builds(
     GatewayHello,
@@ -138,6 +139,10 @@ def route_hello(**changes: object) -> list[object]:
         route_hello(pool_size=0),
         route_hello(slot=64),
         route_hello(pool_size=True),
+        route_hello(redis_url="no-port"),
+        route_hello(redis_url="host:0"),
+        route_hello(redis_url="a b:1"),
+        route_hello(redis_url=7),
         ["HELLO", {"kind": "gateway", "id": "x", "name": "x", "gateway": "", "url": "u"}],
         [
             "HELLO",

@@ -181,7 +181,8 @@ VALUE = st.recursive(
     max_leaves=24,
 )
 HELLO_KEYS = ["kind", "id", "name", "cluster", "url", "pool_size", "pinned", "peers", "gateway_url",
-              "slot", "connection", "gateway", "urls", "gateways", "client_urls"]  # fmt: skip
+              "slot", "connection", "gateway", "urls", "gateways", "client_urls",
+              "redis_url"]  # fmt: skip
 
 
 def packed(value: Any) -> bytes:

@@ -1,5 +1,9 @@
 """The diagnostic commands (SLOWLOG, LATENCY, MONITOR, ROLE, DEBUG) and those of features
 the node runs without (CLUSTER, READONLY, READWRITE), as redis-server 7.2 answers them.
+Where keys live on replica groups (``Broker.key_router``), READONLY and READWRITE set the
+connection's ``readonly``, and CLUSTER's subcommands that describe the placement answer as in
+cluster mode (``node.replicated.topology``); elsewhere they answer that cluster support is
+disabled.
 
 DEBUG: only ``SLEEP 0`` and ``OBJECT key``. A node serves NATS clients on the same loop, so a DEBUG
 SLEEP that stops everything, as redis-server's does, is refused for any longer time; the other
@@ -174,7 +178,26 @@ def _seconds(text: bytes) -> float | None:
 
 
 def _cluster(conn: RespConnection, args: list[bytes]) -> None:
-    conn.error(_NO_CLUSTER)
+    router = conn.broker.key_router
+    if router is None or not router.cluster(conn, args):
+        conn.error(_NO_CLUSTER)
+
+
+def _readonly(conn: RespConnection, args: list[bytes]) -> None:
+    _read_from_replicas(conn, True)
+
+
+def _readwrite(conn: RespConnection, args: list[bytes]) -> None:
+    _read_from_replicas(conn, False)
+
+
+def _read_from_replicas(conn: RespConnection, on: bool) -> None:
+    """READONLY (``on``) and READWRITE: only where keys live on replica groups."""
+    if conn.broker.key_router is None:
+        conn.error(_NO_CLUSTER)
+        return
+    conn.readonly = on
+    conn.reply(OK)
 
 
 _CLUSTER_SUBCOMMANDS: Final = [
@@ -251,6 +274,6 @@ COMMANDS: Final = (
             for name, arity, flags in _CLUSTER_SUBCOMMANDS
         ],
     ),
-    Command("readonly", 1, _cluster),
-    Command("readwrite", 1, _cluster),
+    Command("readonly", 1, _readonly),
+    Command("readwrite", 1, _readwrite),
 )

@@ -42,6 +42,8 @@ class Net:
         """The first member about to send a message this accepts dies instead: nothing it sends
         from then on leaves, and its task is cancelled (it stops at its next checkpoint)."""
         self.crashed: list[Message] = []
+        self.cut: set[str] = set()
+        """Members cut off from the others: nothing they send or are sent arrives."""
 
     async def start(self, name: str, disk: Disk | None = None) -> Group:
         machine = self.machines[name] = Recorder()
@@ -64,6 +66,8 @@ class Net:
                 self.crashed.append(message)
                 self.scopes[name].cancel()
             group = self.groups.get(to)
+            if self.cut & {name, to}:
+                return
             if group is not None and not group.stopped and not self.scopes[name].cancel_called:
                 group.receive(message)
 
