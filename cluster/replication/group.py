@@ -75,6 +75,7 @@ from cluster.replication.storage import RaftStorage, StorageFailed
 __all__ = [
     "ChangeRefused",
     "Group",
+    "GroupProposal",
     "GroupSpec",
     "GroupStatus",
     "GroupStopped",
@@ -175,7 +176,7 @@ class GroupStatus:
 
 
 class _Waiter:
-    """One proposal waiting for its entry to be applied."""
+    """One proposal (or read barrier) waiting for its entry to be applied."""
 
     def __init__(self, term: int) -> None:
         self.term = term
@@ -187,6 +188,10 @@ class _Waiter:
         if not self.done.is_set():
             self.result, self.error = result, error
             self.done.set()
+
+
+GroupProposal = _Waiter
+"""A submitted proposal (``Group.submit``), to await with ``Group.outcome``."""
 
 
 class Group:

@@ -46,9 +46,11 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
 CLUSTER SLOTS and the other subcommands that describe the placement are answered by ``view``
 (``node.replicated.topology``), through ``cluster``.
 
-Reads are linearizable: they see every write acknowledged before they were sent (reads on the
-leader may also see a write whose commit is still under way: a leader does not hide its own
-pending writes yet). Not carried yet across nodes (answered with an error, never run wrongly):
+Reads are linearizable: they see every write acknowledged before they were sent, and a command
+that changed nothing but ran after a change made here that is not committed yet (it may have seen
+it) is answered only once that change is committed, or with the cluster's error if it is not
+(``_settled``): nothing a client is told rests on a write that may be taken back. Not carried
+yet across nodes (answered with an error, never run wrongly):
 blocking reads (``XREAD``/``XREADGROUP ... BLOCK``) and ``EXEC`` of keys led elsewhere. Not yet
 either: ``WATCH`` of keys led elsewhere, client tracking and keyspace notifications of keys led
 elsewhere, RESP3 shapes of forwarded replies.
@@ -75,7 +77,7 @@ import trio
 
 from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
-from cluster.replication.group import GroupSpec, ProposalError
+from cluster.replication.group import Group, GroupProposal, GroupSpec, ProposalError
 from cluster.replication.replicas import Replicas
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
@@ -154,6 +156,9 @@ class KeyRouter:
         self._nursery: trio.Nursery | None = None
         self._start = -1
         self._group: SlotGroup | None = None
+        self._latest: dict[str, tuple[Group, GroupProposal]] = {}
+        """Per group, the last change this node made to its keys and proposed, until settled: a
+        command that changed nothing but may have seen it waits for it."""
         self._refused: set[tuple[str, str]] = set()
         self._inside = False
         """A forwarded command runs (its connection's hook lets it be)."""
@@ -289,6 +294,10 @@ class KeyRouter:
         self._serving, self._script_slot = frozenset(), None
         records = self.capture.take()
         if not records:
+            if group is not None and group.name in self._latest:  # (it may have read them)
+                reply = bytes(conn.outbound[self._start :])
+                del conn.outbound[self._start :]
+                conn.awaiting = partial(self._settled_for, conn, group, reply)
             return
         reply = bytes(conn.outbound[self._start :])
         del conn.outbound[self._start :]
@@ -316,6 +325,23 @@ class KeyRouter:
 
     async def _commit_for(self, conn: RespConnection, answer: Answer, reply: bytes) -> None:
         conn.send(await answer(reply))  # (the reply as the command made it, or the cluster's error)
+
+    async def _settled_for(self, conn: RespConnection, group: SlotGroup, reply: bytes) -> None:
+        conn.send(await self._settled(group, reply))
+
+    async def _settled(self, group: SlotGroup, reply: bytes) -> bytes:
+        """``reply`` to a command that changed nothing, once every change this node made to the
+        group's keys before it ran is committed (it may have seen them): a change that is not
+        committed in the end must not have been seen. Else the cluster's error."""
+        latest = self._latest.get(group.name)
+        if latest is None:
+            return reply
+        local, proposal = latest
+        try:
+            await local.outcome(proposal)  # (committed: so is every entry before it)
+        except ProposalError:
+            return error(CLUSTERDOWN)
+        return reply
 
     async def _read_for(
         self, conn: RespConnection, group: SlotGroup, command: Command[RespConnection], args: list[bytes]
@@ -358,6 +384,7 @@ class KeyRouter:
             if local is None:
                 raise ProposalError("the group is not running here")
             proposal = local.submit(data)
+            self._latest[group.name] = (local, proposal)
         except ProposalError as exc:
             failure = exc
 
@@ -372,6 +399,9 @@ class KeyRouter:
                 if machine.forget(sequence) and self._rebuilds is not None:
                     self._rebuilds.send_nowait(group.name)
                 return error(CLUSTERDOWN)
+            finally:
+                if self._latest.get(group.name, (None, None))[1] is proposal:
+                    del self._latest[group.name]  # (the last change made here is settled)
 
         return answer
 
@@ -480,7 +510,7 @@ class KeyRouter:
         if self.keyspaces.ready:  # (readers blocked here that the write woke: after the take)
             self.keyspaces.serve_ready()
         if not records:
-            return reply
+            return await self._settled(group, reply)
         return await self._submit(group, records)(reply)
 
     def receive(self, peer: str, frame: KeysRequest | KeysReply) -> None:

@@ -11,6 +11,7 @@ import redis
 import trio
 
 from cluster.frames import RaftFrame
+from cluster.raft.messages import AppendEntries
 from cluster.replication.replicas import SendFrame
 from node.resp.connection import RespConnection
 from node.run.launch import NodeHandle
@@ -157,3 +158,51 @@ async def test_a_blocked_read_on_the_leader_wakes_for_a_write(
     assert isinstance(added, bytes)
     assert woke[0].startswith(b"*1\r\n*2\r\n$%d\r\n%s\r\n" % (len(key), key))
     assert added in woke[0]
+
+
+async def test_no_read_answers_with_a_write_that_is_not_committed_in_the_end(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """The leader keeps its leadership (heartbeats get through) but cannot replicate (appends are
+    lost): a SET runs on it and waits for a commit that never comes; a GET after it passes the
+    read barrier but may not answer the value that SET wrote, which is taken back: it waits for
+    the SET's outcome and is refused as it is."""
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    key = key_led_by(nodes, leader, led)
+    assert await call(nodes[leader], "SET", key, "committed") is True
+    lose_appends(nodes[leader])
+    results: dict[str, object] = {}
+
+    async def run(name: str, *args: object) -> None:
+        try:
+            results[name] = await call(nodes[leader], *args)
+        except redis.ResponseError as exc:
+            results[name] = str(exc)
+
+    async with trio.open_nursery() as clients:
+        clients.start_soon(run, "set", "SET", key, "never")
+        await until(lambda: held_value(nodes[leader], key) == b"never")
+        clients.start_soon(run, "get", "GET", key)
+    assert results == {"set": CLUSTERDOWN_TEXT, "get": CLUSTERDOWN_TEXT}
+    await until(lambda: held_value(nodes[leader], key) == b"committed")  # (taken back)
+
+
+CLUSTERDOWN_TEXT = "CLUSTERDOWN The cluster is down"
+
+
+def lose_appends(handle: NodeHandle) -> None:
+    """Drop the AppendEntries this node sends (its heartbeats still go: it keeps leading)."""
+    replicas = handle.node.replicas
+    assert replicas is not None
+    send = replicas._send_frame
+
+    def dropping(to: str, frame: RaftFrame) -> bool:
+        return isinstance(frame.message, AppendEntries) or send(to, frame)
+
+    replicas._send_frame = dropping
+
+
+def held_value(handle: NodeHandle, key: bytes) -> object:
+    return handle.node.server.broker.keyspaces.database("$G", 0).keys.get(key)
