@@ -21,7 +21,9 @@ leader covered the entry (committed or not: unknown). An entry whose proposal ti
 later: a caller that retries must make its data idempotent (the keyspace will carry client ids).
 
 ``transfer_leadership`` hands leadership over (maintenance, lame duck mode) to the named voter or
-to the one most caught up. ``status`` describes the group for monitoring.
+to the one most caught up. ``status`` describes the group for monitoring; ``serves`` says whether
+this node leads it with every committed entry applied (what running commands on the state machine
+directly needs).
 
 The state machine is called only from the group's task, in log order, exactly once per committed
 entry after a restart from the stored snapshot (``restore`` first, then the entries after it).
@@ -257,6 +259,18 @@ class Group:
             while self.role is Role.LEADER:
                 await self._changed.wait()
         return self.role is not Role.LEADER
+
+    def serves(self) -> bool:
+        """Whether this node leads the group and its state machine holds every committed entry:
+        it has applied the first entry of its own term, so every entry of an earlier leader's
+        before it too. A leader elected with entries it has not applied yet must not run commands
+        on its state machine until then (they would see a state older than the log's)."""
+        raft = self.raft
+        return (
+            raft is not None
+            and raft.role is Role.LEADER
+            and raft.log.term(raft.log.applied) == raft.term
+        )
 
     def status(self) -> GroupStatus:
         raft = self.raft

@@ -179,8 +179,9 @@ class KeyRouter:
         return True
 
     def _leads(self, group: SlotGroup) -> bool:
+        """Whether this node leads ``group`` with every committed entry applied to its keys."""
         local = self.replicas.groups.get(group.name)
-        return local is not None and local.status().role == "leader"
+        return local is not None and local.serves()
 
     def ran(self, conn: RespConnection) -> None:
         """After a command this node leads ran: hold its reply until its changes are committed."""
@@ -277,12 +278,16 @@ class KeyRouter:
 
     def _leader(self, group: SlotGroup) -> str | None:
         """Whom to send a command of ``group`` to: its leader if known, else (if this node holds
-        no replica of it) its first voter, which knows."""
+        no replica of it) its first voter, which knows. None (wait) while no leader is known,
+        while this node, just elected, has not applied the entries of earlier leaders yet, and
+        while its side of the group restarts (its keys are being rebuilt)."""
         local = self.replicas.groups.get(group.name)
         if local is not None:
+            if local.serves():
+                return self.node
             status = local.status()
-            return self.node if status.role == "leader" else status.leader
-        return group.voters[0]
+            return None if status.leader == self.node else status.leader
+        return None if self.node in group.voters else group.voters[0]
 
     async def _carry_out(self, group: SlotGroup, account: str, db: int, args: list[bytes]) -> bytes:
         """Run a forwarded command here, the group's leader, and commit what it changed."""
