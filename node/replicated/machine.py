@@ -131,7 +131,9 @@ class KeyspaceMachine:
         self._run(data)
 
     def clear(self) -> None:
-        """Remove the group's keys from this node."""
+        """Remove the group's keys from this node. Changes made here and not yet applied as
+        entries go with them, so their entries, if they commit, are carried out like any other."""
+        self._local.clear()
         for keyspace in self.keyspaces.accounts().values():
             for db in keyspace.databases().values():
                 for key in [key for key in db.keys if self.holds(key)]:

@@ -91,6 +91,25 @@ def test_the_leaders_own_entries_are_skipped_others_run() -> None:
         leader.machine.apply(data)  # (no longer pending here: it runs, and repeats the ID)
 
 
+def test_entries_made_here_run_once_the_keys_were_cleared_or_restored() -> None:
+    """A rebuild (or a leader's snapshot) replaces the keys: this node's own pending changes are
+    gone from them, so their entries must be carried out, not skipped, when they commit."""
+    leader, other = Replica("a"), Replica("b")
+    pending = leader.command(b"XADD", b"s", b"1-1", b"f", b"v")
+    leader.machine.clear()
+    leader.machine.apply(pending)
+    assert leader.run("$G", 0, [b"XRANGE", b"s", b"-", b"+"]) == _entry(b"1-1", b"v")
+    more = leader.command(b"XADD", b"s", b"2-1", b"f", b"w")
+    leader.machine.restore(other.machine.snapshot())
+    leader.machine.apply(more)
+    assert leader.run("$G", 0, [b"XRANGE", b"s", b"-", b"+"]) == _entry(b"2-1", b"w")
+
+
+def _entry(entry_id: bytes, value: bytes) -> bytes:
+    """XRANGE's reply of one entry ``f value``."""
+    return b"*1\r\n*2\r\n$3\r\n%s\r\n*2\r\n$1\r\nf\r\n$1\r\n%s\r\n" % (entry_id, value)
+
+
 def test_a_failed_proposal_asks_for_a_rebuild() -> None:
     leader = Replica("a")
     leader.run("$G", 0, [b"SET", b"k", b"v"])
