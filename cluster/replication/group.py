@@ -299,7 +299,13 @@ class Group:
     # -- the group's task ---------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load the stored state and drive the group until cancelled (then stop it)."""
+        """Load the stored state and drive the group until cancelled (then stop it), or until its
+        state machine fails (logged; the group stops, and ``run`` returns). A failure before the
+        group started (its storage or snapshot) is raised.
+
+        (A failure is never raised once started: had the group been asked to stop meanwhile,
+        the failure and that cancellation together would leave as an exception group that no
+        caller's ``except Exception`` takes, and end the node.)"""
         persisted = self.storage.load()
         try:
             config = RaftConfig(
@@ -316,7 +322,11 @@ class Group:
                 nursery.start_soon(self._clock)
                 self.started = True
                 task_status.started()
-                await self._drive(self.raft)
+                try:
+                    await self._drive(self.raft)
+                except Exception:  # (raised by the state machine: see ``StateMachine.apply``)
+                    log.exception("Group %s stopped on this node: its state machine failed", self.name)
+                    nursery.cancel_scope.cancel()
         finally:
             self._stop()
 
