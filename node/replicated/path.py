@@ -108,6 +108,8 @@ class KeyRouter:
         self._ids = itertools.count(1)
         self._waiting: dict[int, trio.MemorySendChannel[bytes]] = {}
         self._rebuilds: trio.MemorySendChannel[str] | None = None
+        self._rebuilding: set[str] = set()
+        """Groups whose rebuild is asked for and has not cleared their keys yet."""
         self._nursery: trio.Nursery | None = None
         self._start = -1
         self._group: SlotGroup | None = None
@@ -139,8 +141,16 @@ class KeyRouter:
         self.replicas.stop_group(name)
         while name in self.replicas.groups:  # noqa: ASYNC110 (its task ends at its next checkpoint)
             await trio.sleep(0.01)
+        self._rebuilding.discard(name)  # (spoiled from now on: the keys need another rebuild)
         self.machines[name].clear()
         await self._start_group(name)
+
+    def _spoiled(self, name: str) -> None:
+        """The group's keys here hold changes it did not commit: rebuild them (once)."""
+        self.machines[name].dirty = True
+        if name not in self._rebuilding and self._rebuilds is not None:
+            self._rebuilding.add(name)
+            self._rebuilds.send_nowait(name)
 
     def refused(self, peer: str, group: str) -> None:
         """A RAFT frame for a group this node has not formed: log it once if it is another key
@@ -179,9 +189,10 @@ class KeyRouter:
         return True
 
     def _leads(self, group: SlotGroup) -> bool:
-        """Whether this node leads ``group`` with every committed entry applied to its keys."""
+        """Whether this node leads ``group`` and its keys hold exactly what the group committed
+        (every entry applied, no change the group did not commit): commands may run on them."""
         local = self.replicas.groups.get(group.name)
-        return local is not None and local.serves()
+        return local is not None and local.serves() and not self.machines[group.name].dirty
 
     def ran(self, conn: RespConnection) -> None:
         """After a command this node leads ran: hold its reply until its changes are committed."""
@@ -211,8 +222,8 @@ class KeyRouter:
             if self._leads(group):
                 return group
         for name in groups:
-            if name in self.machines and self._rebuilds is not None:
-                self._rebuilds.send_nowait(name)
+            if name in self.machines:
+                self._spoiled(name)
         return None
 
     async def _commit_for(
@@ -239,8 +250,8 @@ class KeyRouter:
             return reply
         except ProposalError as exc:
             log.warning("Group %s: a write was not committed: %s", group.name, exc)
-            if machine.forget(sequence) and self._rebuilds is not None:
-                self._rebuilds.send_nowait(group.name)
+            if machine.forget(sequence):
+                self._spoiled(group.name)
             return error(CLUSTERDOWN)
 
     # -- forwarding ------------------------------------------------------------------------------
@@ -280,10 +291,10 @@ class KeyRouter:
         """Whom to send a command of ``group`` to: its leader if known, else (if this node holds
         no replica of it) its first voter, which knows. None (wait) while no leader is known,
         while this node, just elected, has not applied the entries of earlier leaders yet, and
-        while its side of the group restarts (its keys are being rebuilt)."""
+        while its keys of the group hold changes not committed or are being rebuilt."""
         local = self.replicas.groups.get(group.name)
         if local is not None:
-            if local.serves():
+            if self._leads(group):
                 return self.node
             status = local.status()
             return None if status.leader == self.node else status.leader

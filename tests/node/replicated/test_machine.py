@@ -114,8 +114,29 @@ def test_a_failed_proposal_asks_for_a_rebuild() -> None:
     leader = Replica("a")
     leader.run("$G", 0, [b"SET", b"k", b"v"])
     sequence, _ = leader.machine.begin(leader.capture.take())
+    assert not leader.machine.dirty
     assert leader.machine.forget(sequence)
+    assert leader.machine.forget(sequence)  # (until the keys are rebuilt)
+    leader.machine.clear()
     assert not leader.machine.forget(sequence)
+
+
+def test_another_leaders_entry_in_place_of_ours_spoils_the_keys_until_rebuilt() -> None:
+    """A deposed leader applying its successor's entries where its own pending ones were: its
+    keys hold changes the log will never have. It carries on (an entry its keys refuse is not a
+    failure then), says it must be rebuilt, and a rebuild from the log agrees with the others."""
+    old, new = Replica("a"), Replica("b")
+    mine = old.command(b"XADD", b"s", b"5-1", b"f", b"v")  # (never committed)
+    theirs = new.command(b"XADD", b"s", b"3-1", b"f", b"w")
+    new.machine.apply(theirs)
+    old.machine.apply(theirs)  # (refused by old's keys, which hold 5-1)
+    sequence = int.from_bytes(mine[3:11], "little")
+    assert old.machine.dirty
+    assert old.machine.forget(sequence)  # (its proposal is lost: rebuild)
+    old.machine.clear()
+    old.machine.apply(theirs)
+    assert old.machine.snapshot() == new.machine.snapshot()
+    assert not old.machine.dirty
 
 
 def test_snapshot_holds_only_the_groups_slots() -> None:
