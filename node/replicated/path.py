@@ -24,8 +24,9 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   group's leader in a ``KEYS`` frame over routes (to a voter, when this node does not know the
   leader, which passes it on), the leader runs it (as a client of the command's account and
   database would, in RESP2) and proposes it alike, and its reply comes back in a ``KEYR`` frame
-  and is relayed as it is. Without an answer in ``propose_timeout`` (plus one election) the
-  command is answered ``-CLUSTERDOWN The cluster is down``: never a silent success.
+  and is relayed as it is. Without an answer in ``propose_timeout`` (plus one election), or once
+  this node's replica of the group names another leader than the one asked (it died, or was cut
+  off), the command is answered ``-CLUSTERDOWN The cluster is down``: never a silent success.
 
 Reads go to the leader too, so they see every acknowledged write (reads there may also see a write
 whose commit is still under way: a leader does not hide its own pending writes yet). Not carried
@@ -268,24 +269,40 @@ class KeyRouter:
                 if to == self.node:
                     return await self._carry_out(group, account, db, args)
                 if to is not None and hops < _MOST_HOPS:
-                    reply = await self._ask(to, KeysRequest(0, account, db, hops + 1, args))
+                    reply = await self._ask(to, KeysRequest(0, account, db, hops + 1, args), group)
                     if reply is not None:
                         return reply
                 await trio.sleep(config.tick)
         return error(CLUSTERDOWN)
 
-    async def _ask(self, to: str, request: KeysRequest) -> bytes | None:
+    async def _ask(self, to: str, request: KeysRequest, group: SlotGroup) -> bytes | None:
         """Send ``request`` to ``to`` and wait for its reply (None: no route to it). Sent once
-        only: a request that may have run is never sent again."""
+        only: a request that may have run is never sent again. If this node, holding a replica
+        of ``group``, learns meanwhile that another node leads it (``to`` died, or was cut off),
+        the answer is the cluster's error at once, not after the whole wait: the request may
+        have run, so it is not sent again, but the client may send its next one to the new
+        leader."""
         request.id = next(self._ids)
         send, receive = trio.open_memory_channel[bytes](1)
         self._waiting[request.id] = send
         try:
             if not self._send(to, request):
                 return None
-            return await receive.receive()
+            while True:
+                with trio.move_on_after(self.replicas.config.tick):
+                    return await receive.receive()
+                if self._led_elsewhere(group, to):
+                    return error(CLUSTERDOWN)
         finally:
             self._waiting.pop(request.id, None)
+
+    def _led_elsewhere(self, group: SlotGroup, than: str) -> bool:
+        """Whether this node's replica of ``group`` knows a leader other than ``than``."""
+        local = self.replicas.groups.get(group.name)
+        if local is None:
+            return False
+        leader = local.status().leader
+        return leader is not None and leader != than
 
     def _leader(self, group: SlotGroup) -> str | None:
         """Whom to send a command of ``group`` to: its leader if known, else (if this node holds

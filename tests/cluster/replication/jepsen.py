@@ -78,7 +78,9 @@ class Node:
     def config(self) -> Path:
         return self.root / f"{self.name}.toml"
 
-    def configure(self, members: tuple[str, ...], routes: list[int], tick: str) -> None:
+    def configure(
+        self, members: tuple[str, ...], routes: list[int], tick: str, propose_timeout: str = "2s"
+    ) -> None:
         self.store.mkdir(parents=True, exist_ok=True)
         seeds = ", ".join(f'"nats://127.0.0.1:{port}"' for port in routes if port != self.route_port)
         names = ", ".join(f'"{name}"' for name in members)
@@ -89,7 +91,8 @@ class Node:
             f'[cluster]\nname = "jepsen"\nlisten = "127.0.0.1:{self.route_port}"\n'
             f"routes = [{seeds}]\nping_interval = 0.5\nping_max = 3\n\n"
             f'[redis]\nhost = "127.0.0.1"\nport = {self.redis_port}\nreplicas = 3\n\n'
-            f'[replication]\ntick = "{tick}"\nelection_ticks = 10\npropose_timeout = "2s"\n'
+            f'[replication]\ntick = "{tick}"\nelection_ticks = 10\n'
+            f'propose_timeout = "{propose_timeout}"\n'
             f"members = [{names}]\n"
         )
 
