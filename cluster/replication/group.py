@@ -11,7 +11,8 @@ group replicates. Its task (``run``) loops:
    are dropped; Raft resends), **apply** committed entries to the state machine (or restore a
    snapshot from the leader), then **advance** the core;
 3. once ``snapshot_entries`` entries were applied since the last snapshot, snapshot the state
-   machine and let the core drop the log before it (saved on disk by the next ``Ready``).
+   machine and let the core drop the log before it (saved on disk by the next ``Ready``); if the
+   state machine cannot take one now (it holds changes not committed yet), try again later.
 
 ``await group.propose(data)`` returns what the state machine's ``apply`` returned for the entry,
 once it is committed and applied on this node, or raises a ``ProposalError``: ``NotLeaderError``
@@ -85,8 +86,9 @@ class StateMachine(Protocol):
         applied stops the group on this node (logged) rather than let the replicas part ways."""
         ...
 
-    def snapshot(self) -> bytes:
-        """The whole state, as ``restore`` takes it."""
+    def snapshot(self) -> bytes | None:
+        """The whole state, as ``restore`` takes it, as of the last entry applied; None if it
+        cannot tell that state now (it holds changes of entries not applied yet)."""
         ...
 
     def restore(self, data: bytes) -> None:
@@ -324,8 +326,9 @@ class Group:
                 task_status.started()
                 try:
                     await self._drive(self.raft)
-                except Exception:  # (raised by the state machine: see ``StateMachine.apply``)
-                    log.exception("Group %s stopped on this node: its state machine failed", self.name)
+                except Exception as exc:  # (raised by the state machine: see ``StateMachine.apply``)
+                    log.error("Group %s stopped on this node: its state machine failed: %s",
+                              self.name, exc, exc_info=True)  # fmt: skip
                     nursery.cancel_scope.cancel()
         finally:
             self._stop()
@@ -427,5 +430,8 @@ class Group:
             return
         if applied > raft.log.persisted:
             return
-        raft.compact(applied, self.machine.snapshot())
+        data = self.machine.snapshot()
+        if data is None:
+            return
+        raft.compact(applied, data)
         self._wake.set()

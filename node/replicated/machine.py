@@ -21,7 +21,8 @@ group's keys from the group's log before running anything on them (stop its side
 
 ``snapshot`` writes the group's keys (every account, every database, only keys whose slot the
 group holds) as the records the journal's rewrite writes for them (``node.data.store.snapshot``),
-and ``restore`` replaces the group's keys with a snapshot's.
+and ``restore`` replaces the group's keys with a snapshot's. A leader's keys hold its pending
+changes too, so it snapshots only when none is pending (the group tries again later).
 """
 
 from __future__ import annotations
@@ -131,7 +132,12 @@ class KeyspaceMachine:
             # (keys holding changes the log does not may refuse it: the rebuild replays it)
         return None
 
-    def snapshot(self) -> bytes:
+    def snapshot(self) -> bytes | None:
+        """The group's keys as of the last entry applied; None while they also hold changes made
+        here that are not applied as entries yet (a leader's pending writes) or never will be
+        (``dirty``): a snapshot of those would make them part of the group's state."""
+        if self._local or self.dirty:
+            return None
         parts: list[bytes] = []
         for account, keyspace in self.keyspaces.accounts().items():
             for index, db in sorted(keyspace.databases().items()):

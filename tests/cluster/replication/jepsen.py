@@ -79,7 +79,13 @@ class Node:
         return self.root / f"{self.name}.toml"
 
     def configure(
-        self, members: tuple[str, ...], routes: list[int], tick: str, propose_timeout: str = "2s"
+        self,
+        members: tuple[str, ...],
+        routes: list[int],
+        tick: str,
+        *,
+        propose_timeout: str = "2s",
+        snapshot_entries: int = 8192,
     ) -> None:
         self.store.mkdir(parents=True, exist_ok=True)
         seeds = ", ".join(f'"nats://127.0.0.1:{port}"' for port in routes if port != self.route_port)
@@ -92,7 +98,7 @@ class Node:
             f"routes = [{seeds}]\nping_interval = 0.5\nping_max = 3\n\n"
             f'[redis]\nhost = "127.0.0.1"\nport = {self.redis_port}\nreplicas = 3\n\n'
             f'[replication]\ntick = "{tick}"\nelection_ticks = 10\n'
-            f'propose_timeout = "{propose_timeout}"\n'
+            f'propose_timeout = "{propose_timeout}"\nsnapshot_entries = {snapshot_entries}\n'
             f"members = [{names}]\n"
         )
 

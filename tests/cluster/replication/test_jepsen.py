@@ -50,6 +50,8 @@ NAMES = ("a", "b", "c")
 SEED = 21
 FAULTS = 6
 WRITERS_PER_NODE = 2
+SNAPSHOT = 300
+"""Entries after which a group snapshots and compacts its log (several times in a run)."""
 
 
 def schedule(rng: random.Random) -> list[tuple[str, int, float, float]]:
@@ -68,7 +70,7 @@ def test_acknowledged_writes_survive_kills_and_pauses(tmp_path: Path) -> None:
     counters = keys_by_group(plan, "c", 1)
     nodes = [Node(name, tmp_path) for name in NAMES]
     for node in nodes:
-        node.configure(NAMES, [n.route_port for n in nodes], "50ms")
+        node.configure(NAMES, [n.route_port for n in nodes], "50ms", snapshot_entries=SNAPSHOT)
     writers: list[Writer] = []
     faults: list[tuple[float, str, str, list[str], float]] = []
     try:
