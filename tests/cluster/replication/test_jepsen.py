@@ -44,7 +44,7 @@ from tests.cluster.replication.jepsen import (
     wait,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 NAMES = ("a", "b", "c")
 SEED = 21
