@@ -11,7 +11,8 @@ group replicates. Its task (``run``) loops:
    are dropped; Raft resends), **apply** committed entries to the state machine (or restore a
    snapshot from the leader), then **advance** the core;
 3. once ``snapshot_entries`` entries were applied since the last snapshot, snapshot the state
-   machine and let the core drop the log before it (saved on disk by the next ``Ready``).
+   machine and let the core drop the log before it (saved on disk by the next ``Ready``); if the
+   state machine cannot take one now (it holds changes not committed yet), try again later.
 
 ``await group.propose(data)`` returns what the state machine's ``apply`` returned for the entry,
 once it is committed and applied on this node, or raises a ``ProposalError``: ``NotLeaderError``
@@ -35,7 +36,9 @@ when no majority answered in ``propose_timeout``, ``GroupStopped``). Barriers as
 task is busy share one round.
 
 ``transfer_leadership`` hands leadership over (maintenance, lame duck mode) to the named voter or
-to the one most caught up. ``status`` describes the group for monitoring.
+to the one most caught up. ``status`` describes the group for monitoring; ``serves`` says whether
+this node leads it with every committed entry applied (what running commands on the state machine
+directly needs).
 
 The state machine is called only from the group's task, in log order, exactly once per committed
 entry after a restart from the stored snapshot (``restore`` first, then the entries after it).
@@ -104,8 +107,9 @@ class StateMachine(Protocol):
         applied stops the group on this node (logged) rather than let the replicas part ways."""
         ...
 
-    def snapshot(self) -> bytes:
-        """The whole state, as ``restore`` takes it."""
+    def snapshot(self) -> bytes | None:
+        """The whole state, as ``restore`` takes it, as of the last entry applied; None if it
+        cannot tell that state now (it holds changes of entries not applied yet)."""
         ...
 
     def restore(self, data: bytes) -> None:
@@ -338,6 +342,18 @@ class Group:
                 await self._changed.wait()
         return self.role is not Role.LEADER
 
+    def serves(self) -> bool:
+        """Whether this node leads the group and its state machine holds every committed entry:
+        it has applied the first entry of its own term, so every entry of an earlier leader's
+        before it too. A leader elected with entries it has not applied yet must not run commands
+        on its state machine until then (they would see a state older than the log's)."""
+        raft = self.raft
+        return (
+            raft is not None
+            and raft.role is Role.LEADER
+            and raft.log.term(raft.log.applied) == raft.term
+        )
+
     def status(self) -> GroupStatus:
         raft = self.raft
         if raft is None:
@@ -365,7 +381,13 @@ class Group:
     # -- the group's task ---------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load the stored state and drive the group until cancelled (then stop it)."""
+        """Load the stored state and drive the group until cancelled (then stop it), or until its
+        state machine fails (logged; the group stops, and ``run`` returns). A failure before the
+        group started (its storage or snapshot) is raised.
+
+        (A failure is never raised once started: had the group been asked to stop meanwhile,
+        the failure and that cancellation together would leave as an exception group that no
+        caller's ``except Exception`` takes, and end the node.)"""
         persisted = self.storage.load()
         try:
             config = RaftConfig(
@@ -382,7 +404,12 @@ class Group:
                 nursery.start_soon(self._clock)
                 self.started = True
                 task_status.started()
-                await self._drive(self.raft)
+                try:
+                    await self._drive(self.raft)
+                except Exception as exc:  # (raised by the state machine: see ``StateMachine.apply``)
+                    log.error("Group %s stopped on this node: its state machine failed: %s",
+                              self.name, exc, exc_info=True)  # fmt: skip
+                    nursery.cancel_scope.cancel()
         finally:
             self._stop()
 
@@ -533,5 +560,8 @@ class Group:
             return
         if applied > raft.log.persisted:
             return
-        raft.compact(applied, self.machine.snapshot())
+        data = self.machine.snapshot()
+        if data is None:
+            return
+        raft.compact(applied, data)
         self._wake.set()

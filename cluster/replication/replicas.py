@@ -122,11 +122,7 @@ class Replicas:
         async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
             with scope:
                 try:
-                    await group.run(task_status=task_status)
-                except Exception:
-                    if not group.started:
-                        raise  # (to start_group's caller)
-                    log.exception("Group %s stopped on this node: its state machine failed", spec.name)
+                    await group.run(task_status=task_status)  # (raises only to start_group's caller)
                 finally:
                     if self.groups.get(spec.name) is group:
                         del self.groups[spec.name]

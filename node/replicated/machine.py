@@ -12,14 +12,17 @@ replay does, with the keyspaces' journal detached and no key expiring meanwhile)
 ends with the same keys as the node that ran the command. The one exception is the leader's own
 entry: the leader ran the command itself to learn its records (``begin`` registers its sequence
 number before proposing), so applying the entry there skips the records. A sequence number
-``begin`` handed out that never comes back applied (the proposal failed or timed out) means this
-node's keys may hold a change the group never committed: ``forget`` says so, and the node must
-rebuild the group's keys from the group's log (stop its side of the group, ``clear``, start it
-again: the group restores its snapshot and applies its log anew).
+``begin`` handed out that never comes back applied (the proposal failed or timed out), or another
+node's entry applied while some are outstanding (a new leader replaced them), means this node's
+keys hold a change the group never committed: the machine is then ``dirty`` (``forget`` says so),
+entries applied meanwhile are carried out as far as the keys allow, and the node must rebuild the
+group's keys from the group's log before running anything on them (stop its side of the group,
+``clear``, start it again: the group restores its snapshot and applies its log anew).
 
 ``snapshot`` writes the group's keys (every account, every database, only keys whose slot the
 group holds) as the records the journal's rewrite writes for them (``node.data.store.snapshot``),
-and ``restore`` replaces the group's keys with a snapshot's.
+and ``restore`` replaces the group's keys with a snapshot's. A leader's keys hold its pending
+changes too, so it snapshots only when none is pending (the group tries again later).
 """
 
 from __future__ import annotations
@@ -76,6 +79,10 @@ class KeyspaceMachine:
         self._local: set[int] = set()
         self.applied = 0
         """Entries applied (those made here included)."""
+        self.dirty = False
+        """The keys hold a change made here that the log will not have (its proposal failed, or
+        another leader's entries replaced it): they must be rebuilt (``clear``, then the log
+        again), and nothing may run on them until then."""
 
     def holds(self, key: bytes) -> bool:
         return self.first <= hash_slot(key) < self.end
@@ -89,12 +96,12 @@ class KeyspaceMachine:
         return self._next, entry(self.node, self._next, records)
 
     def forget(self, sequence: int) -> bool:
-        """A proposal failed: whether its change, made here, was never applied as an entry (so
-        the keys must be rebuilt from the log)."""
+        """A proposal failed: whether the keys must be rebuilt from the log (``dirty``: this
+        change, made here, was never applied as an entry, or another one was replaced)."""
         if sequence in self._local:
             self._local.discard(sequence)
-            return True
-        return False
+            self.dirty = True
+        return self.dirty
 
     # -- the state machine ---------------------------------------------------------------------
 
@@ -114,10 +121,23 @@ class KeyspaceMachine:
         if origin == self.node and sequence in self._local:
             self._local.discard(sequence)
             return None
-        self._run(data[_ORIGIN.size + size + _SEQUENCE.size :])
+        if self._local:  # (another leader's entry where this node's own were: they are gone)
+            self._local.clear()
+            self.dirty = True
+        try:
+            self._run(data[_ORIGIN.size + size + _SEQUENCE.size :])
+        except MachineError:
+            if not self.dirty:
+                raise
+            # (keys holding changes the log does not may refuse it: the rebuild replays it)
         return None
 
-    def snapshot(self) -> bytes:
+    def snapshot(self) -> bytes | None:
+        """The group's keys as of the last entry applied; None while they also hold changes made
+        here that are not applied as entries yet (a leader's pending writes) or never will be
+        (``dirty``): a snapshot of those would make them part of the group's state."""
+        if self._local or self.dirty:
+            return None
         parts: list[bytes] = []
         for account, keyspace in self.keyspaces.accounts().items():
             for index, db in sorted(keyspace.databases().items()):
@@ -131,7 +151,10 @@ class KeyspaceMachine:
         self._run(data)
 
     def clear(self) -> None:
-        """Remove the group's keys from this node."""
+        """Remove the group's keys from this node. Changes made here and not yet applied as
+        entries go with them, so their entries, if they commit, are carried out like any other."""
+        self._local.clear()
+        self.dirty = False
         for keyspace in self.keyspaces.accounts().values():
             for db in keyspace.databases().values():
                 for key in [key for key in db.keys if self.holds(key)]:

@@ -40,8 +40,9 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   leader, which passes it on), the leader runs it (as a client of the command's account and
   database would, in RESP2; a read once its read barrier passed) and proposes it alike, and its
   reply comes back in a ``KEYR`` frame and is relayed as it is. Without an answer in
-  ``propose_timeout`` (plus one election) the command is answered ``-CLUSTERDOWN The cluster is
-  down``: never a silent success.
+  ``propose_timeout`` (plus one election), or once this node's replica of the group names another
+  leader than the one asked (it died, or was cut off), the command is answered ``-CLUSTERDOWN The
+  cluster is down``: never a silent success.
 
 CLUSTER SLOTS and the other subcommands that describe the placement are answered by ``view``
 (``node.replicated.topology``), through ``cluster``.
@@ -153,6 +154,8 @@ class KeyRouter:
         self._ids = itertools.count(1)
         self._waiting: dict[int, trio.MemorySendChannel[bytes]] = {}
         self._rebuilds: trio.MemorySendChannel[str] | None = None
+        self._rebuilding: set[str] = set()
+        """Groups whose rebuild is asked for and has not cleared their keys yet."""
         self._nursery: trio.Nursery | None = None
         self._start = -1
         self._group: SlotGroup | None = None
@@ -192,8 +195,16 @@ class KeyRouter:
         self.replicas.stop_group(name)
         while name in self.replicas.groups:  # noqa: ASYNC110 (its task ends at its next checkpoint)
             await trio.sleep(0.01)
+        self._rebuilding.discard(name)  # (spoiled from now on: the keys need another rebuild)
         self.machines[name].clear()
         await self._start_group(name)
+
+    def _spoiled(self, name: str) -> None:
+        """The group's keys here hold changes it did not commit: rebuild them (once)."""
+        self.machines[name].dirty = True
+        if name not in self._rebuilding and self._rebuilds is not None:
+            self._rebuilding.add(name)
+            self._rebuilds.send_nowait(name)
 
     def refused(self, peer: str, group: str) -> None:
         """A RAFT frame for a group this node has not formed: log it once if it is another key
@@ -256,8 +267,10 @@ class KeyRouter:
         self._script_slot = slot
 
     def _leads(self, group: SlotGroup) -> bool:
+        """Whether this node leads ``group`` and its keys hold exactly what the group committed
+        (every entry applied, no change the group did not commit): commands may run on them."""
         local = self.replicas.groups.get(group.name)
-        return local is not None and local.status().role == "leader"
+        return local is not None and local.serves() and not self.machines[group.name].dirty
 
     def script_refusal(self, keys: list[bytes], *, cross_slot: bool) -> str | None:
         """Why a running script may not reach these keys (None: it may), as a Redis Cluster node
@@ -319,8 +332,8 @@ class KeyRouter:
             if self._leads(group):
                 return group
         for name in groups:
-            if name in self.machines and self._rebuilds is not None:
-                self._rebuilds.send_nowait(name)
+            if name in self.machines:
+                self._spoiled(name)
         return None
 
     async def _commit_for(self, conn: RespConnection, answer: Answer, reply: bytes) -> None:
@@ -396,8 +409,8 @@ class KeyRouter:
                 return reply
             except ProposalError as exc:
                 log.warning("Group %s: a write was not committed: %s", group.name, exc)
-                if machine.forget(sequence) and self._rebuilds is not None:
-                    self._rebuilds.send_nowait(group.name)
+                if machine.forget(sequence):
+                    self._spoiled(group.name)
                 return error(CLUSTERDOWN)
             finally:
                 if self._latest.get(group.name, (None, None))[1] is proposal:
@@ -460,33 +473,53 @@ class KeyRouter:
                 if to == self.node:
                     return await self._carry_out(group, account, db, args)
                 if to is not None and hops < _MOST_HOPS:
-                    reply = await self._ask(to, KeysRequest(0, account, db, hops + 1, args))
+                    reply = await self._ask(to, KeysRequest(0, account, db, hops + 1, args), group)
                     if reply is not None:
                         return reply
                 await trio.sleep(config.tick)
         return error(CLUSTERDOWN)
 
-    async def _ask(self, to: str, request: KeysRequest) -> bytes | None:
+    async def _ask(self, to: str, request: KeysRequest, group: SlotGroup) -> bytes | None:
         """Send ``request`` to ``to`` and wait for its reply (None: no route to it). Sent once
-        only: a request that may have run is never sent again."""
+        only: a request that may have run is never sent again. If this node, holding a replica
+        of ``group``, learns meanwhile that another node leads it (``to`` died, or was cut off),
+        the answer is the cluster's error at once, not after the whole wait: the request may
+        have run, so it is not sent again, but the client may send its next one to the new
+        leader."""
         request.id = next(self._ids)
         send, receive = trio.open_memory_channel[bytes](1)
         self._waiting[request.id] = send
         try:
             if not self._send(to, request):
                 return None
-            return await receive.receive()
+            while True:
+                with trio.move_on_after(self.replicas.config.tick):
+                    return await receive.receive()
+                if self._led_elsewhere(group, to):
+                    return error(CLUSTERDOWN)
         finally:
             self._waiting.pop(request.id, None)
 
+    def _led_elsewhere(self, group: SlotGroup, than: str) -> bool:
+        """Whether this node's replica of ``group`` knows a leader other than ``than``."""
+        local = self.replicas.groups.get(group.name)
+        if local is None:
+            return False
+        leader = local.status().leader
+        return leader is not None and leader != than
+
     def _leader(self, group: SlotGroup) -> str | None:
         """Whom to send a command of ``group`` to: its leader if known, else (if this node holds
-        no replica of it) its first voter, which knows."""
+        no replica of it) its first voter, which knows. None (wait) while no leader is known,
+        while this node, just elected, has not applied the entries of earlier leaders yet, and
+        while its keys of the group hold changes not committed or are being rebuilt."""
         local = self.replicas.groups.get(group.name)
         if local is not None:
+            if self._leads(group):
+                return self.node
             status = local.status()
-            return self.node if status.role == "leader" else status.leader
-        return group.voters[0]
+            return None if status.leader == self.node else status.leader
+        return None if self.node in group.voters else group.voters[0]
 
     async def _carry_out(self, group: SlotGroup, account: str, db: int, args: list[bytes]) -> bytes:
         """Run a forwarded command here, the group's leader, once linearizable if it reads only,

@@ -71,10 +71,10 @@ def test_replicas_applying_the_same_entries_hold_the_same_keys(
         if data:
             leader.machine.apply(data)  # (the leader's own entry: already carried out)
             follower.machine.apply(data)
-    assert follower.machine.snapshot() == leader.machine.snapshot()
+    assert snap(follower) == snap(leader)
     fresh = Replica("c")
-    fresh.machine.restore(leader.machine.snapshot())
-    assert fresh.machine.snapshot() == leader.machine.snapshot()
+    fresh.machine.restore(snap(leader))
+    assert snap(fresh) == snap(leader)
     assert leader.machine.applied == follower.machine.applied
 
 
@@ -91,12 +91,75 @@ def test_the_leaders_own_entries_are_skipped_others_run() -> None:
         leader.machine.apply(data)  # (no longer pending here: it runs, and repeats the ID)
 
 
+def test_entries_made_here_run_once_the_keys_were_cleared_or_restored() -> None:
+    """A rebuild (or a leader's snapshot) replaces the keys: this node's own pending changes are
+    gone from them, so their entries must be carried out, not skipped, when they commit."""
+    leader, other = Replica("a"), Replica("b")
+    pending = leader.command(b"XADD", b"s", b"1-1", b"f", b"v")
+    leader.machine.clear()
+    leader.machine.apply(pending)
+    assert leader.run("$G", 0, [b"XRANGE", b"s", b"-", b"+"]) == _entry(b"1-1", b"v")
+    more = leader.command(b"XADD", b"s", b"2-1", b"f", b"w")
+    leader.machine.restore(snap(other))
+    leader.machine.apply(more)
+    assert leader.run("$G", 0, [b"XRANGE", b"s", b"-", b"+"]) == _entry(b"2-1", b"w")
+
+
+def _entry(entry_id: bytes, value: bytes) -> bytes:
+    """XRANGE's reply of one entry ``f value``."""
+    return b"*1\r\n*2\r\n$3\r\n%s\r\n*2\r\n$1\r\nf\r\n$1\r\n%s\r\n" % (entry_id, value)
+
+
+def snap(replica: Replica) -> bytes:
+    """The replica's snapshot (it must be able to take one)."""
+    data = replica.machine.snapshot()
+    assert data is not None
+    return data
+
+
+def test_no_snapshot_holds_changes_not_committed() -> None:
+    """A leader's keys hold its pending writes (and, once a write failed, ones that never will
+    be committed): a snapshot then would make them the group's; it waits for a clean moment."""
+    leader = Replica("a")
+    pending = leader.command(b"XADD", b"s", b"1-1", b"f", b"v")
+    assert leader.machine.snapshot() is None
+    leader.machine.apply(pending)  # (committed: the keys are the log's again)
+    assert b"1-1" in snap(leader)
+    lost = leader.command(b"XADD", b"s", b"2-1", b"f", b"v")
+    assert leader.machine.forget(int.from_bytes(lost[3:11], "little"))
+    assert leader.machine.snapshot() is None  # (dirty: only a rebuild makes them the log's again)
+    leader.machine.clear()
+    leader.machine.apply(pending)
+    assert b"2-1" not in snap(leader)
+
+
 def test_a_failed_proposal_asks_for_a_rebuild() -> None:
     leader = Replica("a")
     leader.run("$G", 0, [b"SET", b"k", b"v"])
     sequence, _ = leader.machine.begin(leader.capture.take())
+    assert not leader.machine.dirty
     assert leader.machine.forget(sequence)
+    assert leader.machine.forget(sequence)  # (until the keys are rebuilt)
+    leader.machine.clear()
     assert not leader.machine.forget(sequence)
+
+
+def test_another_leaders_entry_in_place_of_ours_spoils_the_keys_until_rebuilt() -> None:
+    """A deposed leader applying its successor's entries where its own pending ones were: its
+    keys hold changes the log will never have. It carries on (an entry its keys refuse is not a
+    failure then), says it must be rebuilt, and a rebuild from the log agrees with the others."""
+    old, new = Replica("a"), Replica("b")
+    mine = old.command(b"XADD", b"s", b"5-1", b"f", b"v")  # (never committed)
+    theirs = new.command(b"XADD", b"s", b"3-1", b"f", b"w")
+    new.machine.apply(theirs)
+    old.machine.apply(theirs)  # (refused by old's keys, which hold 5-1)
+    sequence = int.from_bytes(mine[3:11], "little")
+    assert old.machine.dirty
+    assert old.machine.forget(sequence)  # (its proposal is lost: rebuild)
+    old.machine.clear()
+    old.machine.apply(theirs)
+    assert snap(old) == snap(new)
+    assert not old.machine.dirty
 
 
 def test_snapshot_holds_only_the_groups_slots() -> None:
@@ -108,7 +171,7 @@ def test_snapshot_holds_only_the_groups_slots() -> None:
     copy.run("$G", 0, [b"SET", b"{b}stale", b"1"])  # (the group's: the snapshot lacks it)
     copy.run("$G", 0, [b"SET", b"stale", b"1"])  # (another group's: left alone)
     assert hash_slot(b"stale") >= SLOTS // 2
-    copy.machine.restore(low.machine.snapshot())
+    copy.machine.restore(snap(low))
     held = {k for k in [b"a", b"b", b"c", b"d", b"e", b"{a}x"] if hash_slot(k) < SLOTS // 2}
     assert held  # (the test means something)
     assert set(copy.broker.keyspaces.database("$G", 0).keys) == held | {b"stale"}
