@@ -96,8 +96,9 @@ __all__ = ["CLUSTERDOWN", "CROSSSLOT", "EXPIRY_SWEEP", "KeyRouter"]
 
 log = logging.getLogger("pubmesh")
 
-CROSSSLOT = "CROSSSLOT Keys in request don't hash to the same slot"
-CLUSTERDOWN = "CLUSTERDOWN The cluster is down"
+CROSSSLOT = "-CROSSSLOT Keys in request don't hash to the same slot"
+CLUSTERDOWN = "-CLUSTERDOWN The cluster is down"
+"""(Their own error codes, as Redis Cluster answers them: not ``-ERR ...``.)"""
 SCRIPT_NOT_LOCAL = "Script attempted to access a non local key in a cluster node"
 SCRIPT_CROSSSLOT = "Script attempted to access keys that do not hash to the same slot"
 _MOST_HOPS = 2

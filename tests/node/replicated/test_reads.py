@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 import redis
 import trio
+from redis.exceptions import ClusterDownError
 
 from cluster.frames import RaftFrame
 from cluster.raft.messages import AppendEntries
 from cluster.replication.replicas import SendFrame
+from node.replicated.path import CLUSTERDOWN
 from node.resp.connection import RespConnection
 from node.run.launch import NodeHandle
-from tests.node.replicated.test_path import NAMES, call, client, key_led_by, leaders, start_nodes
+from tests.node.replicated.test_path import NAMES, call, client, key_led_by, leaders, raw, start_nodes
 from tests.support import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -62,24 +64,25 @@ async def test_a_leader_cut_off_answers_no_read_and_reads_see_acknowledged_write
     assert await call(nodes[others[1]], "GET", key) == b"v1"
 
     Cuts(nodes).names.add(old)
-    with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
+    with pytest.raises(ClusterDownError, match=r"^The cluster is down$"):
         await call(nodes[old], "GET", key)  # (it still thinks it leads: no majority confirms it)
+    assert await raw(nodes[old], b"GET " + key + b"\r\n") == b"-CLUSTERDOWN The cluster is down\r\n"
 
     # The others elect a leader; a write through one is then read through the other. The old
     # leader, which hears from no leader, still answers no read (it never serves the stale v1).
-    refusals: list[str] = []
+    refusals: list[redis.ResponseError] = []
     with trio.fail_after(20):
         while True:
             try:
                 assert await call(nodes[others[0]], "SET", key, "v2") is True
                 break
             except redis.ResponseError as exc:
-                refusals.append(str(exc))
+                refusals.append(exc)
                 await trio.sleep(0.05)
-    assert all(text.startswith("CLUSTERDOWN") for text in refusals)
+    assert all(isinstance(exc, ClusterDownError) for exc in refusals)
     assert await call(nodes[others[1]], "GET", key) == b"v2"
     assert await call(nodes[others[1]], "MGET", key) == [b"v2"]
-    with pytest.raises(redis.ResponseError, match=r"^CLUSTERDOWN The cluster is down$"):
+    with pytest.raises(ClusterDownError, match=r"^The cluster is down$"):
         await call(nodes[old], "GET", key)
 
 
@@ -117,9 +120,9 @@ async def test_readonly_reads_this_nodes_replica_and_readwrite_undoes_it(
         assert await follower_says("READWRITE") is True
         try:
             fresh = await follower_says("GET", key)  # (the leader's answer, or none at all)
-        except redis.ResponseError as exc:
-            fresh = str(exc)
-        assert fresh in (b"v1", "CLUSTERDOWN The cluster is down")
+        except ClusterDownError:
+            fresh = b"(refused)"
+        assert fresh in (b"v1", b"(refused)")
         cuts.names.clear()
         assert await follower_says("READONLY") is True
         await until_follower_reads(b"v1")  # (its replica catches up)
@@ -178,18 +181,15 @@ async def test_no_read_answers_with_a_write_that_is_not_committed_in_the_end(
     async def run(name: str, *args: object) -> None:
         try:
             results[name] = await call(nodes[leader], *args)
-        except redis.ResponseError as exc:
-            results[name] = str(exc)
+        except ClusterDownError:
+            results[name] = CLUSTERDOWN
 
     async with trio.open_nursery() as clients:
         clients.start_soon(run, "set", "SET", key, "never")
         await until(lambda: held_value(nodes[leader], key) == b"never")
         clients.start_soon(run, "get", "GET", key)
-    assert results == {"set": CLUSTERDOWN_TEXT, "get": CLUSTERDOWN_TEXT}
+    assert results == {"set": CLUSTERDOWN, "get": CLUSTERDOWN}
     await until(lambda: held_value(nodes[leader], key) == b"committed")  # (taken back)
-
-
-CLUSTERDOWN_TEXT = "CLUSTERDOWN The cluster is down"
 
 
 def lose_appends(handle: NodeHandle) -> None:
