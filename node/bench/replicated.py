@@ -171,7 +171,6 @@ def failover(cluster: ReplicatedCluster) -> Failover:
     one = _xadd(stream_key(cluster, "failover"))
     leader = cluster.leader(group)
     via = next(n for n in cluster.nodes if n is not leader)
-    failed = 0
     with connect(via.redis) as sock:
         sock.settimeout(WRITE_TIMEOUT)
         for _ in range(WARMUP):
@@ -180,21 +179,32 @@ def failover(cluster: ReplicatedCluster) -> Failover:
             if not reply.startswith(b"$"):
                 return Failover(0.0, 0, leader.name, via.name, error=reply.decode().strip())
         cluster.kill(leader)
-        killed = time.perf_counter()
+        try:
+            outcome = _first_write(sock, one, leader.name, via.name)
+            if outcome.ok:
+                outcome = attrs.evolve(outcome, new_leader=cluster.leader(group).name)
+        finally:
+            cluster.restart(leader)
+    cluster.await_ready()
+    return outcome
+
+
+def _first_write(sock: socket.socket, one: bytes, killed: str, via: str) -> Failover:
+    """Send ``one`` until a write succeeds, from the moment the leader was killed."""
+    start = time.perf_counter()
+    failed = 0
+    try:
         while True:
             sock.sendall(one)
             if _reply(sock).startswith(b"$"):
-                break
+                return Failover(time.perf_counter() - start, failed, killed, via)
             failed += 1
-            if time.perf_counter() - killed > FAILOVER_TIMEOUT:
+            if time.perf_counter() - start > FAILOVER_TIMEOUT:
                 error = f"no write succeeded within {FAILOVER_TIMEOUT:g} s of the kill"
-                return Failover(0.0, failed, leader.name, via.name, error=error)
+                return Failover(0.0, failed, killed, via, error=error)
             time.sleep(RETRY_PAUSE)
-        seconds = time.perf_counter() - killed
-    new_leader = cluster.leader(group).name
-    cluster.restart(leader)
-    cluster.await_ready()
-    return Failover(seconds, failed, leader.name, via.name, new_leader)
+    except (OSError, BenchError) as exc:
+        return Failover(0.0, failed, killed, via, error=f"{type(exc).__name__}: {exc}")
 
 
 @attrs.frozen
