@@ -150,6 +150,8 @@ class Failover:
     killed: str
     via: str
     new_leader: str = ""
+    first_error: str = ""
+    """The first error a write was answered with after the kill, if any."""
     error: str | None = None
 
     @property
@@ -193,11 +195,17 @@ def _first_write(sock: socket.socket, one: bytes, killed: str, via: str) -> Fail
     """Send ``one`` until a write succeeds, from the moment the leader was killed."""
     start = time.perf_counter()
     failed = 0
+    first_error = ""
     try:
         while True:
             sock.sendall(one)
-            if _reply(sock).startswith(b"$"):
-                return Failover(time.perf_counter() - start, failed, killed, via)
+            reply = _reply(sock)
+            if reply.startswith(b"$"):
+                return Failover(time.perf_counter() - start, failed, killed, via, "", first_error)
+            if not failed:
+                first_error = (
+                    f"{reply.decode(errors='replace').strip()} after {time.perf_counter() - start:.2f} s"
+                )
             failed += 1
             if time.perf_counter() - start > FAILOVER_TIMEOUT:
                 error = f"no write succeeded within {FAILOVER_TIMEOUT:g} s of the kill"

@@ -107,6 +107,7 @@ def test_replicated_cluster_measurements() -> None:
         done = failover(cluster)
         assert done.ok, done.failure()
         assert done.new_leader != done.killed
+        assert bool(done.first_error) == (done.failed_writes > 0)
         assert all(node.alive for node in cluster.nodes)
         with redispy.Redis(host="127.0.0.1", port=cluster.leader(group).redis.port) as client:
             key = next(k for k in client.keys("*.failover.*"))
