@@ -87,6 +87,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     h.add_argument("--json", action="store_true", help="print the result as JSON")
     _crowd_parsers(commands, defaults)
+    q = commands.add_parser(
+        "resp-replicated",
+        help="start 3-node pubmesh clusters with replicated keys (replicas 3 and 1) and measure XADD,"
+        " failover and catch-up; JetStream R3 and R1 beside them if nats-server is on PATH",
+        formatter_class=defaults,
+    )
+    q.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is shown")
+    q.add_argument("--scale", type=float, default=1.0, help="multiply every run's count (e.g. 0.1)")
+    q.add_argument("--json", action="store_true", help="print the rows as JSON")
+    q.add_argument("--only", metavar="WORDS", help="run only the cases whose label contains these words")
     c = commands.add_parser(
         "compare",
         help="start pubmesh and nats-server on 127.0.0.1 and run the same scenarios against both",
@@ -96,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         "--resp",
         action="store_true",
         help="also start pubmesh with --redis_port and redis-server, and compare them over RESP",
+    )
+    c.add_argument(
+        "--replicated",
+        action="store_true",
+        help="also start 3-node clusters with replicated keys (and JetStream's), as resp-replicated",
     )
     c.add_argument("--runs", type=int, default=3, help="runs per measurement; the median is shown")
     c.add_argument(
@@ -211,7 +226,17 @@ def main(argv: list[str]) -> int:
     try:
         if args.command == "compare":
             return compare(
-                runs=args.runs, scale=args.scale, as_json=args.json, resp=args.resp, only=args.only
+                runs=args.runs,
+                scale=args.scale,
+                as_json=args.json,
+                resp=args.resp,
+                only=args.only,
+                replicated=args.replicated,
+            )
+        if args.command == "resp-replicated":
+            only = args.only or "replicated"  # (every replicated case's label says so, no other)
+            return compare(
+                runs=args.runs, scale=args.scale, as_json=args.json, only=only, replicated=True
             )
         if args.command in ("convergence", "resync"):
             return _interest(args)

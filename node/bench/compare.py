@@ -9,20 +9,22 @@ README or an issue.
 
 With ``resp``, a second table compares pubmesh's Redis-protocol listener with redis-server the same
 way. Either server may be missing from it (redis-server not installed, or a pubmesh that does not
-take ``--redis_port``): its column is left out and a note says why, and the rest still runs.
+take ``--redis_port``): its column is left out and a note says why, and the rest still runs. With
+``replicated``, the tables of ``node.bench.replicated_cases`` follow.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import attrs
 
-from node.bench import crowds, expiry, footprint, interest, redis_benchmark, stall
+from node.bench import crowds, expiry, footprint, interest, redis_benchmark, replicated_cases, stall
 from node.bench.crowds import (
     CLIENTS,
     IDLE_CLIENTS,
@@ -229,6 +231,7 @@ Case = (
     | ClientsCase
     | RespClientsCase
     | FootprintCase
+    | replicated_cases.ReplicatedCase
 )
 
 CASES: tuple[Case, ...] = (
@@ -368,9 +371,11 @@ def compare(
     as_json: bool = False,
     resp: bool = False,
     only: str | None = None,
+    replicated: bool = False,
 ) -> int:
     """Run every case against pubmesh (and nats-server, when it is on PATH); with ``resp``, the RESP
-    cases against pubmesh's RESP listener and redis-server too. Print the tables. With ``only``,
+    cases against pubmesh's RESP listener and redis-server too; with ``replicated``, the replicated
+    keys' cases. Print the tables. With ``only``,
     just the cases whose label contains it (ignoring case), and only the servers they need.
 
     Returns the exit status: 1 if any run failed its check.
@@ -379,7 +384,8 @@ def compare(
         raise BenchError("--runs and --scale must be positive")
     footprint.raise_fd_limit()  # (before any server starts: they inherit it)
     nats_cases, resp_cases = _chosen(CASES, only), _chosen(RESP_CASES, only) if resp else ()
-    if not nats_cases and not resp_cases:
+    replicated_chosen = _chosen(replicated_cases.CASES, only) if replicated else ()
+    if not nats_cases and not resp_cases and not replicated_chosen:
         raise BenchError(f"no case's label contains {only!r}")
     started = time.monotonic()
     results: Results = {}
@@ -388,6 +394,11 @@ def compare(
         if resp_cases:
             plans.append(resp_block(servers))
         plans = [(attrs.evolve(block, cases=_chosen(block.cases, only)), t) for block, t in plans]
+        if replicated_chosen:
+            chosen = functools.partial(_chosen, only=only)
+            for title, cases, targets, notes in replicated_cases.plans(servers, chosen):
+                versions = {t.name: t.version for t in targets}
+                plans.append((Block(title, cases, versions, notes), targets))
         for block, targets in plans:
             for case in block.cases:
                 for i in range(runs):
@@ -408,7 +419,15 @@ def compare(
     return 0 if all(r.ok for rs in results.values() for r in rs) else 1
 
 
-def _chosen(cases: tuple[Case, ...], only: str | None) -> tuple[Case, ...]:
+class _Labelled(Protocol):
+    @property
+    def label(self) -> str: ...
+
+
+_C = TypeVar("_C", bound=_Labelled)
+
+
+def _chosen(cases: tuple[_C, ...], only: str | None) -> tuple[_C, ...]:
     if only is None:
         return cases
     return tuple(case for case in cases if only.lower() in case.label.lower())

@@ -43,6 +43,7 @@ __all__ = [
     "RespFlavor",
     "ServerProcess",
     "Servers",
+    "free_port",
     "nats_server",
     "redis_server",
 ]
@@ -194,6 +195,15 @@ class Servers:
         """A server ready for clients: a single node, or (with ``node_name``) a cluster member."""
         return self._launch(flavor, flavor.argv(node_name, seed), clustered=node_name is not None)
 
+    def directory(self, prefix: str) -> Path:
+        """A temporary directory, removed once the group's servers have stopped."""
+        return Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+
+    def launch(self, flavor: Flavor, argv: list[str]) -> ServerProcess:
+        """A cluster member started with a command line of the caller's (``flavor`` names it),
+        ready for clients once it listens for them and for routes."""
+        return self._launch(flavor, argv, clustered=True)
+
     def _launch(
         self, flavor: Flavor, argv: list[str], *, clustered: bool = False, gateway: bool = False
     ) -> ServerProcess:
@@ -203,7 +213,7 @@ class Servers:
 
     def start_resp(self, flavor: RespFlavor) -> ServerProcess:
         """A server answering RESP on a free port; its ``endpoint`` is a ``redis://`` one."""
-        port = _free_port()
+        port = free_port()
         server = self._stack.enter_context(_launched(flavor.name, flavor.argv(port)))
         self._started.append(server)
         return _await_resp(server, Endpoint("127.0.0.1", port, scheme="redis"))
@@ -263,7 +273,7 @@ def _stop(servers: list[ServerProcess]) -> None:
             print(f"{server.name} ignored SIGTERM and was killed: {server.tail()}", file=sys.stderr)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]

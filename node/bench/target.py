@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from node.bench.replicas import ReplicatedCluster
 from node.bench.servers import Flavor, RespFlavor
 from node.bench.wire import Endpoint
 
@@ -45,6 +46,10 @@ class Target:
     """Cluster A's node, then cluster B's."""
     resp_flavor: RespFlavor | None = None
     """How to start more of a RESP server."""
+    replicated: ReplicatedCluster | None = None
+    """The pubmesh cluster of the replicated-keys cases."""
+    replicas: int = 0
+    """Replicas per key (per stream) in the replicated cases."""
 
 
 def scaled(n: int, scale: float) -> int:
