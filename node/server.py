@@ -403,15 +403,21 @@ class Server:
     async def _redis_timers(self, session: Session, conn: RespConnection) -> None:
         """The output-buffer soft limit is checked once a second, and a blocked read's deadline
         when it comes (it moves whenever the connection blocks or unblocks); work a served
-        blocked read left is awaited (``_settle``)."""
+        blocked read left is awaited (``_settle``), and replies that wait for their commits are
+        sent in order as they settle (``RespConnection.drain``)."""
         tick = trio.current_time() + 1.0
         while True:
             moved = trio.Event()
             conn.blocking.on_deadline = conn.on_awaiting = moved.set
-            with trio.move_on_at(min(tick, conn.blocking.deadline)):
-                await moved.wait()
+            if not conn.in_order and (conn.awaiting is None or conn.settling):
+                with trio.move_on_at(min(tick, conn.blocking.deadline)):
+                    await moved.wait()  # (work left while this was busy is done at once)
             if conn.awaiting is not None:
                 await self._settle(session, conn)
+            while conn.in_order:
+                await conn.drain()
+                self.flusher.process(session, b"")  # (requests held at ``MAX_WAITING`` run on)
+                session.write_now()
             now = trio.current_time()
             if now >= tick:
                 conn.limits_due()

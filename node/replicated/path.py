@@ -27,11 +27,12 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   from its group answers no read once another may lead. A write runs at once (its reply waits for
   its commit, which a deposed leader cannot reach). Either way the command runs here, as it would
   anywhere; ``ran`` takes the records it made and, if any, holds its reply back while the group
-  commits them (``RespConnection.awaiting``, as the barrier: the connection's later requests wait
-  too): the reply leaves once the entry is committed (acknowledged means replicated), or becomes
-  ``-CLUSTERDOWN The cluster is down`` if the group could not commit it in ``propose_timeout``. A
-  change made here that the group did not commit is then taken back by rebuilding the group's
-  keys from its log.
+  commits them (``RespConnection.reply_later``: the connection's later requests run meanwhile, so
+  a pipeline of writes is proposed as one batch, and their replies wait their turn,
+  ``node.resp.in_order``): the reply leaves once the entry is committed (acknowledged means
+  replicated), or becomes ``-CLUSTERDOWN The cluster is down`` if the group could not commit it in
+  ``propose_timeout``. A change made here that the group did not commit is then taken back by
+  rebuilding the group's keys from its log.
 * **READONLY** (``RespConnection.readonly``): a read (redis-server's ``readonly`` flag) of a
   group this node holds a replica of runs at once on that replica, as it is (possibly stale, as on
   a Redis Cluster replica); other commands go as below. ``READWRITE`` undoes it.
@@ -158,7 +159,6 @@ class KeyRouter:
         self._rebuilding: set[str] = set()
         """Groups whose rebuild is asked for and has not cleared their keys yet."""
         self._nursery: trio.Nursery | None = None
-        self._start = -1
         self._group: SlotGroup | None = None
         self._latest: dict[str, tuple[Group, GroupProposal]] = {}
         """Per group, the last change this node made to its keys and proposed, until settled: a
@@ -230,8 +230,8 @@ class KeyRouter:
         self._serving = frozenset()
         self._script_slot = None
         slots = {hash_slot(key) for key in _keys(conn, command, args)}
-        self._start = len(conn.outbound)
         if not slots:
+            conn.hold_output()
             return False  # (a change it makes anyway goes by its records' keys: see ``ran``)
         if len(slots) > 1:
             conn.reject(command, CROSSSLOT)
@@ -239,15 +239,16 @@ class KeyRouter:
         slot = slots.pop()
         group = self.layout.group_of_slot(slot)
         if conn.readonly and "readonly" in command.flags and group.name in self.replicas.groups:
+            conn.hold_output()
             return False  # (READONLY: this node's replica as it is, possibly stale)
         if self._cleared is conn or conn.blocking.retry_deadline >= 0:
             # (a read whose barrier passed runs now; so does a blocked read a write here woke)
             self._cleared = None
-            self._run_here(group, slot)
+            self._run_here(conn, group, slot)
             return False
         if self._leads(group):
             if command.writes:
-                self._run_here(group, slot)
+                self._run_here(conn, group, slot)
                 return False
             conn.awaiting = partial(self._read_for, conn, group, command, list(args))
             return True
@@ -260,9 +261,10 @@ class KeyRouter:
         conn.awaiting = partial(self._forward_for, conn, group, list(args))
         return True
 
-    def _run_here(self, group: SlotGroup, slot: int) -> None:
+    def _run_here(self, conn: RespConnection, group: SlotGroup, slot: int) -> None:
         """The command runs here for ``group``: its changes go to it, keys of it past their time
-        are removed, and a script keeps to ``slot``."""
+        are removed, a script keeps to ``slot``, and what it sends is held for ``ran``."""
+        conn.hold_output()
         self._group = group
         self._serving = frozenset((group.name,))
         self._script_slot = slot
@@ -307,20 +309,19 @@ class KeyRouter:
         group, self._group = self._group, None
         self._serving, self._script_slot = frozenset(), None
         records = self.capture.take()
+        reply = conn.release_output()
         if not records:
             if group is not None and group.name in self._latest:  # (it may have read them)
-                reply = bytes(conn.outbound[self._start :])
-                del conn.outbound[self._start :]
-                conn.awaiting = partial(self._settled_for, conn, group, reply)
+                conn.reply_later(partial(self._settled, group), reply)
+            else:
+                conn.send(reply)
             return
-        reply = bytes(conn.outbound[self._start :])
-        del conn.outbound[self._start :]
         if group is None:  # (keys the command did not name: a script's, FLUSHALL's ...)
             group = self._group_of(records)
             if group is None:
                 conn.send(error(CROSSSLOT))
                 return
-        conn.awaiting = partial(self._commit_for, conn, self._submit(group, records), reply)
+        conn.reply_later(self._submit(group, records), reply)
 
     def _group_of(self, records: bytes) -> SlotGroup | None:
         """The one group led here that holds every key the records change; else None, and the
@@ -336,12 +337,6 @@ class KeyRouter:
             if name in self.machines:
                 self._spoiled(name)
         return None
-
-    async def _commit_for(self, conn: RespConnection, answer: Answer, reply: bytes) -> None:
-        conn.send(await answer(reply))  # (the reply as the command made it, or the cluster's error)
-
-    async def _settled_for(self, conn: RespConnection, group: SlotGroup, reply: bytes) -> None:
-        conn.send(await self._settled(group, reply))
 
     async def _settled(self, group: SlotGroup, reply: bytes) -> bytes:
         """``reply`` to a command that changed nothing, once every change this node made to the

@@ -42,6 +42,7 @@ from node.data.keyspace import WRONGTYPE, Condition, Database, WrongType
 from node.resp.blocking import Blocking
 from node.resp.dispatch import Command, CommandTable
 from node.resp.errors import RespProtocolError
+from node.resp.in_order import MAX_WAITING, InOrder, Settle
 from node.resp.monitor_lines import monitor_line
 from node.resp.parser import RequestParser
 from node.resp.tracking import ClientTracking, Tracker
@@ -124,6 +125,8 @@ class RespConnection(Connection):
         self._reply_off = self._skip = self._skip_next = False
         self._running = False
         self._held = bytearray()  # pushes produced while a command runs: they go after its reply
+        self.in_order = InOrder()
+        """Output waiting behind a reply that waits for its commit (replicated keys)."""
         self.transaction = Transaction()
         """MULTI's queue and the keys WATCHed (``node.resp.transaction``)."""
         self._captured: list[bytes] | None = None  # EXEC's replies, collected
@@ -195,7 +198,12 @@ class RespConnection(Connection):
     def waiting(self) -> bool:
         """Whether a blocked read or a bcrypt check holds up this connection's requests (a call, not
         an attribute test, so that a check before running a request is not taken to hold after it)."""
-        return self.blocking.read is not None or self.verifying is not None or self.awaiting is not None
+        return (
+            self.blocking.read is not None
+            or self.verifying is not None
+            or self.awaiting is not None
+            or len(self.in_order) >= MAX_WAITING
+        )
 
     @property
     def query_buffer(self) -> int:
@@ -488,6 +496,37 @@ class RespConnection(Connection):
         else:
             self._send(data)
 
+    def _send(self, data: bytes) -> None:
+        in_order = self.in_order
+        if in_order.holding is not None:
+            in_order.holding += data
+        elif in_order:
+            in_order.add(data)
+        else:
+            super()._send(data)
+
+    def _send_now(self, data: bytes) -> None:
+        super()._send(data)
+
+    def hold_output(self) -> None:
+        """Keep what the command about to run sends (``release_output`` hands it over)."""
+        self.in_order.holding = bytearray()
+
+    def release_output(self) -> bytes:
+        """What was sent since ``hold_output``; sending goes on as usual."""
+        held, self.in_order.holding = self.in_order.holding, None
+        return bytes(held) if held is not None else b""
+
+    def reply_later(self, settle: Settle, reply: bytes) -> None:
+        """Send ``reply`` once ``settle`` answered; what the connection sends meanwhile waits
+        behind it, and its next requests run (``in_order``; the I/O side calls ``drain``)."""
+        self.in_order.defer(settle, reply)
+        self.on_awaiting()
+
+    async def drain(self) -> None:
+        """Send what waits in ``in_order``, in order, as it settles."""
+        await self.in_order.drain(self._send_now)
+
     def output_sent(self, data: bytearray, written: int) -> None:
         self.broker.redis_stats.net_output += written
         super().output_sent(data, written)
@@ -521,6 +560,8 @@ class RespConnection(Connection):
         """Queue a delivery; False when it made the connection a slow consumer (closed)."""
         if self._running:
             self._held += data
+        elif self.in_order:
+            self.in_order.add(data)
         else:
             self.outbound += data
             if not self._woken:
