@@ -74,6 +74,51 @@ def test_acknowledged_writes_survive_kills_and_pauses(tmp_path: Path) -> None:
     writers: list[Writer] = []
     faults: list[tuple[float, str, str, list[str], float]] = []
     try:
+        marks, answers, codes = run_with_faults(nodes, groups, streams, counters, writers, faults)
+    finally:  # (whatever failed: no node outlives the test)
+        for node in nodes:
+            if node.process is not None:
+                node.stop()
+    ops = [op for writer in writers for op in writer.ops]
+    ops = [op for writer in writers for op in writer.ops]
+    (tmp_path / "ops.json").write_text(json.dumps([attrs.asdict(op) for op in ops], default=repr))
+    report(ops, faults, plan, streams, counters, marks)
+    assert all(code == 0 for code in codes.values()), codes
+
+    replicas = {
+        node.name: {g.name: replica_state(node.store, g, streams, counters) for g in plan.groups}
+        for node in nodes
+    }
+    reference = replicas[NAMES[0]]
+    for name, states in replicas.items():
+        for group in groups:
+            mine, theirs = states[group], reference[group]
+            assert mine.commit >= marks[group][0], (name, group)  # (stopping may add a no-op)
+            common = mine.entries.keys() & theirs.entries.keys()
+            assert all(mine.entries[i] == theirs.entries[i] for i in common), (name, group)
+            assert (mine.streams, mine.counters) == (theirs.streams, theirs.counters), (name, group)
+        assert answers[name] == answers[NAMES[0]], name
+        log = (tmp_path / f"{name}.log").read_text()
+        assert "[FTL]" not in log, name
+        assert "state machine failed" not in log, name
+    final = {key: s for g in groups for key, s in reference[g].streams.items()}
+    values = {key: v for g in groups for key, v in reference[g].counters.items()}
+    check_streams(ops, streams, final)
+    check_counters(ops, counters, values)
+    assert answers[NAMES[0]] == (final, values)
+
+
+def run_with_faults(
+    nodes: list[Node],
+    groups: list[str],
+    streams: list[str],
+    counters: list[str],
+    writers: list[Writer],
+    faults: list[tuple[float, str, str, list[str], float]],
+) -> tuple[dict[str, tuple[int, int]], dict[str, Answers], dict[str, int]]:
+    """Start the nodes and writers, apply the fault schedule, let the groups settle: the settled
+    marks, each node's answers, and the nodes' exit codes once stopped."""
+    try:
         for node in nodes:
             node.start()
         wait(lambda: leaders(nodes, len(groups)), "every group to elect a leader")
@@ -116,37 +161,14 @@ def test_acknowledged_writes_survive_kills_and_pauses(tmp_path: Path) -> None:
         answers = {node.name: read_through(node, streams, counters) for node in nodes}
     finally:
         codes = {node.name: node.stop() for node in nodes if node.process is not None}
-    ops = [op for writer in writers for op in writer.ops]
-    (tmp_path / "ops.json").write_text(json.dumps([attrs.asdict(op) for op in ops], default=repr))
-    report(ops, faults, plan, streams, counters, marks)
-    assert all(code == 0 for code in codes.values()), codes
-
-    replicas = {
-        node.name: {g.name: replica_state(node.store, g, streams, counters) for g in plan.groups}
-        for node in nodes
-    }
-    reference = replicas[NAMES[0]]
-    for name, states in replicas.items():
-        for group in groups:
-            mine, theirs = states[group], reference[group]
-            assert mine.commit >= marks[group][0], (name, group)  # (stopping may add a no-op)
-            common = mine.entries.keys() & theirs.entries.keys()
-            assert all(mine.entries[i] == theirs.entries[i] for i in common), (name, group)
-            assert (mine.streams, mine.counters) == (theirs.streams, theirs.counters), (name, group)
-        assert answers[name] == answers[NAMES[0]], name
-        log = (tmp_path / f"{name}.log").read_text()
-        assert "[FTL]" not in log, name
-        assert "state machine failed" not in log, name
-    final = {key: s for g in groups for key, s in reference[g].streams.items()}
-    values = {key: v for g in groups for key, v in reference[g].counters.items()}
-    check_streams(ops, streams, final)
-    check_counters(ops, counters, values)
-    assert answers[NAMES[0]] == (final, values)
+    return marks, answers, codes
 
 
-def read_through(
-    node: Node, streams: list[str], counters: list[str]
-) -> tuple[dict[str, list[tuple[bytes, tuple[bytes, ...]]]], dict[str, bytes | None]]:
+Answers = tuple[dict[str, list[tuple[bytes, tuple[bytes, ...]]]], dict[str, bytes | None]]
+"""A node's streams (entries by key) and counters, as it answers them."""
+
+
+def read_through(node: Node, streams: list[str], counters: list[str]) -> Answers:
     """The streams and counters as ``node`` answers them (from each group's leader)."""
     with node.redis() as client:
         got = {}
