@@ -39,7 +39,11 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   group's leader in a ``KEYS`` frame over routes (to a voter, when this node does not know the
   leader, which passes it on), the leader runs it (as a client of the command's account and
   database would, in RESP2; a read once its read barrier passed) and proposes it alike, and its
-  reply comes back in a ``KEYR`` frame and is relayed as it is. Without an answer in
+  reply comes back in a ``KEYR`` frame and is relayed as it is. EXEC travels as one request that
+  carries its queued commands, which the leader runs as one transaction and commits as one entry
+  (``node.replicated.forwarded``); one that would abort anyway is answered here, and one of a
+  connection that WATCHes keys is refused (``WATCH_ELSEWHERE``, as EXECABORT): this node cannot
+  tell whether they changed before the leader runs it. Without an answer in
   ``propose_timeout`` (plus one election), or once this node's replica of the group names another
   leader than the one asked (it died, or was cut off), the command is answered ``-CLUSTERDOWN The
   cluster is down``: never a silent success.
@@ -51,10 +55,10 @@ Reads are linearizable: they see every write acknowledged before they were sent,
 that changed nothing but ran after a change made here that is not committed yet (it may have seen
 it) is answered only once that change is committed, or with the cluster's error if it is not
 (``_settled``): nothing a client is told rests on a write that may be taken back. Not carried
-yet across nodes (answered with an error, never run wrongly):
-blocking reads (``XREAD``/``XREADGROUP ... BLOCK``) and ``EXEC`` of keys led elsewhere. Not yet
-either: ``WATCH`` of keys led elsewhere, client tracking and keyspace notifications of keys led
-elsewhere, RESP3 shapes of forwarded replies.
+yet across nodes (answered with an error, never run wrongly): blocking reads (``XREAD``/
+``XREADGROUP ... BLOCK``) of keys led elsewhere. Not yet either: ``WATCH`` of keys led elsewhere
+(a follower's watch sees changes once applied there), client tracking and keyspace notifications
+of keys led elsewhere, RESP3 shapes of forwarded replies.
 
 **Expiry.** Only a group's leader removes its keys as expired, and only while a command of that
 group runs (a key the command meets past its time) or while it sweeps (``EXPIRY_SWEEP`` apart, the
@@ -82,8 +86,9 @@ from cluster.replication.group import Group, GroupProposal, GroupSpec, ProposalE
 from cluster.replication.replicas import Replicas
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
-from node.data.store.replay import CommandRefused, Executor
+from node.data.store.replay import Executor
 from node.replicated.capture import Capture
+from node.replicated.forwarded import carry_out, pack_transaction, unpack_transaction
 from node.replicated.machine import KeyspaceMachine
 from node.replicated.topology import ClusterView
 from node.resp.commands.introspection import command_keys
@@ -99,6 +104,7 @@ log = logging.getLogger("pubmesh")
 CROSSSLOT = "-CROSSSLOT Keys in request don't hash to the same slot"
 CLUSTERDOWN = "-CLUSTERDOWN The cluster is down"
 """(Their own error codes, as Redis Cluster answers them: not ``-ERR ...``.)"""
+WATCH_ELSEWHERE = "ERR a transaction watching keys, on keys led by another node"
 SCRIPT_NOT_LOCAL = "Script attempted to access a non local key in a cluster node"
 SCRIPT_CROSSSLOT = "Script attempted to access keys that do not hash to the same slot"
 _MOST_HOPS = 2
@@ -252,8 +258,14 @@ class KeyRouter:
             conn.awaiting = partial(self._read_for, conn, group, command, list(args))
             return True
         if command.key == b"exec":
-            conn.reject(command, "ERR a transaction on keys led by another node")
-            return True
+            transaction = conn.transaction
+            if transaction.failed or transaction.dirty:
+                return False  # (answered here as it would be anywhere: EXECABORT, or no array)
+            if transaction.watching:
+                conn.reject(command, WATCH_ELSEWHERE)
+                return True
+            args = pack_transaction(transaction.queued or [])
+            transaction.discard()
         if command.key in _BLOCKING and any(arg.upper() == b"BLOCK" for arg in args):
             conn.reject(command, "ERR a blocking read of keys led by another node")
             return True
@@ -534,9 +546,7 @@ class KeyRouter:
         slots = {hash_slot(key) for key in _request_keys(args)}
         self._script_slot = slots.pop() if len(slots) == 1 else None
         try:
-            reply = self._execute(account, db, args)
-        except CommandRefused as exc:
-            reply = exc.reply
+            reply = carry_out(self._execute, account, db, args)
         finally:
             self._inside = False
             self._serving, self._script_slot = frozenset(), None
@@ -584,7 +594,10 @@ def _by_group(layout: Layout, records: bytes) -> dict[str, bytes]:
 
 
 def _request_keys(args: list[bytes]) -> list[bytes]:
-    """The keys of a request not yet checked (queued, or forwarded)."""
+    """The keys of a request not yet checked (queued, or forwarded: a transaction's too)."""
+    queued = unpack_transaction(args)
+    if queued is not None:
+        return [key for command in queued for key in _request_keys(command)]
     command = _find(args)
     return command_keys(command, args) if command is not None else []
 
