@@ -1,5 +1,5 @@
 """Carrying out a forwarded request on the leader of its keys' replica group: one command, or a
-whole MULTI/EXEC transaction.
+whole MULTI/EXEC transaction; and the keys a request names (``request_keys``).
 
 A transaction travels as one request, in the arguments of an ``EXEC`` (``pack_transaction``):
 ``EXEC n1 arg ... n2 arg ...``, each queued command as its argument count and then its arguments,
@@ -20,10 +20,22 @@ from __future__ import annotations
 from contextlib import suppress
 
 from node.data.store import CommandRefused, Execute
+from node.resp.commands.introspection import command_keys
 from node.resp.commands.table import COMMANDS
+from node.resp.connection import RespConnection
+from node.resp.dispatch import Command
 
-__all__ = ["carry_out", "pack_transaction", "unpack_transaction"]
+__all__ = [
+    "CLUSTERDOWN",
+    "carry_out",
+    "find_command",
+    "pack_transaction",
+    "request_keys",
+    "unpack_transaction",
+]
 
+CLUSTERDOWN = "-CLUSTERDOWN The cluster is down"
+"""A request no leader could carry out in time (Redis Cluster's own error code)."""
 _EXEC = b"exec"
 
 
@@ -77,3 +89,20 @@ def carry_out(execute: Execute, account: str, db: int, args: list[bytes]) -> byt
         return execute(account, db, [b"EXEC"])
     except CommandRefused as exc:
         return exc.reply
+
+
+def request_keys(args: list[bytes]) -> list[bytes]:
+    """The keys of a request not yet checked (queued, or forwarded: a transaction's too)."""
+    queued = unpack_transaction(args)
+    if queued is not None:
+        return [key for command in queued for key in request_keys(command)]
+    command = find_command(args)
+    return command_keys(command, args) if command is not None else []
+
+
+def find_command(args: list[bytes]) -> Command[RespConnection] | None:
+    """The command (or subcommand) a request not yet checked names, if any."""
+    command = COMMANDS.find(args[0])
+    if command is not None and command.subcommands is not None and len(args) > 1:
+        command = command.subcommands.get(args[1].lower())
+    return command
