@@ -136,7 +136,7 @@ def answer_or_wait(conn: RespConnection, reply: bytes, deadline: float) -> None:
     again when a write to one of them is applied."""
     waiting = unpack_again(reply)
     if waiting is None:
-        conn.reply(error(CLUSTERDOWN) if reply[:1] == AGAIN else reply)
+        conn.reply(reply if reply[:1] not in (AGAIN, b"") else error(CLUSTERDOWN))
         return
     if conn.closing is not None:
         return
