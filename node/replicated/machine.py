@@ -130,6 +130,8 @@ class KeyspaceMachine:
             if not self.dirty:
                 raise
             # (keys holding changes the log does not may refuse it: the rebuild replays it)
+        if self.keyspaces.ready:  # (readers blocked here on keys it wrote: they ask again)
+            self.keyspaces.serve_ready()
         return None
 
     def snapshot(self) -> bytes | None:

@@ -40,7 +40,14 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   group's leader in a ``KEYS`` frame over routes (to a voter, when this node does not know the
   leader, which passes it on), the leader runs it (as a client of the command's account and
   database would, in RESP2; a read once its read barrier passed) and proposes it alike, and its
-  reply comes back in a ``KEYR`` frame and is relayed as it is. Without an answer in
+  reply comes back in a ``KEYR`` frame and is relayed as it is. EXEC travels as one request that
+  carries its queued commands, which the leader runs as one transaction and commits as one entry
+  (``node.replicated.forwarded``); one that would abort anyway is answered here, and one of a
+  connection that WATCHes keys is refused (``WATCH_ELSEWHERE``, as EXECABORT): this node cannot
+  tell whether they changed before the leader runs it. A read that may block (``XREAD``/
+  ``XREADGROUP ... BLOCK``) asks the leader, which answers at once, and waits, if it must, on this
+  node's replica of its keys, asking again at each write applied there (``node.replicated.
+  blocking``); without a replica here to wait on, it is refused. Without an answer in
   ``propose_timeout`` (plus one election), or once this node's replica of the group names another
   leader than the one asked (it died, or was cut off), the command is answered ``-CLUSTERDOWN The
   cluster is down``: never a silent success.
@@ -52,10 +59,9 @@ Reads are linearizable: they see every write acknowledged before they were sent,
 that changed nothing but ran after a change made here that is not committed yet (it may have seen
 it) is answered only once that change is committed, or with the cluster's error if it is not
 (``_settled``): nothing a client is told rests on a write that may be taken back. Not carried
-yet across nodes (answered with an error, never run wrongly):
-blocking reads (``XREAD``/``XREADGROUP ... BLOCK``) and ``EXEC`` of keys led elsewhere. Not yet
-either: ``WATCH`` of keys led elsewhere, client tracking and keyspace notifications of keys led
-elsewhere, RESP3 shapes of forwarded replies.
+yet across nodes: ``WATCH`` of keys led elsewhere (a follower's watch sees changes once applied
+there), client tracking and keyspace notifications of keys led elsewhere, RESP3 shapes of
+forwarded replies.
 
 **Expiry.** Only a group's leader removes its keys as expired, and only while a command of that
 group runs (a key the command meets past its time) or while it sweeps (``EXPIRY_SWEEP`` apart, the
@@ -83,12 +89,18 @@ from cluster.replication.group import Group, GroupProposal, GroupSpec, ProposalE
 from cluster.replication.replicas import Replicas
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
-from node.data.store.replay import CommandRefused, Executor
+from node.data.store.replay import Executor
+from node.replicated.blocking import answer_or_wait, block_at, carry_out_request
 from node.replicated.capture import Capture
+from node.replicated.forwarded import (
+    CLUSTERDOWN,
+    find_command,
+    pack_transaction,
+    request_keys,
+)
 from node.replicated.machine import KeyspaceMachine
 from node.replicated.topology import ClusterView
 from node.resp.commands.introspection import command_keys
-from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import error
@@ -98,8 +110,8 @@ __all__ = ["CLUSTERDOWN", "CROSSSLOT", "EXPIRY_SWEEP", "KeyRouter"]
 log = logging.getLogger("pubmesh")
 
 CROSSSLOT = "-CROSSSLOT Keys in request don't hash to the same slot"
-CLUSTERDOWN = "-CLUSTERDOWN The cluster is down"
-"""(Their own error codes, as Redis Cluster answers them: not ``-ERR ...``.)"""
+"""(Its own error code, as Redis Cluster's and ``CLUSTERDOWN``: not ``-ERR ...``.)"""
+WATCH_ELSEWHERE = "ERR a transaction watching keys, on keys led by another node"
 SCRIPT_NOT_LOCAL = "Script attempted to access a non local key in a cluster node"
 SCRIPT_CROSSSLOT = "Script attempted to access keys that do not hash to the same slot"
 _MOST_HOPS = 2
@@ -241,7 +253,12 @@ class KeyRouter:
         if conn.readonly and "readonly" in command.flags and group.name in self.replicas.groups:
             conn.hold_output()
             return False  # (READONLY: this node's replica as it is, possibly stale)
-        if self._cleared is conn or conn.blocking.retry_deadline >= 0:
+        retry = conn.blocking.retry_deadline
+        blocking = command.key in _BLOCKING and block_at(args) > 0
+        if blocking and not self._leads(group) and group.name in self.replicas.groups:
+            conn.awaiting = partial(self._forward_for, conn, group, list(args), retry)
+            return True  # (a read that may block, of keys led elsewhere, or woken here: ask)
+        if self._cleared is conn or retry >= 0:
             # (a read whose barrier passed runs now; so does a blocked read a write here woke)
             self._cleared = None
             self._run_here(conn, group, slot)
@@ -253,9 +270,15 @@ class KeyRouter:
             conn.awaiting = partial(self._read_for, conn, group, command, list(args))
             return True
         if command.key == b"exec":
-            conn.reject(command, "ERR a transaction on keys led by another node")
-            return True
-        if command.key in _BLOCKING and any(arg.upper() == b"BLOCK" for arg in args):
+            transaction = conn.transaction
+            if transaction.failed or transaction.dirty:
+                return False  # (answered here as it would be anywhere: EXECABORT, or no array)
+            if transaction.watching:
+                conn.reject(command, WATCH_ELSEWHERE)
+                return True
+            args = pack_transaction(transaction.queued or [])
+            transaction.discard()
+        if blocking:  # (no replica here to wait on)
             conn.reject(command, "ERR a blocking read of keys led by another node")
             return True
         conn.awaiting = partial(self._forward_for, conn, group, list(args))
@@ -327,7 +350,7 @@ class KeyRouter:
         """The one group led here that holds every key the records change; else None, and the
         changes are taken back (the groups they touched rebuild their keys from their logs)."""
         changed = RecordReader().feed(records + COMMIT)
-        slots = {hash_slot(key) for record in changed for key in _request_keys(record.args)}
+        slots = {hash_slot(key) for record in changed for key in request_keys(record.args)}
         groups = {group.name: group for group in map(self.layout.group_of_slot, slots)}
         if len(groups) == 1:
             (group,) = groups.values()
@@ -375,9 +398,15 @@ class KeyRouter:
             log.info("Group %s: a read was not confirmed: %s", group.name, exc)
             return False
 
-    async def _forward_for(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> None:
+    async def _forward_for(
+        self, conn: RespConnection, group: SlotGroup, args: list[bytes], deadline: float | None = None
+    ) -> None:
+        """Relay the leader's reply; to a read that may block (until ``deadline``, -1: its own
+        timeout), answer or wait (``node.replicated.blocking``)."""
         reply = await self._forward(group, conn.account.name, conn.db, args, 0)
-        if reply:
+        if deadline is not None:
+            answer_or_wait(conn, reply, deadline)
+        elif reply:
             conn.reply(reply)
 
     def _submit(self, group: SlotGroup, records: bytes) -> Answer:
@@ -520,18 +549,16 @@ class KeyRouter:
     async def _carry_out(self, group: SlotGroup, account: str, db: int, args: list[bytes]) -> bytes:
         """Run a forwarded command here, the group's leader, once linearizable if it reads only,
         and commit what it changed."""
-        command = _find(args)
+        command = find_command(args)
         if not (command is None or command.writes) and not await self._barrier(group):
             return error(CLUSTERDOWN)
         self.capture.take()
         self._inside = True
         self._serving = frozenset((group.name,))
-        slots = {hash_slot(key) for key in _request_keys(args)}
+        slots = {hash_slot(key) for key in request_keys(args)}
         self._script_slot = slots.pop() if len(slots) == 1 else None
         try:
-            reply = self._execute(account, db, args)
-        except CommandRefused as exc:
-            reply = exc.reply
+            reply = carry_out_request(self._execute, self.keyspaces, account, db, args)
         finally:
             self._inside = False
             self._serving, self._script_slot = frozenset(), None
@@ -553,7 +580,7 @@ class KeyRouter:
             self._nursery.start_soon(self._serve, peer, frame)
 
     async def _serve(self, peer: str, request: KeysRequest) -> None:
-        slots = {hash_slot(key) for key in _request_keys(request.args)}
+        slots = {hash_slot(key) for key in request_keys(request.args)}
         if len(slots) > 1:
             reply = error(CROSSSLOT)
         else:
@@ -565,7 +592,7 @@ class KeyRouter:
 def _keys(conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> list[bytes]:
     """The keys a request names (the queued commands' for EXEC)."""
     if command.key == b"exec":
-        return [key for queued in conn.transaction.queued or () for key in _request_keys(queued)]
+        return [key for queued in conn.transaction.queued or () for key in request_keys(queued)]
     return command_keys(command, args)
 
 
@@ -576,17 +603,3 @@ def _by_group(layout: Layout, records: bytes) -> dict[str, bytes]:
         name = layout.group_of(record.args[1]).name
         parts.setdefault(name, []).append(encode(record.account, record.db, record.args))
     return {name: b"".join(part) for name, part in parts.items()}
-
-
-def _request_keys(args: list[bytes]) -> list[bytes]:
-    """The keys of a request not yet checked (queued, or forwarded)."""
-    command = _find(args)
-    return command_keys(command, args) if command is not None else []
-
-
-def _find(args: list[bytes]) -> Command[RespConnection] | None:
-    """The command (or subcommand) a request not yet checked names, if any."""
-    command = COMMANDS.find(args[0])
-    if command is not None and command.subcommands is not None and len(args) > 1:
-        command = command.subcommands.get(args[1].lower())
-    return command

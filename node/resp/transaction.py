@@ -54,6 +54,11 @@ class Transaction:
         self.failed = False
         self.unwatch()
 
+    @property
+    def watching(self) -> bool:
+        """Whether any key is WATCHed."""
+        return bool(self._watching)
+
     def watch(self, db: Database, keys: list[bytes]) -> None:
         """WATCH ``keys`` of ``db``."""
         for key in keys:

@@ -1,0 +1,131 @@
+"""Transactions on keys led by another node: packed into one forwarded request, run atomically by
+the leader, answered byte for byte as redis-server answers them."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node.replicated.forwarded import pack_transaction, unpack_transaction
+from node.replicated.path import WATCH_ELSEWHERE
+from pipeline.local import redis_server
+from tests.node.replicated.test_path import NAMES, held, key_led_by, leaders, start_nodes
+from tests.support import until
+
+END = b"$7\r\n__end__\r\n"
+
+QUEUEABLE = st.sampled_from([b"GET", b"set", b"INCR", b"XADD", b"append"])
+COMMAND = st.builds(
+    lambda name, rest: [name, *rest], QUEUEABLE, st.lists(st.binary(max_size=6), max_size=4)
+)
+
+
+@given(st.lists(COMMAND, min_size=1, max_size=5))
+def test_a_packed_transaction_unpacks_to_its_commands(queued: list[list[bytes]]) -> None:
+    assert unpack_transaction(pack_transaction(queued)) == queued
+
+
+@given(st.lists(st.binary(max_size=8), max_size=8))
+def test_any_arguments_unpack_to_a_transaction_or_none(args: list[bytes]) -> None:
+    queued = unpack_transaction([b"EXEC", *args])
+    if queued is not None:
+        assert pack_transaction(queued)[1:] == args
+
+
+def test_what_cannot_be_queued_is_no_transaction() -> None:
+    assert unpack_transaction(pack_transaction([[b"GET", b"k"], [b"EXEC"]])) is None
+    assert unpack_transaction(pack_transaction([[b"MULTI"]])) is None
+    assert unpack_transaction(pack_transaction([[b"WATCH", b"k"]])) is None
+    assert unpack_transaction([b"EXEC", b"02", b"GET", b"k"]) is None
+    assert unpack_transaction([b"EXEC", b"3", b"GET", b"k"]) is None
+    assert unpack_transaction([b"EXEC", b"0"]) is None
+    assert unpack_transaction([b"GET", b"1", b"GET"]) is None
+
+
+def request(args: list[bytes]) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+def session(port: int, commands: list[list[bytes]]) -> bytes:
+    """Every reply's bytes to ``commands`` sent on one connection."""
+    data = b"".join(map(request, [*commands, [b"ECHO", b"__end__"]]))
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        while not got.endswith(END):
+            chunk = sock.recv(65536)
+            assert chunk, got
+            got += chunk
+    return got[: -len(END)]
+
+
+@pytest.fixture(scope="module")
+def reference() -> Iterator[int]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server")
+    with redis_server() as port:
+        yield port
+
+
+def script(tag: bytes) -> list[list[bytes]]:
+    a, b, c = (b"{%s}%s" % (tag, name) for name in (b"a", b"b", b"c"))
+    return [
+        [b"SET", a, b"1"],
+        [b"MULTI"],
+        [b"INCR", a],
+        [b"XADD", a, b"*", b"f", b"v"],  # (refused as it runs: one of the array's replies)
+        [b"APPEND", b, b"xy"],
+        [b"GETRANGE", b, b"0", b"-1"],
+        [b"XADD", c, b"1-1", b"f", b"v"],
+        [b"EXEC"],
+        [b"MULTI"],
+        [b"INCR", a],
+        [b"NOSUCHCOMMAND"],  # (refused while queuing: EXEC aborts)
+        [b"EXEC"],
+        [b"MULTI"],
+        [b"EXEC"],
+        [b"MULTI"],
+        [b"GET", a],
+        [b"DISCARD"],
+        [b"GET", a],
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_a_transaction_led_elsewhere_runs_on_the_leader_as_one(
+    nursery: trio.Nursery, tmp_path: Path, reference: int
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    tag = key_led_by(nodes, leader, led)
+    other = next(name for name in NAMES if name != leader)
+    commands = script(tag)
+    expected = await trio.to_thread.run_sync(session, reference, commands)
+    assert b"*5\r\n:2\r\n-WRONGTYPE" in expected
+    got = await trio.to_thread.run_sync(session, nodes[other].redis_port or 0, commands)
+    assert got == expected
+    for handle in nodes.values():  # (the transaction's changes, committed on every replica)
+        await until(lambda handle=handle: held(handle, b"{%s}c" % tag) is not None)  # type: ignore[misc]
+
+    # WATCH: a transaction watching keys is not forwarded (this node cannot tell, as the
+    # leader could, whether they changed before it runs); on the leader, it runs.
+    a = b"{%s}a" % tag
+    watched = [[b"WATCH", a], [b"MULTI"], [b"GET", a], [b"EXEC"], [b"GET", a]]
+    refused = b"-EXECABORT Transaction discarded because of: " + WATCH_ELSEWHERE.encode() + b"\r\n"
+    port = nodes[other].redis_port or 0
+    assert await trio.to_thread.run_sync(session, port, watched) == (
+        b"+OK\r\n+OK\r\n+QUEUED\r\n" + refused + b"$1\r\n2\r\n"
+    )
+    port = nodes[leader].redis_port or 0
+    assert await trio.to_thread.run_sync(session, port, watched) == (
+        b"+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n$1\r\n2\r\n$1\r\n2\r\n"
+    )
