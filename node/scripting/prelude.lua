@@ -452,11 +452,15 @@ local function handler(err)
   return err
 end
 
+-- The count the worker's hook is set to (0: none; -1: a kill replaced it). The hook stays set
+-- between runs, so its count runs on from one run to the next.
+local hooked = 0
 local hook_fn = nil
 local function tick()
   local stop = host.tick()
   if stop then
     sethook(hook_fn, 'l')
+    hooked = -1
     error({err = stop})
   end
 end
@@ -487,20 +491,18 @@ local function work(f, n, args)
 end
 local worker = nil
 
-local function outcome(caller, ...)
-  sethook(worker)
-  return finish(caller, ...)
-end
-
--- Run ``f(...)`` in the worker, with the count hook set.
+-- Run ``f(...)`` in the worker, with the count hook set to ``hook`` instructions (0: none).
 local function sandboxed(caller, hook, f, ...)
   if worker == nil or coroutine.status(worker) == 'dead' then
-    worker = coroutine.create(work)
+    worker, hooked = coroutine.create(work), 0
     resume(worker)
   end
-  if hook > 0 then sethook(worker, hook_fn, '', hook) end
+  if hook ~= hooked then
+    if hook > 0 then sethook(worker, hook_fn, '', hook) else sethook(worker) end
+    hooked = hook
+  end
   local n = select('#', ...)
-  return outcome(caller, resume(worker, f, n, n > 0 and {...} or nil))
+  return finish(caller, resume(worker, f, n, n > 0 and {...} or nil))
 end
 
 local api = {}
