@@ -63,10 +63,6 @@ _LOAD_TIMEOUT: Final = b"ERR FUNCTION LOAD timeout"
 _NO_ARGUMENTS: Final = b"Please specify at least one argument for this redis lib call"
 _BAD_ARGUMENT: Final = b"Lua redis lib command arguments must be strings or integers"
 _LOG_LEVELS: Final = range(4)
-_ERROR: Final = ord("-")
-_STATUS: Final = ord("+")
-_BULK: Final = ord("$")
-_INTEGER: Final = ord(":")
 _MAX_SPREAD: Final = 256
 """The most KEYS and ARGV handed to a script as arguments (more go as tables: the runtime's C stack
 holds fewer than 8000 values)."""
@@ -205,7 +201,7 @@ class Engine:
             if host is None:
                 return False, self.error_table(b"redis.call can only be called from a running script")
             reply = host.command(args)
-            return reply[0] != _ERROR, self._reply_to_lua(reply)
+            return reply[:1] != b"-", self._reply_to_lua(reply)
         except Exception as exc:
             return False, self.error_table(f"{type(exc).__name__}".encode())
 
@@ -306,14 +302,14 @@ class Engine:
     def _reply_to_lua(self, reply: bytes) -> Any:
         """A command's reply as a Lua value (the common kinds read here, the others by
         ``_to_lua``)."""
-        kind = reply[0]
-        if kind == _STATUS:
+        kind = reply[:1]
+        if kind == b"+":
             return self._table_from({b"ok": reply[1 : reply.index(b"\r\n")]})
-        if kind == _BULK:
+        if kind == b"$":
             end = reply.index(b"\r\n")
             size = int(reply[1:end])
             return False if size < 0 else reply[end + 2 : end + 2 + size]
-        if kind == _INTEGER:
+        if kind == b":":
             return float(int(reply[1 : reply.index(b"\r\n")]))
         return self._to_lua(reply, 0)[0]
 
