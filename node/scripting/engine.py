@@ -63,6 +63,9 @@ _LOAD_TIMEOUT: Final = b"ERR FUNCTION LOAD timeout"
 _NO_ARGUMENTS: Final = b"Please specify at least one argument for this redis lib call"
 _BAD_ARGUMENT: Final = b"Lua redis lib command arguments must be strings or integers"
 _LOG_LEVELS: Final = range(4)
+_MAX_SPREAD: Final = 256
+"""The most KEYS and ARGV handed to a script as arguments (more go as tables: the runtime's C stack
+holds fewer than 8000 values)."""
 
 
 Outcome = bytes | str
@@ -182,39 +185,36 @@ class Engine:
 
         return self._table_from({name.encode(): guard(fn) for name, fn in functions.items()})
 
-    def _call(self, *values: Any) -> tuple[bool, Any]:
+    def _call(self, values: tuple[Any, ...]) -> tuple[bool, Any]:
+        """Run the command ``values`` name: whether it answered no error, and its reply."""
         try:
             if not values:
-                return False, self.error_table(
-                    b"Please specify at least one argument for this redis lib call"
-                )
-            args = []
-            for value in values:
-                if isinstance(value, bytes):
-                    args.append(value)
-                elif isinstance(value, int | float) and not isinstance(value, bool):
-                    args.append(self._double_text(float(value)))
-                else:
-                    return False, self.error_table(_BAD_ARGUMENT)
+                return False, self.error_table(_NO_ARGUMENTS)
+            args = list(values)
+            for n, value in enumerate(args):
+                if type(value) is not bytes:
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        args[n] = self._double_text(float(value))
+                    else:
+                        return False, self.error_table(_BAD_ARGUMENT)
             host = self._host
             if host is None:
                 return False, self.error_table(b"redis.call can only be called from a running script")
             reply = host.command(args)
-            value, _ = self._to_lua(reply, 0)
-            return reply[:1] != b"-", value
+            return reply[:1] != b"-", self._reply_to_lua(reply)
         except Exception as exc:
             return False, self.error_table(f"{type(exc).__name__}".encode())
 
     def _call_raising(self, *values: Any) -> Any:
         """redis.call: the reply, or an ``_ErrorReply`` raised (a Lua error) for an error."""
-        ok, value = self._call(*values)
+        ok, value = self._call(values)
         if not ok:
             raise _ErrorReply(value)
         return value
 
     def _call_protected(self, *values: Any) -> Any:
         """redis.pcall: the reply, an error as its table."""
-        return self._call(*values)[1]
+        return self._call(values)[1]
 
     def _acl_check(self, *values: Any) -> tuple[bool, Any]:
         args = [lua_text(v) for v in values]
@@ -299,6 +299,20 @@ class Engine:
             code, message = b"ERR", text
         return self._table_from({b"err": code + b" " + message.strip(b"\r\n")})
 
+    def _reply_to_lua(self, reply: bytes) -> Any:
+        """A command's reply as a Lua value (the common kinds read here, the others by
+        ``_to_lua``)."""
+        kind = reply[:1]
+        if kind == b"+":
+            return self._table_from({b"ok": reply[1 : reply.index(b"\r\n")]})
+        if kind == b"$":
+            end = reply.index(b"\r\n")
+            size = int(reply[1:end])
+            return False if size < 0 else reply[end + 2 : end + 2 + size]
+        if kind == b":":
+            return float(int(reply[1 : reply.index(b"\r\n")]))
+        return self._to_lua(reply, 0)[0]
+
     def _to_lua(self, reply: bytes, at: int) -> tuple[Any, int]:
         """The RESP reply at ``at`` as a Lua value, and where it ends."""
         kind = reply[at : at + 1]
@@ -378,13 +392,7 @@ class Engine:
         self, script: Script, keys: list[bytes], argv: list[bytes], host: Host, protocol: int
     ) -> Outcome:
         """Run ``script`` with KEYS and ARGV; its reply in RESP ``protocol`` (2 or 3)."""
-        return self._run(
-            lambda hook: self._run_eval(
-                protocol, script.function, self._array(keys), self._array(argv), hook
-            ),
-            host,
-            script.sha,
-        )
+        return self._run(self._run_eval, script.function, keys, argv, host, protocol, script.sha)
 
     def flush_scripts(self) -> None:
         self.scripts.clear()
@@ -561,25 +569,31 @@ class Engine:
         self, function: Function, keys: list[bytes], argv: list[bytes], host: Host, protocol: int
     ) -> Outcome:
         """Call a registered function with its keys and arguments; its reply."""
-        return self._run(
-            lambda hook: self._run_function(
-                protocol, function.callback, self._array(keys), self._array(argv), hook
-            ),
-            host,
-            function.name.decode("utf-8", "surrogateescape"),
-        )
+        name = function.name.decode("utf-8", "surrogateescape")
+        return self._run(self._run_function, function.callback, keys, argv, host, protocol, name)
 
     # -- running ------------------------------------------------------------------------------------
 
-    def _array(self, items: list[bytes]) -> Any:
-        """KEYS or ARGV (None for none: the runtime makes the empty table)."""
-        return self._table_from(items) if items else None
-
-    def _run(self, start: Callable[[int], Any], host: Host, name: str) -> Outcome:
+    def _run(
+        self,
+        run: Any,
+        fn: Any,
+        keys: list[bytes],
+        argv: list[bytes],
+        host: Host,
+        protocol: int,
+        name: str,
+    ) -> Outcome:
+        """Call the prelude's ``run`` (``run_eval`` or ``run_function``) on ``fn``: KEYS and ARGV
+        go as its arguments after their count, or as two tables when there are many."""
         self._host = host
         try:
             try:
-                outcome = start(self.hook_instructions)
+                hook = self.hook_instructions
+                if len(keys) + len(argv) <= _MAX_SPREAD:
+                    outcome = run(protocol, fn, hook, len(keys), *keys, *argv)
+                else:
+                    outcome = run(protocol, fn, hook, -1, self._table_from(keys), self._table_from(argv))
             except lua51.LuaMemoryError:
                 self._runtime.gccollect()
                 return "Error running script, not enough memory"

@@ -196,7 +196,7 @@ cjson.null = null
 -- becomes in RESP2. Tables nested deeper than MAX_DEPTH end in an error, as redis-server's Lua
 -- stack limit ends them.
 local MAX_DEPTH = 1000
-local format, gsub, len, floor = string.format, string.gsub, string.len, math.floor
+local format, gsub, len, match, floor = string.format, string.gsub, string.len, string.match, math.floor
 local concat = table.concat
 local format_double = host.format_double
 
@@ -205,76 +205,71 @@ local function line(text)
 end
 -- Status and error texts are C strings there: they end at the first zero byte.
 local function c_string(text)
-  return (text:match('^[^%z]*'))
+  return (match(text, '^[^%z]*'))
 end
 
 local host_resp = host.resp
 
+-- The reply of ``value`` when it is a string, number, boolean, nil or a table of one of the
+-- special kinds (err, ok, double, big_number, verbatim_string); nil for an array, map or set.
 -- (``own`` is asked of the host when a boolean first needs it.)
-local function serialize(value, caller, own, depth, out)
+local function flat(value, caller, own)
   local t = type(value)
   if t == 'string' then
-    out[#out + 1] = '$' .. len(value) .. '\r\n' .. value .. '\r\n'
-    return
+    return '$' .. len(value) .. '\r\n' .. value .. '\r\n'
   elseif t == 'number' then
-    out[#out + 1] = format(':%d\r\n', value)
-    return
+    return format(':%d\r\n', value)
   elseif t == 'boolean' then
     if own == nil then own = host_resp() end
     if own == 2 then
-      out[#out + 1] = value and ':1\r\n' or (caller == 3 and '_\r\n' or '$-1\r\n')
+      return value and ':1\r\n' or (caller == 3 and '_\r\n' or '$-1\r\n')
     elseif caller == 3 then
-      out[#out + 1] = value and '#t\r\n' or '#f\r\n'
-    else
-      out[#out + 1] = value and ':1\r\n' or ':0\r\n'
+      return value and '#t\r\n' or '#f\r\n'
     end
-    return
+    return value and ':1\r\n' or ':0\r\n'
   elseif t ~= 'table' then
-    out[#out + 1] = caller == 3 and '_\r\n' or '$-1\r\n'
-    return
-  end
-  if depth >= MAX_DEPTH then
-    out[#out + 1] = '-ERR reached lua stack limit\r\n'
-    return
+    return caller == 3 and '_\r\n' or '$-1\r\n'
   end
   local field = rawget(value, 'err')
   if type(field) == 'string' then
     -- (an error's text loses the line ends it ends with, then its other CRs and LFs become blanks)
     local text = gsub('-' .. c_string(field), '[\r\n]+$', '')
-    out[#out + 1] = line(text) .. '\r\n'
-    return
+    return line(text) .. '\r\n'
   end
   field = rawget(value, 'ok')
   if type(field) == 'string' then
-    out[#out + 1] = '+' .. line(c_string(field)) .. '\r\n'
-    return
+    return '+' .. line(c_string(field)) .. '\r\n'
   end
   field = rawget(value, 'double')
   if type(field) == 'number' then
     local text = format_double(field)
-    out[#out + 1] = caller == 3 and (',' .. text .. '\r\n') or ('$' .. len(text) .. '\r\n' .. text .. '\r\n')
-    return
+    return caller == 3 and (',' .. text .. '\r\n') or ('$' .. len(text) .. '\r\n' .. text .. '\r\n')
   end
   field = rawget(value, 'big_number')
   if type(field) == 'string' then
     local text = line(field)
-    out[#out + 1] = caller == 3 and ('(' .. text .. '\r\n') or ('$' .. len(text) .. '\r\n' .. text .. '\r\n')
-    return
+    return caller == 3 and ('(' .. text .. '\r\n') or ('$' .. len(text) .. '\r\n' .. text .. '\r\n')
   end
   field = rawget(value, 'verbatim_string')
   if type(field) == 'table' then
     local kind, text = rawget(field, 'format'), rawget(field, 'string')
     if type(kind) == 'string' and type(text) == 'string' then
       if caller == 3 then
-        out[#out + 1] = '=' .. (len(text) + 4) .. '\r\n' .. format('%-3.3s', kind) .. ':' .. text .. '\r\n'
-      else
-        out[#out + 1] = '$' .. len(text) .. '\r\n' .. text .. '\r\n'
+        return '=' .. (len(text) + 4) .. '\r\n' .. format('%-3.3s', kind) .. ':' .. text .. '\r\n'
       end
-      return
+      return '$' .. len(text) .. '\r\n' .. text .. '\r\n'
     end
   end
+  return nil
+end
+
+local serialize
+
+-- The reply of the array, map or set ``value`` (a table ``flat`` answered nil for), added to
+-- ``out``.
+local function aggregate(value, caller, own, depth, out)
   local nested = depth + 1
-  field = rawget(value, 'map')
+  local field = rawget(value, 'map')
   if type(field) == 'table' then
     local at, n = #out + 1, 0
     out[at] = false
@@ -308,9 +303,24 @@ local function serialize(value, caller, own, depth, out)
   out[at] = '*' .. n .. '\r\n'
 end
 
+function serialize(value, caller, own, depth, out)
+  if depth >= MAX_DEPTH and type(value) == 'table' then
+    out[#out + 1] = '-ERR reached lua stack limit\r\n'
+    return
+  end
+  local text = flat(value, caller, own)
+  if text ~= nil then
+    out[#out + 1] = text
+    return
+  end
+  aggregate(value, caller, own, depth, out)
+end
+
 local function reply(value, caller, own)
+  local text = flat(value, caller, own)
+  if text ~= nil then return text end
   local out = {}
-  serialize(value, caller, own, 0, out)
+  aggregate(value, caller, own, 0, out)
   return concat(out)
 end
 
@@ -392,7 +402,8 @@ local library_globals = {redis = strict({
 
 local globals = {}
 local current = visible
-local eval_globals = {}  -- KEYS and ARGV while an EVAL runs
+local no_globals = {}
+local eval_globals = no_globals  -- KEYS and ARGV while an EVAL runs
 local globals_mt = {
   __index = function(_, name)
     local value = eval_globals[name]
@@ -441,11 +452,15 @@ local function handler(err)
   return err
 end
 
+-- The count the worker's hook is set to (0: none; -1: a kill replaced it). The hook stays set
+-- between runs, so its count runs on from one run to the next.
+local hooked = 0
 local hook_fn = nil
 local function tick()
   local stop = host.tick()
   if stop then
     sethook(hook_fn, 'l')
+    hooked = -1
     error({err = stop})
   end
 end
@@ -453,7 +468,7 @@ hook_fn = tick
 
 -- The outcome of a run: true and the reply, or false and the error table.
 local function finish(caller, resumed, ok, value)
-  eval_globals = {}
+  eval_globals = no_globals
   if not resumed then return false, {err = 'ERR ' .. tostring(ok)} end
   if not ok then return false, value end
   return true, reply(value, caller, nil)
@@ -476,20 +491,18 @@ local function work(f, n, args)
 end
 local worker = nil
 
-local function outcome(caller, ...)
-  sethook(worker)
-  return finish(caller, ...)
-end
-
--- Run ``f(...)`` in the worker, with the count hook set.
+-- Run ``f(...)`` in the worker, with the count hook set to ``hook`` instructions (0: none).
 local function sandboxed(caller, hook, f, ...)
   if worker == nil or coroutine.status(worker) == 'dead' then
-    worker = coroutine.create(work)
+    worker, hooked = coroutine.create(work), 0
     resume(worker)
   end
-  if hook > 0 then sethook(worker, hook_fn, '', hook) end
+  if hook ~= hooked then
+    if hook > 0 then sethook(worker, hook_fn, '', hook) else sethook(worker) end
+    hooked = hook
+  end
   local n = select('#', ...)
-  return outcome(caller, resume(worker, f, n, n > 0 and {...} or nil))
+  return finish(caller, resume(worker, f, n, n > 0 and {...} or nil))
 end
 
 local api = {}
@@ -503,15 +516,30 @@ function api.load(body, name)
   return f
 end
 
+-- KEYS and ARGV from a run's arguments: ``nkeys`` and the keys then the other arguments, or -1
+-- and the two tables.
+local function split(nkeys, ...)
+  if nkeys < 0 then return ... end
+  local argv, keys = {...}, {}
+  if nkeys > 0 then
+    local n = select('#', ...)
+    for i = 1, nkeys do keys[i] = argv[i] end
+    for i = 1, n - nkeys do argv[i] = argv[i + nkeys] end
+    for i = n - nkeys + 1, n do argv[i] = nil end
+  end
+  return keys, argv
+end
+
 -- Run a compiled EVAL script with KEYS and ARGV: true and its value, or false and the error table.
-function api.run_eval(caller, fn, keys, argv, hook)
-  eval_globals = {KEYS = keys or {}, ARGV = argv or {}}
+function api.run_eval(caller, fn, hook, ...)
+  local keys, argv = split(...)
+  eval_globals = {KEYS = keys, ARGV = argv}
   return sandboxed(caller, hook, fn)
 end
 
 -- Run a registered function with its keys and arguments.
-function api.run_function(caller, fn, keys, argv, hook)
-  return sandboxed(caller, hook, fn, keys or {}, argv or {})
+function api.run_function(caller, fn, hook, ...)
+  return sandboxed(caller, hook, fn, split(...))
 end
 
 -- Run a library's code with the library API as ``redis``; ``register`` checks each registration

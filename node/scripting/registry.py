@@ -56,8 +56,8 @@ class Scripts:
         """The most memory a runtime made from now on may hold."""
         self.running: Running | None = None
         self.clients: dict[str, object] = {}
-        """The connection each account's scripts run their commands on (the commands' layer
-        makes them)."""
+        """What each account's scripts run their commands through, kept from one script to the
+        next (the commands' layer makes it)."""
         self.while_busy: Callable[[], None] = _nobody_else
         """Serve the other clients once without waiting (called while a script is busy)."""
 

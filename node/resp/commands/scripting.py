@@ -67,10 +67,35 @@ _LOG_LEVELS: Final = (logging.DEBUG, logging.INFO, logging.INFO, logging.WARNING
 
 class ScriptClient:
     """What a running script reaches the node through (``node.scripting.Host``): its commands run
-    on a socket-less connection of the caller's account (one per account, kept for the next
-    script), signed in as the caller's user with the caller's database selected."""
+    on a socket-less connection of the caller's account, signed in as the caller's user with the
+    caller's database selected. There is one per account, kept for its next script: ``start``
+    readies it for one."""
 
-    def __init__(
+    def __init__(self, conn: RespConnection) -> None:
+        self._conn = conn
+        self._read_only = False
+        self._allow_oom = False
+        self._cross_slot = False
+        self._oom_at_start = False
+        self.caller = conn
+        """The connection that runs the script."""
+        self.eval_mode = True
+        self.dirty = False
+        self.killed = False
+        self.name = b""
+        """The function's name (a function's run)."""
+        self.request: list[bytes] = []
+        """The FCALL that runs it."""
+        self._started = 0.0
+        self.resp = 2
+        self.last_error = b""
+        """The last error reply a command of the script gave (counted in the error stats then)."""
+
+    def serves(self, caller: RespConnection) -> bool:
+        """Whether this client runs commands from the command table ``caller`` has."""
+        return self._conn.table is caller.table
+
+    def start(
         self,
         caller: RespConnection,
         *,
@@ -78,17 +103,13 @@ class ScriptClient:
         allow_oom: bool,
         eval_mode: bool,
         cross_slot: bool = False,
-    ) -> None:
-        scripts = caller.broker.scripts
-        conn = scripts.clients.get(caller.account.name)
-        if not isinstance(conn, RespConnection) or conn.table is not caller.table:
-            conn = scripts.clients[caller.account.name] = RespConnection(caller.broker, 0, caller.table)
-            conn.scripted = True
+    ) -> ScriptClient:
+        """Ready the client for a script ``caller`` runs; the client."""
+        conn = self._conn
         assert caller.user is not None
         if conn.user is not caller.user:
             conn.switch_user(caller.user)
         conn.db = caller.db
-        self._conn = conn
         self._read_only = read_only
         self._allow_oom = allow_oom
         self._cross_slot = cross_slot
@@ -98,13 +119,11 @@ class ScriptClient:
         self.dirty = False
         self.killed = False
         self.name = b""
-        """The function's name (a function's run)."""
-        self.request: list[bytes] = []
-        """The FCALL that runs it."""
+        self.request = []
         self._started = time.monotonic()
         self.resp = 2
         self.last_error = b""
-        """The last error reply a command of the script gave (counted in the error stats then)."""
+        return self
 
     def command(self, args: list[bytes]) -> bytes:
         conn = self._conn
@@ -223,7 +242,13 @@ def _prepare(
         return None
     read_only = ro or (flags is not None and "no-writes" in flags)
     allow_oom = flags is not None and "allow-oom" in flags
-    return ScriptClient(
+    scripts = conn.broker.scripts
+    client = scripts.clients.get(conn.account.name)
+    if not isinstance(client, ScriptClient) or not client.serves(conn):
+        own = RespConnection(conn.broker, 0, conn.table)
+        own.scripted = True
+        client = scripts.clients[conn.account.name] = ScriptClient(own)
+    return client.start(
         conn,
         read_only=read_only,
         allow_oom=allow_oom,
@@ -232,12 +257,13 @@ def _prepare(
     )
 
 
-def _run_script(conn: RespConnection, args: list[bytes], numkeys: int, script: Script, ro: bool) -> None:
+def _run_script(
+    conn: RespConnection, engine: Engine, args: list[bytes], numkeys: int, script: Script, ro: bool
+) -> None:
     client = _prepare(conn, script.flags, ro, eval_mode=True)
     if client is None:
         return
     keys, argv = args[3 : 3 + numkeys], args[3 + numkeys :]
-    engine = _engine(conn)
     protocol = conn.writer.version
     _running(conn, client, lambda: engine.run_script(script, keys, argv, client, protocol))
 
@@ -248,12 +274,13 @@ def _eval(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
         numkeys = _numkeys(conn, args)
         if numkeys is None:
             return
+        engine = _engine(conn)
         try:
-            script = _engine(conn).load_script(args[1])
+            script = engine.load_script(args[1])
         except ScriptError as exc:
             conn.error(str(exc))
             return
-        _run_script(conn, args, numkeys, script, ro)
+        _run_script(conn, engine, args, numkeys, script, ro)
 
     return handler
 
@@ -268,11 +295,12 @@ def _evalsha(ro: bool) -> Callable[[RespConnection, list[bytes]], None]:
         numkeys = _numkeys(conn, args)
         if numkeys is None:
             return
-        script = _engine(conn).scripts.get(sha.decode("latin-1").lower())
+        engine = _engine(conn)
+        script = engine.scripts.get(sha.decode("latin-1").lower())
         if script is None:
             conn.error(NOSCRIPT)
             return
-        _run_script(conn, args, numkeys, script, ro)
+        _run_script(conn, engine, args, numkeys, script, ro)
 
     return handler
 

@@ -99,6 +99,38 @@ CASES: list[tuple[str, list[str], bytes]] = [
         b"*4\r\n$2\r\nk1\r\n$2\r\nk2\r\n$2\r\na1\r\n:2\r\n",
     ),
     (
+        "only keys",
+        ["EVAL", "return {#KEYS, #ARGV, KEYS[2]}", "2", "k1", "k2"],
+        b"*3\r\n:2\r\n:0\r\n$2\r\nk2\r\n",
+    ),
+    (
+        "only argv",
+        ["EVAL", "return {#KEYS, #ARGV, ARGV[2]}", "0", "a1", "a2"],
+        b"*3\r\n:0\r\n:2\r\n$2\r\na2\r\n",
+    ),
+    (
+        "many keys and argv",
+        [
+            "EVAL",
+            "return {#KEYS, #ARGV, KEYS[#KEYS], ARGV[#ARGV], KEYS[#KEYS + 1], ARGV[#ARGV + 1]}",
+            "200",
+            *(f"k{n}" for n in range(200)),
+            *(f"a{n}" for n in range(56)),
+        ],
+        b"*4\r\n:200\r\n:56\r\n$4\r\nk199\r\n$3\r\na55\r\n",
+    ),
+    (
+        "more keys and argv",
+        [
+            "EVAL",
+            "return {#KEYS, #ARGV, KEYS[#KEYS], ARGV[#ARGV], KEYS[#KEYS + 1], ARGV[#ARGV + 1]}",
+            "300",
+            *(f"k{n}" for n in range(300)),
+            *(f"a{n}" for n in range(57)),
+        ],
+        b"*4\r\n:300\r\n:57\r\n$4\r\nk299\r\n$3\r\na56\r\n",
+    ),
+    (
         "first of many returns",
         ["EVAL", "return 1, 2", "0"],
         b":1\r\n",
@@ -827,6 +859,11 @@ CASES: list[tuple[str, list[str], bytes]] = [
         "fcall",
         ["FCALL", "myfunc", "1", "k", "a"],
         b"*2\r\n$1\r\nk\r\n$1\r\na\r\n",
+    ),
+    (
+        "fcall with many arguments",
+        ["FCALL", "myfunc", "300", *(f"k{n}" for n in range(300)), "a"],
+        b"*2\r\n$2\r\nk0\r\n$1\r\na\r\n",
     ),
     (
         "fcall missing",
