@@ -45,6 +45,7 @@ HOT_PATH = [
     "node/resp/blocking.py",
     "node/resp/transaction.py",
     "node/resp/connection.py",
+    "node/resp/in_order.py",
     "node/resp/monitor_lines.py",
     "node/resp/client_list.py",
     "node/data/notifications.py",

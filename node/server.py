@@ -409,12 +409,12 @@ class Server:
         while True:
             moved = trio.Event()
             conn.blocking.on_deadline = conn.on_awaiting = moved.set
-            if not conn.in_order and (conn.awaiting is None or conn.settling):
+            if not conn.in_order.count and (conn.awaiting is None or conn.settling):
                 with trio.move_on_at(min(tick, conn.blocking.deadline)):
                     await moved.wait()  # (work left while this was busy is done at once)
             if conn.awaiting is not None:
                 await self._settle(session, conn)
-            while conn.in_order:
+            while conn.in_order.count:
                 await conn.drain()
                 self.flusher.process(session, b"")  # (requests held at ``MAX_WAITING`` run on)
                 session.write_now()

@@ -202,7 +202,7 @@ class RespConnection(Connection):
             self.blocking.read is not None
             or self.verifying is not None
             or self.awaiting is not None
-            or len(self.in_order) >= MAX_WAITING
+            or self.in_order.count >= MAX_WAITING
         )
 
     @property
@@ -500,7 +500,7 @@ class RespConnection(Connection):
         in_order = self.in_order
         if in_order.holding is not None:
             in_order.holding += data
-        elif in_order:
+        elif in_order.count:
             in_order.add(data)
         else:
             super()._send(data)
@@ -560,7 +560,7 @@ class RespConnection(Connection):
         """Queue a delivery; False when it made the connection a slow consumer (closed)."""
         if self._running:
             self._held += data
-        elif self.in_order:
+        elif self.in_order.count:
             self.in_order.add(data)
         else:
             self.outbound += data

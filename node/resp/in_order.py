@@ -28,23 +28,24 @@ MAX_WAITING: Final = 1024
 class InOrder:
     """A connection's output that waits its turn (see the module docstring)."""
 
-    __slots__ = ("_queue", "holding")
+    __slots__ = ("_queue", "count", "holding")
 
     def __init__(self) -> None:
         self._queue: deque[tuple[Settle | None, bytes]] = deque()
+        self.count = 0
+        """Items waiting (a plain field: the connection reads it for every reply it sends)."""
         self.holding: bytearray | None = None
         """What the running command sent, while the replicated-keys path holds it."""
-
-    def __len__(self) -> int:
-        return len(self._queue)
 
     def defer(self, settle: Settle, reply: bytes) -> None:
         """``reply`` goes once ``settle`` answered (and what is before it went)."""
         self._queue.append((settle, reply))
+        self.count += 1
 
     def add(self, data: bytes) -> None:
         """``data`` goes once what is before it went."""
         self._queue.append((None, data))
+        self.count += 1
 
     async def drain(self, send: Callable[[bytes], None]) -> None:
         """Send every item, in order, each once settled; items added meanwhile too."""
@@ -54,4 +55,5 @@ class InOrder:
             if settle is not None:
                 data = await settle(data)
             queue.popleft()
+            self.count -= 1
             send(data)
