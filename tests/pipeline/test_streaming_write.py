@@ -164,23 +164,33 @@ def test_exactly_once_when_the_driver_is_killed(node: LiveNode, tmp_path: Path) 
     seed = int(os.environ.get("PUBMESH_KILL_SEED", time.time_ns() % 10**6))
     rng = random.Random(seed)
     r = client(node)
-    total = 800  # 8 micro-batches of 100
+    # 12 micro-batches of 100. A round moves the sink at most about three batches on (the goal, the
+    # batch that crosses it, one more while the kill waits), so three rounds always leave work undone.
+    total = 1200
     fill(r, "k-src", range(total))
     checkpoint, log = tmp_path / "checkpoint", tmp_path / "job.log"
     kills = []
     for _ in range(3):
         job = start_job(node, checkpoint, log)
         try:
-            # Entries reach the sink as a micro-batch commits: the kill lands at once (between the
-            # sink's commit and Spark's record of it) or up to a batch later (in the next one).
-            goal = r.xlen("k-sink") + rng.randint(1, 150)
+            # Entries reach the sink as a micro-batch commits. The kill lands at once (between the
+            # sink's commit and Spark's record of it) or within the next batch: the wait is a random
+            # part of the time the last batch took, so it scales with the machine's speed.
+            start = r.xlen("k-sink")
+            goal = start + rng.randint(1, 100)
             deadline = time.monotonic() + 120
-            while r.xlen("k-sink") < goal and job.poll() is None:
+            seen, changed, interval = start, time.monotonic(), 0.5
+            while seen < goal and job.poll() is None:
                 assert time.monotonic() < deadline, (
                     f"no progress (seed {seed}): {log.read_text()[-3000:]}"
                 )
                 time.sleep(0.02)
-            time.sleep(rng.choice([0, rng.uniform(0, 1.5)]))
+                now, count = time.monotonic(), r.xlen("k-sink")
+                if count != seen:
+                    if seen != start:
+                        interval = now - changed
+                    seen, changed = count, now
+            time.sleep(rng.choice([0, rng.uniform(0, interval)]))
             assert job.poll() is None, f"the job ended before its kill (seed {seed})"
             kills.append(r.xlen("k-sink"))
         finally:
