@@ -22,7 +22,10 @@ group's keys from the group's log before running anything on them (stop its side
 ``snapshot`` writes the group's keys (every account, every database, only keys whose slot the
 group holds) as the records the journal's rewrite writes for them (``node.data.store.snapshot``),
 and ``restore`` replaces the group's keys with a snapshot's. A leader's keys hold its pending
-changes too, so it snapshots only when none is pending (the group tries again later).
+changes too, so it snapshots only when none is pending: asked for one while some are, the machine
+is ``quieting`` until those are applied (its node holds new commands on the group's keys meanwhile,
+else writes that never stop would keep the leader's log from ever being compacted), and calls
+``quieted`` once the snapshot is taken or its keys are cleared.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import logging
 import random
 import struct
+from collections.abc import Callable
 
 from cluster.placement import hash_slot
 from node.data.keyspaces import Keyspaces
@@ -83,6 +87,10 @@ class KeyspaceMachine:
         """The keys hold a change made here that the log will not have (its proposal failed, or
         another leader's entries replaced it): they must be rebuilt (``clear``, then the log
         again), and nothing may run on them until then."""
+        self.quieting = False
+        """A snapshot is due and waits for the changes made here to be applied: the node runs
+        no new command on the group's keys until ``quieted`` is called."""
+        self.quieted: Callable[[], None] = lambda: None
 
     def holds(self, key: bytes) -> bool:
         return self.first <= hash_slot(key) < self.end
@@ -138,7 +146,10 @@ class KeyspaceMachine:
         """The group's keys as of the last entry applied; None while they also hold changes made
         here that are not applied as entries yet (a leader's pending writes) or never will be
         (``dirty``): a snapshot of those would make them part of the group's state."""
-        if self._local or self.dirty:
+        if self.dirty:
+            return None
+        if self._local:
+            self.quieting = True
             return None
         parts: list[bytes] = []
         for account, keyspace in self.keyspaces.accounts().items():
@@ -146,6 +157,7 @@ class KeyspaceMachine:
                 for key in [key for key in db.keys if self.holds(key)]:
                     parts.extend(key_records(account, index, db, key))
         parts.append(COMMIT)
+        self._quiet()
         return b"".join(parts)
 
     def restore(self, data: bytes) -> None:
@@ -157,10 +169,16 @@ class KeyspaceMachine:
         entries go with them, so their entries, if they commit, are carried out like any other."""
         self._local.clear()
         self.dirty = False
+        self._quiet()
         for keyspace in self.keyspaces.accounts().values():
             for db in keyspace.databases().values():
                 for key in [key for key in db.keys if self.holds(key)]:
                     db.delete(key)
+
+    def _quiet(self) -> None:
+        if self.quieting:
+            self.quieting = False
+            self.quieted()
 
     def _run(self, batch: bytes) -> None:
         reader = RecordReader()

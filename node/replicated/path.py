@@ -63,6 +63,11 @@ yet across nodes: ``WATCH`` of keys led elsewhere (a follower's watch sees chang
 there), client tracking and keyspace notifications of keys led elsewhere, RESP3 shapes of
 forwarded replies.
 
+**Snapshots.** A leader's keys hold its pending changes, so it snapshots a group only once none is
+pending (``KeyspaceMachine.quieting``); until then it holds new commands of that group, its own
+clients' and forwarded ones (``_snapshot_taken``, at most ``propose_timeout``), so that writes that
+never stop cannot keep its log from being compacted.
+
 **Expiry.** Only a group's leader removes its keys as expired, and only while a command of that
 group runs (a key the command meets past its time) or while it sweeps (``EXPIRY_SWEEP`` apart, the
 node's sweep over the keys of the groups it leads): each removal is recorded as a DEL, which goes in
@@ -165,6 +170,10 @@ class KeyRouter:
             group.name: KeyspaceMachine(node, keyspaces, executor, group.first, group.end)
             for group in layout.groups_of(node)
         }
+        self._quiet: dict[str, trio.Event] = {}
+        """Per group whose machine is ``quieting``: set once its snapshot is taken."""
+        for name, machine in self.machines.items():
+            machine.quieted = partial(self._quieted, name)
         self._ids = itertools.count(1)
         self._waiting: dict[int, trio.MemorySendChannel[bytes]] = {}
         self._rebuilds: trio.MemorySendChannel[str] | None = None
@@ -264,6 +273,9 @@ class KeyRouter:
             self._run_here(conn, group, slot)
             return False
         if self._leads(group):
+            if self.machines[group.name].quieting:
+                conn.awaiting = partial(self._after_snapshot, conn, group, list(args))
+                return True
             if command.writes:
                 self._run_here(conn, group, slot)
                 return False
@@ -386,6 +398,28 @@ class KeyRouter:
         else:
             conn.reject(command, CLUSTERDOWN)
 
+    async def _snapshot_taken(self, group: SlotGroup) -> None:
+        """Wait while the group's leader, this node, waits to snapshot (``KeyspaceMachine.
+        quieting``); after ``timeout`` (a change not committed by then rebuilds the keys anyway)
+        the wait is given up, for every command held."""
+        machine = self.machines[group.name]
+        if machine.quieting:
+            with trio.move_on_after(self.timeout):
+                await self._quiet.setdefault(group.name, trio.Event()).wait()
+                return
+            machine.quieting = False
+            self._quieted(group.name)
+
+    def _quieted(self, name: str) -> None:
+        event = self._quiet.pop(name, None)
+        if event is not None:
+            event.set()
+
+    async def _after_snapshot(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> None:
+        """Run a command held while the group's leader waited to snapshot."""
+        await self._snapshot_taken(group)
+        conn.execute(args)  # (routed again: this node may not lead the group any more)
+
     async def _barrier(self, group: SlotGroup) -> bool:
         """Whether a read of ``group``'s keys here is linearizable now (else: the cluster's error)."""
         local = self.replicas.groups.get(group.name)
@@ -496,6 +530,9 @@ class KeyRouter:
             while True:
                 to = self._leader(group)
                 if to == self.node:
+                    if self.machines[group.name].quieting:
+                        await self._snapshot_taken(group)
+                        continue
                     return await self._carry_out(group, account, db, args)
                 if to is not None and hops < _MOST_HOPS:
                     reply = await self._ask(to, KeysRequest(0, account, db, hops + 1, args), group)

@@ -133,6 +133,41 @@ def test_no_snapshot_holds_changes_not_committed() -> None:
     assert b"2-1" not in snap(leader)
 
 
+def quieting(replica: Replica) -> bool:
+    return replica.machine.quieting
+
+
+def test_a_snapshot_asked_for_while_writes_are_pending_quiets_the_leader_until_taken() -> None:
+    """Writes that never stop would keep a leader from ever finding a clean moment: asked for a
+    snapshot while some are pending, the machine is ``quieting`` (its node runs no new command on
+    the group's keys) until those are applied and the snapshot is taken, or the keys cleared."""
+    leader = Replica("a")
+    quieted: list[bool] = []
+    leader.machine.quieted = lambda: quieted.append(True)
+    first = leader.command(b"XADD", b"s", b"1-1", b"f", b"v")
+    second = leader.command(b"XADD", b"s", b"2-1", b"f", b"v")
+    assert leader.machine.snapshot() is None
+    assert quieting(leader)
+    assert not quieted
+    leader.machine.apply(first)
+    assert leader.machine.snapshot() is None  # (the second is still pending)
+    leader.machine.apply(second)
+    data = leader.machine.snapshot()
+    assert data is not None
+    assert b"2-1" in data
+    assert not quieting(leader)
+    assert quieted == [True]
+    leader.machine.snapshot()
+    assert quieted == [True]  # (once per quiet spell)
+
+    leader.command(b"XADD", b"s", b"3-1", b"f", b"v")
+    assert leader.machine.snapshot() is None
+    assert quieting(leader)
+    leader.machine.clear()  # (the keys are rebuilt: nothing is pending any more)
+    assert not quieting(leader)
+    assert quieted == [True, True]
+
+
 def test_a_failed_proposal_asks_for_a_rebuild() -> None:
     leader = Replica("a")
     leader.run("$G", 0, [b"SET", b"k", b"v"])

@@ -32,24 +32,28 @@ async def start_member(
     name: str,
     seed: NodeHandle | None,
     streams: tuple[StreamConfig, ...] = (),
+    replication: ReplicationConfig = RAFT,
 ) -> NodeHandle:
     config = Config(
         server_name=name,
         streams=streams,
         store_dir=str(tmp_path / name),
         cluster=ROUTES.evolve(seeds=(f"nats://127.0.0.1:{seed.cluster_port}",) if seed else ()),
-        replication=RAFT,
+        replication=replication,
         redis=RedisConfig(host="127.0.0.1", port=0, replicas=3),
     )
     return await start_node(nursery, config)
 
 
 async def start_nodes(
-    nursery: trio.Nursery, tmp_path: Path, streams: tuple[StreamConfig, ...] = ()
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    streams: tuple[StreamConfig, ...] = (),
+    replication: ReplicationConfig = RAFT,
 ) -> dict[str, NodeHandle]:
     nodes: dict[str, NodeHandle] = {}
     for name in NAMES:
-        nodes[name] = await start_member(nursery, tmp_path, name, nodes.get("a"), streams)
+        nodes[name] = await start_member(nursery, tmp_path, name, nodes.get("a"), streams, replication)
     return nodes
 
 
