@@ -25,9 +25,10 @@ Operations, in the order a link opens (see ``cluster.handshake``):
   empty list once it stops (lame duck mode), so its peers stop advertising it to their clients.
 * ``RAFT group message``: one Raft message for a replica group (``cluster.replication.wire`` says
   how a message is laid out and checked); routes only.
-* ``KEYS id account db hops [arg, ...]`` / ``KEYR id reply``: a Redis command forwarded to the
-  node that leads its keys' replica group, and that node's reply (``node.replicated.path``);
-  routes only. ``hops`` counts how often the request was passed on.
+* ``KEYS id account db hops [arg, ...] protocol`` / ``KEYR id reply``: a Redis command forwarded
+  to the node that leads its keys' replica group, and that node's reply (in RESP ``protocol``, the
+  client's: 2 or 3) (``node.replicated.path``); routes only. ``hops`` counts how often the request
+  was passed on.
 * ``ERR text``: why the sender is about to close.
 """
 
@@ -244,6 +245,8 @@ class KeysRequest:
     db: int
     hops: int
     args: list[bytes]
+    protocol: int = 2
+    """The RESP version the reply is wanted in (the client's)."""
 
 
 @attrs.define(slots=True)
@@ -298,7 +301,7 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, RaftFrame):
         return _pack(["RAFT", frame.group, wire.pack(frame.message)])
     if isinstance(frame, KeysRequest):
-        return _pack(["KEYS", frame.id, frame.account, frame.db, frame.hops, frame.args])
+        return _pack(["KEYS", frame.id, frame.account, frame.db, frame.hops, frame.args, frame.protocol])
     if isinstance(frame, KeysReply):
         return _pack(["KEYR", frame.id, frame.reply])
     return _pack(["ERR", frame.text])
@@ -481,13 +484,14 @@ def _decode(obj: Any) -> Frame:
         return ClientUrls(_client_urls(obj[1]))
     if op == "RAFT" and n == 3:
         return RaftFrame(wire.check_group(obj[1]), wire.unpack(obj[2]))
-    if op == "KEYS" and n == 6:
+    if op == "KEYS" and n == 7:
         args = [_bytes(arg) for arg in _list(obj[5])]
         if not args:
             raise LinkError("a forwarded command without arguments")
         return KeysRequest(
-            _int(obj[1], 0, 1 << 63), _str(obj[2]), _int(obj[3], 0, 255), _int(obj[4], 0, 8), args
-        )
+            _int(obj[1], 0, 1 << 63), _str(obj[2]), _int(obj[3], 0, 255), _int(obj[4], 0, 8), args,
+            _int(obj[6], 2, 3),
+        )  # fmt: skip
     if op == "KEYR" and n == 3:
         return KeysReply(_int(obj[1], 0, 1 << 63), _bytes(obj[2]))
     if op == "ERR" and n == 2:

@@ -42,7 +42,8 @@ __all__ = [
 
 AGAIN = b"\x00"
 _READS = frozenset([b"xread", b"xreadgroup"])
-_NULL = b"*-1\r\n"
+_NULLS = (b"*-1\r\n", b"_\r\n")
+"""A read that served nothing, in RESP2 and RESP3."""
 
 
 def block_at(args: list[bytes]) -> int:
@@ -106,7 +107,7 @@ def carry_out_request(
 
 def again(args: list[bytes], reply: bytes) -> bytes:
     """The probe's answer: ``reply`` if it served the read, else ``AGAIN`` with ``args``."""
-    if reply != _NULL:
+    if reply not in _NULLS:
         return reply
     return AGAIN + b"".join(b"%d\n%s" % (len(arg), arg) for arg in args)
 

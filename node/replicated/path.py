@@ -37,10 +37,11 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   group this node holds a replica of runs at once on that replica, as it is (possibly stale, as on
   a Redis Cluster replica); other commands go as below. ``READWRITE`` undoes it.
 * **another node leads it** (or this node holds no replica of it): the command travels to the
-  group's leader in a ``KEYS`` frame over routes (to a voter, when this node does not know the
-  leader, which passes it on), the leader runs it (as a client of the command's account and
-  database would, in RESP2; a read once its read barrier passed) and proposes it alike, and its
-  reply comes back in a ``KEYR`` frame and is relayed as it is. EXEC travels as one request that
+  group's leader in a ``KEYS`` frame over routes (``node.replicated.asking``; to a voter, when
+  this node does not know the leader, which passes it on), the leader runs it (as a client of the
+  command's account and database would, in the client's RESP version; a read once its read
+  barrier passed) and proposes it alike, and its reply comes back in a ``KEYR`` frame and is
+  relayed as it is. EXEC travels as one request that
   carries its queued commands, which the leader runs as one transaction and commits as one entry
   (``node.replicated.forwarded``); one that would abort anyway is answered here, and one of a
   connection that WATCHes keys is refused (``WATCH_ELSEWHERE``, as EXECABORT): this node cannot
@@ -60,13 +61,10 @@ that changed nothing but ran after a change made here that is not committed yet 
 it) is answered only once that change is committed, or with the cluster's error if it is not
 (``_settled``): nothing a client is told rests on a write that may be taken back. Not carried
 yet across nodes: ``WATCH`` of keys led elsewhere (a follower's watch sees changes once applied
-there), client tracking and keyspace notifications of keys led elsewhere, RESP3 shapes of
-forwarded replies.
+there), client tracking and keyspace notifications of keys led elsewhere.
 
-**Snapshots.** A leader's keys hold its pending changes, so it snapshots a group only once none is
-pending (``KeyspaceMachine.quieting``); until then it holds new commands of that group, its own
-clients' and forwarded ones (``_snapshot_taken``, at most ``propose_timeout``), so that writes that
-never stop cannot keep its log from being compacted.
+**Snapshots.** While a group's leader waits to snapshot, new commands of the group wait too
+(``node.replicated.quiet``).
 
 **Expiry.** Only a group's leader removes its keys as expired, and only while a command of that
 group runs (a key the command meets past its time) or while it sweeps (``EXPIRY_SWEEP`` apart, the
@@ -80,12 +78,13 @@ restarted there, an increment from zero) and the replicas would part ways.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Protocol
 
+import attrs
 import trio
 
 from cluster.frames import KeysReply, KeysRequest
@@ -94,7 +93,8 @@ from cluster.replication.group import Group, GroupProposal, GroupSpec, ProposalE
 from cluster.replication.replicas import Replicas
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
-from node.data.store.replay import Executor
+from node.data.store.replay import Execute
+from node.replicated.asking import Asking, Send
 from node.replicated.blocking import answer_or_wait, block_at, carry_out_request
 from node.replicated.capture import Capture
 from node.replicated.forwarded import (
@@ -104,6 +104,7 @@ from node.replicated.forwarded import (
     request_keys,
 )
 from node.replicated.machine import KeyspaceMachine
+from node.replicated.quiet import Quiet
 from node.replicated.topology import ClusterView
 from node.resp.commands.introspection import command_keys
 from node.resp.connection import RespConnection
@@ -124,7 +125,14 @@ _BLOCKING = frozenset([b"xread", b"xreadgroup"])
 EXPIRY_SWEEP = 0.1
 """Seconds between two sweeps for expired keys of the groups a node leads."""
 
-Send = Callable[[str, KeysRequest | KeysReply], bool]
+
+class Executors(Protocol):
+    """Makes an ``Execute`` on the node's accounts, in ``keyspaces``, answering in RESP
+    ``protocol`` (``CommandExecutor`` bound to the node's broker)."""
+
+    def __call__(self, keyspaces: Keyspaces, *, protocol: int = 2) -> Execute: ...
+
+
 Answer = Callable[[bytes], Awaitable[bytes]]
 """A submitted change's outcome: given its reply, that reply once committed, else the error."""
 
@@ -147,7 +155,7 @@ class KeyRouter:
         layout: Layout,
         replicas: Replicas,
         keyspaces: Keyspaces,
-        executor: Executor,
+        executor: Executors,
         send: Send,
     ) -> None:
         self.node = node
@@ -164,18 +172,16 @@ class KeyRouter:
         """The slot the running command's script keeps to (its declared keys', or the first it
         reached)."""
         self._execute = executor(keyspaces)
+        self._execute3 = executor(keyspaces, protocol=3)
+        """(Forwarded commands of RESP3 clients: answered in RESP3.)"""
         self._send = send
         self.timeout = replicas.config.propose_timeout
         self.machines = {
             group.name: KeyspaceMachine(node, keyspaces, executor, group.first, group.end)
             for group in layout.groups_of(node)
         }
-        self._quiet: dict[str, trio.Event] = {}
-        """Per group whose machine is ``quieting``: set once its snapshot is taken."""
-        for name, machine in self.machines.items():
-            machine.quieted = partial(self._quieted, name)
-        self._ids = itertools.count(1)
-        self._waiting: dict[int, trio.MemorySendChannel[bytes]] = {}
+        self._quiet = Quiet(self.machines, self.timeout)
+        self._asking = Asking(send, replicas.config.tick)
         self._rebuilds: trio.MemorySendChannel[str] | None = None
         self._rebuilding: set[str] = set()
         """Groups whose rebuild is asked for and has not cleared their keys yet."""
@@ -273,7 +279,7 @@ class KeyRouter:
             self._run_here(conn, group, slot)
             return False
         if self._leads(group):
-            if self.machines[group.name].quieting:
+            if self._quiet.holds(group.name):
                 conn.awaiting = partial(self._after_snapshot, conn, group, list(args))
                 return True
             if command.writes:
@@ -398,26 +404,9 @@ class KeyRouter:
         else:
             conn.reject(command, CLUSTERDOWN)
 
-    async def _snapshot_taken(self, group: SlotGroup) -> None:
-        """Wait while the group's leader, this node, waits to snapshot (``KeyspaceMachine.
-        quieting``); after ``timeout`` (a change not committed by then rebuilds the keys anyway)
-        the wait is given up, for every command held."""
-        machine = self.machines[group.name]
-        if machine.quieting:
-            with trio.move_on_after(self.timeout):
-                await self._quiet.setdefault(group.name, trio.Event()).wait()
-                return
-            machine.quieting = False
-            self._quieted(group.name)
-
-    def _quieted(self, name: str) -> None:
-        event = self._quiet.pop(name, None)
-        if event is not None:
-            event.set()
-
     async def _after_snapshot(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> None:
         """Run a command held while the group's leader waited to snapshot."""
-        await self._snapshot_taken(group)
+        await self._quiet.wait(group.name)
         conn.execute(args)  # (routed again: this node may not lead the group any more)
 
     async def _barrier(self, group: SlotGroup) -> bool:
@@ -437,7 +426,8 @@ class KeyRouter:
     ) -> None:
         """Relay the leader's reply; to a read that may block (until ``deadline``, -1: its own
         timeout), answer or wait (``node.replicated.blocking``)."""
-        reply = await self._forward(group, conn.account.name, conn.db, args, 0)
+        request = KeysRequest(0, conn.account.name, conn.db, 0, args, conn.writer.version)
+        reply = await self._forward(group, request)
         if deadline is not None:
             answer_or_wait(conn, reply, deadline)
         elif reply:
@@ -520,9 +510,7 @@ class KeyRouter:
 
     # -- forwarding ------------------------------------------------------------------------------
 
-    async def _forward(
-        self, group: SlotGroup, account: str, db: int, args: list[bytes], hops: int
-    ) -> bytes:
+    async def _forward(self, group: SlotGroup, request: KeysRequest) -> bytes:
         """Have the group's leader carry out the command; its reply (or the cluster's error, once
         no leader answered within an election and a proposal's time)."""
         config = self.replicas.config
@@ -530,37 +518,18 @@ class KeyRouter:
             while True:
                 to = self._leader(group)
                 if to == self.node:
-                    if self.machines[group.name].quieting:
-                        await self._snapshot_taken(group)
+                    if self._quiet.holds(group.name):
+                        await self._quiet.wait(group.name)
                         continue
-                    return await self._carry_out(group, account, db, args)
-                if to is not None and hops < _MOST_HOPS:
-                    reply = await self._ask(to, KeysRequest(0, account, db, hops + 1, args), group)
+                    return await self._carry_out(group, request)
+                if to is not None and request.hops < _MOST_HOPS:
+                    passed = attrs.evolve(request, hops=request.hops + 1)
+                    gone = partial(self._led_elsewhere, group, to)
+                    reply = await self._asking.ask(to, passed, gone)
                     if reply is not None:
                         return reply
                 await trio.sleep(config.tick)
         return error(CLUSTERDOWN)
-
-    async def _ask(self, to: str, request: KeysRequest, group: SlotGroup) -> bytes | None:
-        """Send ``request`` to ``to`` and wait for its reply (None: no route to it). Sent once
-        only: a request that may have run is never sent again. If this node, holding a replica
-        of ``group``, learns meanwhile that another node leads it (``to`` died, or was cut off),
-        the answer is the cluster's error at once, not after the whole wait: the request may
-        have run, so it is not sent again, but the client may send its next one to the new
-        leader."""
-        request.id = next(self._ids)
-        send, receive = trio.open_memory_channel[bytes](1)
-        self._waiting[request.id] = send
-        try:
-            if not self._send(to, request):
-                return None
-            while True:
-                with trio.move_on_after(self.replicas.config.tick):
-                    return await receive.receive()
-                if self._led_elsewhere(group, to):
-                    return error(CLUSTERDOWN)
-        finally:
-            self._waiting.pop(request.id, None)
 
     def _led_elsewhere(self, group: SlotGroup, than: str) -> bool:
         """Whether this node's replica of ``group`` knows a leader other than ``than``."""
@@ -583,9 +552,10 @@ class KeyRouter:
             return None if status.leader == self.node else status.leader
         return None if self.node in group.voters else group.voters[0]
 
-    async def _carry_out(self, group: SlotGroup, account: str, db: int, args: list[bytes]) -> bytes:
+    async def _carry_out(self, group: SlotGroup, request: KeysRequest) -> bytes:
         """Run a forwarded command here, the group's leader, once linearizable if it reads only,
         and commit what it changed."""
+        args = request.args
         command = find_command(args)
         if not (command is None or command.writes) and not await self._barrier(group):
             return error(CLUSTERDOWN)
@@ -595,7 +565,8 @@ class KeyRouter:
         slots = {hash_slot(key) for key in request_keys(args)}
         self._script_slot = slots.pop() if len(slots) == 1 else None
         try:
-            reply = carry_out_request(self._execute, self.keyspaces, account, db, args)
+            execute = self._execute3 if request.protocol == 3 else self._execute
+            reply = carry_out_request(execute, self.keyspaces, request.account, request.db, args)
         finally:
             self._inside = False
             self._serving, self._script_slot = frozenset(), None
@@ -609,9 +580,7 @@ class KeyRouter:
     def receive(self, peer: str, frame: KeysRequest | KeysReply) -> None:
         """A KEYS or KEYR frame from the route peer ``peer``."""
         if isinstance(frame, KeysReply):
-            waiting = self._waiting.pop(frame.id, None)
-            if waiting is not None:
-                waiting.send_nowait(frame.reply)
+            self._asking.answered(frame)
             return
         if self._nursery is not None:
             self._nursery.start_soon(self._serve, peer, frame)
@@ -622,7 +591,7 @@ class KeyRouter:
             reply = error(CROSSSLOT)
         else:
             group = self.layout.group_of_slot(slots.pop() if slots else 0)
-            reply = await self._forward(group, request.account, request.db, request.args, request.hops)
+            reply = await self._forward(group, request)
         self._send(peer, KeysReply(request.id, reply))
 
 

@@ -19,6 +19,7 @@ from node.data.store import CommandRefused
 from node.resp.commands.table import COMMANDS
 from node.resp.connection import RespConnection
 from node.resp.dispatch import CommandTable
+from node.resp.writer import RESP2, RESP3
 
 __all__ = ["CommandExecutor"]
 
@@ -27,11 +28,18 @@ class CommandExecutor:
     """Runs commands on ``broker``'s accounts, in ``keyspaces``."""
 
     def __init__(
-        self, broker: Broker, keyspaces: Keyspaces, commands: CommandTable[RespConnection] = COMMANDS
+        self,
+        broker: Broker,
+        keyspaces: Keyspaces,
+        commands: CommandTable[RespConnection] = COMMANDS,
+        *,
+        protocol: int = 2,
     ) -> None:
         self._broker = broker
         self._keyspaces = keyspaces
         self._conn = RespConnection(broker, 0, commands)
+        self._conn.writer = RESP3 if protocol == 3 else RESP2
+        """(Replies in RESP ``protocol``: 2, as the journal's replay reads them, or 3.)"""
         self._users: dict[str, UserConfig] = {}
 
     def __call__(self, account: str, db: int, args: list[bytes]) -> bytes:

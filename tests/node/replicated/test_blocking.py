@@ -61,12 +61,12 @@ def test_any_answer_unpacks_to_a_read_or_none(data: bytes) -> None:
         assert block_at(args) > 0
 
 
-async def call2(handle: NodeHandle, *args: object) -> object:
-    """A command's reply to a RESP2 client (forwarded replies keep RESP2's shapes)."""
+async def call2(handle: NodeHandle, *args: object, protocol: int = 2) -> object:
+    """A command's reply to a RESP2 (or RESP3) client."""
 
     def run() -> object:
         port = handle.redis_port or 0
-        with redis.Redis(host="127.0.0.1", port=port, socket_timeout=20, protocol=2) as c:
+        with redis.Redis(host="127.0.0.1", port=port, socket_timeout=20, protocol=protocol) as c:
             return c.execute_command(*args)
 
     return await trio.to_thread.run_sync(run)
@@ -100,19 +100,28 @@ async def test_a_blocked_read_of_keys_led_elsewhere_is_served_by_a_later_write(
     # "$" is what the stream ends at on the leader: the entry already there is not served.
     got: list[object] = []
 
-    async def read(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def read(protocol: int, task_status: trio.TaskStatus[None]) -> None:
         task_status.started()
-        got.append(await call2(reader, "XREAD", "BLOCK", "0", "STREAMS", key, "$"))
+        args = ("XREAD", "BLOCK", "0", "STREAMS", key, "$")
+        got.append(await call2(reader, *args, protocol=protocol))
 
     with trio.fail_after(20):
         async with trio.open_nursery() as readers:
-            await readers.start(read)
+            await readers.start(read, 2)
             await until(lambda: blocked(reader) == 1)
             await call(nodes[leader], "SET", b"{%s}other" % key, "x")  # (no entry: it waits on)
             added = await call(writer, "XADD", key, "*", "n", "new")
     assert got == [[[key, [(added, {b"n": b"new"})]]]]
     assert blocked(reader) == 0
     assert blocked(nodes[leader]) == 0
+
+    # A RESP3 client's read, served the same way, has RESP3's shape (a map by stream).
+    with trio.fail_after(20):
+        async with trio.open_nursery() as readers:
+            await readers.start(read, 3)
+            await until(lambda: blocked(reader) == 1)
+            again = await call(writer, "XADD", key, "*", "n", "again")
+    assert got[1] == {key: [[(again, {b"n": b"again"})]]}
 
     # Timed out, it answers as redis-server does (RESP2's null array).
     port = reader.redis_port or 0

@@ -129,3 +129,43 @@ async def test_a_transaction_led_elsewhere_runs_on_the_leader_as_one(
     assert await trio.to_thread.run_sync(session, port, watched) == (
         b"+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n$1\r\n2\r\n$1\r\n2\r\n"
     )
+
+
+HELLO = b"$9\r\n__hello__\r\n"
+
+
+def resp3_session(port: int, commands: list[list[bytes]]) -> bytes:
+    """``session`` on a connection switched to RESP3 first (HELLO's own reply left out)."""
+    got = session(port, [[b"HELLO", b"3"], [b"ECHO", b"__hello__"], *commands])
+    return got[got.index(HELLO) + len(HELLO) :]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_a_resp3_client_gets_resp3_replies_from_the_leader(
+    nursery: trio.Nursery, tmp_path: Path, reference: int
+) -> None:
+    """A command forwarded for a RESP3 connection runs in RESP3 on the leader (maps, nulls,
+    transactions and a blocking read's timeout alike), as redis-server answers it."""
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    tag = key_led_by(nodes, leader, led)
+    other = next(name for name in NAMES if name != leader)
+    s, missing = b"{%s}s" % tag, b"{%s}missing" % tag
+    commands = [
+        [b"GET", missing],
+        [b"XADD", s, b"1-1", b"f", b"v"],
+        [b"XREAD", b"COUNT", b"10", b"STREAMS", s, b"0"],
+        [b"XREAD", b"COUNT", b"10", b"STREAMS", missing, b"0"],
+        [b"MULTI"],
+        [b"XRANGE", s, b"-", b"+"],
+        [b"GET", missing],
+        [b"XREAD", b"STREAMS", s, b"0"],
+        [b"EXEC"],
+        [b"XREAD", b"BLOCK", b"50", b"STREAMS", s, b"$"],
+    ]
+    expected = await trio.to_thread.run_sync(resp3_session, reference, commands)
+    assert expected.startswith(b"_\r\n$3\r\n1-1\r\n%1\r\n")
+    got = await trio.to_thread.run_sync(resp3_session, nodes[other].redis_port or 0, commands)
+    assert got == expected
