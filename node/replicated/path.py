@@ -59,9 +59,11 @@ CLUSTER SLOTS and the other subcommands that describe the placement are answered
 Reads are linearizable: they see every write acknowledged before they were sent, and a command
 that changed nothing but ran after a change made here that is not committed yet (it may have seen
 it) is answered only once that change is committed, or with the cluster's error if it is not
-(``_settled``): nothing a client is told rests on a write that may be taken back. Not carried
-yet across nodes: ``WATCH`` of keys led elsewhere (a follower's watch sees changes once applied
-there), client tracking and keyspace notifications of keys led elsewhere.
+(``_settled``): nothing a client is told rests on a write that may be taken back. Keyspace
+notifications are published by the leader alone (followers apply changes silently) and reach
+subscribers on any node as any message does; a tracking client's reads carried elsewhere are
+remembered on its own node, which invalidates them as it applies the changes. Not carried yet
+across nodes: ``WATCH`` of keys led elsewhere (a follower's watch sees changes once applied there).
 
 **Snapshots.** While a group's leader waits to snapshot, new commands of the group wait too
 (``node.replicated.quiet``).

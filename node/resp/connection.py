@@ -341,8 +341,12 @@ class RespConnection(Connection):
             self.last_command = command.name
             self._request = args
             router = self.broker.key_router if top.on_keys else None  # (node.replicated.path)
-            if router is not None and router.route(self, command, args):
-                return
+            if router is not None:
+                queued = transaction.queued
+                if router.route(self, command, args):
+                    if self.tracking is not None:
+                        self._remember_carried(args, queued if command.key == b"exec" else None)
+                    return
             tracker = self.broker.keyspaces.tracker
             if tracker is None:
                 self._call(command, args)
@@ -448,6 +452,15 @@ class RespConnection(Connection):
             caller = tracker.current
             if caller is not None and caller.tracking is not None:
                 tracker.remember(caller, command.key, args)
+
+    def _remember_carried(self, args: list[bytes], queued: list[list[bytes]] | None) -> None:
+        """A request (or the transaction ``queued``) carried to the node that leads its keys
+        reads them there: they are remembered here, where this client's invalidations come from
+        (its node applies every change of the keys' group)."""
+        tracker = self.broker.keyspaces.tracker
+        if isinstance(tracker, Tracker):
+            for request in queued if queued is not None else [args]:
+                tracker.remember(self, request[0].lower(), request)
 
     def _refuse_on_oom(self, command: Command[RespConnection], oom: str) -> bool:
         """Past ``maxmemory``: whether ``command`` is refused, as redis-server refuses it (one that
