@@ -582,7 +582,7 @@ class RespConnection(Connection):
                 self._wake()
         self.out_msgs += 1
         self.out_bytes += size
-        pending = len(self.outbound) + self._writing + len(self._held)
+        pending = len(self.outbound) + self._writing + len(self._held) + self.in_order.held_bytes
         if pending > self.stall_at:
             if self._congested(pending, self.hard_limit):
                 return False
@@ -741,7 +741,7 @@ class RespConnection(Connection):
         """The output-limit timer fired: close a subscriber that stayed above the soft limit."""
         if self.closing is not None:
             return
-        if self.pending_bytes <= self.stall_at:
+        if self.pending_bytes + self.in_order.held_bytes <= self.stall_at:
             self._over_soft_since = -1.0
         elif self._over_soft_since < 0:
             self._over_soft_since = self._clock()

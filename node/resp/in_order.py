@@ -28,12 +28,14 @@ MAX_WAITING: Final = 1024
 class InOrder:
     """A connection's output that waits its turn (see the module docstring)."""
 
-    __slots__ = ("_queue", "count", "holding")
+    __slots__ = ("_queue", "count", "held_bytes", "holding")
 
     def __init__(self) -> None:
         self._queue: deque[tuple[Settle | None, bytes]] = deque()
         self.count = 0
         """Items waiting (a plain field: the connection reads it for every reply it sends)."""
+        self.held_bytes = 0
+        """Bytes waiting (they count toward the connection's output limits)."""
         self.holding: bytearray | None = None
         """What the running command sent, while the replicated-keys path holds it."""
 
@@ -41,19 +43,23 @@ class InOrder:
         """``reply`` goes once ``settle`` answered (and what is before it went)."""
         self._queue.append((settle, reply))
         self.count += 1
+        self.held_bytes += len(reply)
 
     def add(self, data: bytes) -> None:
         """``data`` goes once what is before it went."""
         self._queue.append((None, data))
         self.count += 1
+        self.held_bytes += len(data)
 
     async def drain(self, send: Callable[[bytes], None]) -> None:
         """Send every item, in order, each once settled; items added meanwhile too."""
         queue = self._queue
         while queue:
             settle, data = queue[0]
+            size = len(data)
             if settle is not None:
                 data = await settle(data)
             queue.popleft()
             self.count -= 1
+            self.held_bytes -= size
             send(data)

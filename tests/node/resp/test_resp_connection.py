@@ -270,6 +270,32 @@ def test_slow_subscriber_is_cut_off_alone() -> None:
     assert pub.send("PING") == b"+PONG\r\n"
 
 
+def test_output_waiting_behind_an_uncommitted_reply_counts_toward_the_limits() -> None:
+    """A reply that waits for its commit (replicated keys) holds back what follows it, messages
+    included: those bytes count toward the output limits, so a subscriber cannot pile them up."""
+    broker = Broker(Config())
+    now = [0.0]
+    limits = RedisConfig(hard_limit=10_000, soft_limit=1_000, soft_seconds=5)
+    hard, soft = (Peer(broker, limits=limits, clock=lambda: now[0]) for _ in range(2))
+    pub = Peer(broker)
+
+    async def never(reply: bytes) -> bytes:  # (a commit that has not come)
+        raise AssertionError("not awaited here")
+
+    for peer in (hard, soft):
+        peer.send("HELLO", "3")
+        peer.send("SUBSCRIBE", "c")
+        peer.conn.reply_later(never, b"+OK\r\n")
+    pub.send("PUBLISH", "c", "x" * 2000)  # (above the soft limit: a clock starts)
+    assert soft.conn.in_order.held_bytes > 2000
+    now[0] = 5.5
+    soft.conn.limits_due()
+    assert soft.conn.closing == "Slow Consumer (Pending Bytes)"
+    for _ in range(5):
+        pub.send("PUBLISH", "c", "x" * 2000)
+    assert hard.conn.closing == "Slow Consumer (Pending Bytes)"
+
+
 def test_introspection_commands_answer(broker: Broker) -> None:
     peer = Peer(broker)
     assert peer.send("CLIENT", "ID") == b":%d\r\n" % peer.conn.cid
