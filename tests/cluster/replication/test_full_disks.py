@@ -27,11 +27,10 @@ from tests.cluster.replication.jepsen import (
     Writer,
     keys_by_group,
     leaders,
-    replica_state,
     settled,
     wait,
 )
-from tests.cluster.replication.test_jepsen import check_counters, check_streams, read_through
+from tests.cluster.replication.test_jepsen import check_outcome, read_through
 from tests.node.data.test_store_full_disk import fill, tmpfs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
@@ -126,21 +125,4 @@ def test_acknowledged_writes_survive_disks_that_fill_and_empty(tmp_path: Path) -
             codes = {node.name: node.stop() for node in nodes if node.process is not None}
         assert all(code == 0 for code in codes.values()), codes
 
-        replicas = {
-            node.name: {g.name: replica_state(node.store, g, streams, counters) for g in plan.groups}
-            for node in nodes
-        }
-    reference = replicas[NAMES[0]]
-    for name, states in replicas.items():
-        for group in groups:
-            mine, theirs = states[group], reference[group]
-            assert (mine.streams, mine.counters) == (theirs.streams, theirs.counters), (name, group)
-        assert answers[name] == answers[NAMES[0]], name
-        log = (tmp_path / f"{name}.log").read_text()
-        assert "[FTL]" not in log, name
-        assert "state machine failed" not in log, name
-    final = {key: s for g in groups for key, s in reference[g].streams.items()}
-    values = {key: v for g in groups for key, v in reference[g].counters.items()}
-    check_streams(ops, streams, final)
-    check_counters(ops, counters, values)
-    assert answers[NAMES[0]] == (final, values)
+        check_outcome(nodes, plan, (streams, counters), ops, answers)

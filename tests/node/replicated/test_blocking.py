@@ -17,10 +17,9 @@ from node.replicated.blocking import AGAIN, again, block_at, unblocked, unpack_a
 from node.run.launch import NodeHandle
 from tests.node.replicated.test_path import (
     NAMES,
+    a_led_key,
     blocked,
     call,
-    key_led_by,
-    leaders,
     pending,
     start_nodes,
     stop,
@@ -87,9 +86,7 @@ async def test_a_blocked_read_of_keys_led_elsewhere_is_served_by_a_later_write(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     reader, writer = (nodes[name] for name in NAMES if name != leader)
     old = await call(nodes[leader], "XADD", key, "*", "n", "old")
     await until(lambda: isinstance(old, bytes))
@@ -138,9 +135,7 @@ async def test_a_blocked_group_read_led_elsewhere_is_delivered_once_committed(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     reader, writer = (nodes[name] for name in NAMES if name != leader)
     assert await call(writer, "XGROUP", "CREATE", key, "g", "$", "MKSTREAM") == b"OK"
     got: list[object] = []
@@ -177,9 +172,7 @@ async def test_a_blocked_read_outlives_the_leader_and_is_served_by_the_next(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     reader, writer = (nodes[name] for name in NAMES if name != leader)
     assert isinstance(await call(writer, "XADD", key, "*", "n", "0"), bytes)
     got: list[object] = []

@@ -14,8 +14,7 @@ import trio
 
 from node.config.options import RedisConfig
 from tests.node.replicated import test_path
-from tests.node.replicated.test_path import NAMES, key_led_by, leaders, start_nodes
-from tests.support import until
+from tests.node.replicated.test_path import NAMES, a_led_key, start_nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -35,9 +34,7 @@ async def test_keyspace_events_reach_subscribers_on_every_node_once(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     other = next(name for name in NAMES if name != leader)
 
     def run() -> dict[str, list[tuple[bytes, bytes]]]:
@@ -84,9 +81,7 @@ async def test_a_cached_key_led_elsewhere_is_invalidated_when_it_changes(
     transaction) goes to the leader, the key is remembered here, and the write (made through
     another node) invalidates it as this node applies it."""
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     reader, writer = (name for name in NAMES if name != leader)
 
     queued = b"{%s}queued" % key  # (in the same slot)

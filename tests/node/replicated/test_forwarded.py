@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from node.replicated.forwarded import pack_transaction, unpack_transaction
 from node.replicated.path import WATCH_ELSEWHERE
 from pipeline.local import redis_server
-from tests.node.replicated.test_path import NAMES, held, key_led_by, leaders, start_nodes
+from tests.node.replicated.test_path import NAMES, a_led_key, held, start_nodes
 from tests.support import until
 
 END = b"$7\r\n__end__\r\n"
@@ -104,9 +104,7 @@ async def test_a_transaction_led_elsewhere_runs_on_the_leader_as_one(
     nursery: trio.Nursery, tmp_path: Path, reference: int
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    tag = key_led_by(nodes, leader, led)
+    leader, tag = await a_led_key(nodes)
     other = next(name for name in NAMES if name != leader)
     commands = script(tag)
     expected = await trio.to_thread.run_sync(session, reference, commands)
@@ -148,9 +146,7 @@ async def test_a_resp3_client_gets_resp3_replies_from_the_leader(
     """A command forwarded for a RESP3 connection runs in RESP3 on the leader (maps, nulls,
     transactions and a blocking read's timeout alike), as redis-server answers it."""
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    tag = key_led_by(nodes, leader, led)
+    leader, tag = await a_led_key(nodes)
     other = next(name for name in NAMES if name != leader)
     s, missing = b"{%s}s" % tag, b"{%s}missing" % tag
     commands = [

@@ -85,6 +85,13 @@ def key_led_by(nodes: dict[str, NodeHandle], leader: str, led: dict[str, str]) -
     raise AssertionError("no group led by " + leader)
 
 
+async def a_led_key(nodes: dict[str, NodeHandle]) -> tuple[str, bytes]:
+    """Once every group has a leader: one leader, and a key of a group it leads."""
+    led = await until(lambda: leaders(nodes))
+    leader = next(iter(led.values()))
+    return leader, key_led_by(nodes, leader, led)
+
+
 def entries(handle: NodeHandle, key: bytes) -> list[int]:
     """The IDs of stream ``key`` in this node's own replica."""
     stream = handle.node.server.broker.keyspaces.database("$G", 0).keys.get(key)
@@ -160,9 +167,7 @@ async def test_a_restarted_replica_catches_up_from_its_log_and_the_leader(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     follower = next(name for name in NAMES if name != leader)
     other = next(name for name in NAMES if name not in (leader, follower))
     acked = [await call(nodes[other], "XADD", key, "*", "n", str(n)) for n in range(3)]
@@ -180,9 +185,7 @@ async def test_without_a_majority_a_write_is_refused_and_taken_back(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     acked = await call(nodes[leader], "XADD", key, "*", "n", "0")
     for name in NAMES:
         if name != leader:
@@ -205,9 +208,7 @@ async def test_keys_expire_where_the_leader_logs_it_so_replicas_never_part_ways(
     right after (the leader finds it expired), every replica ends with the same new value and no
     group stops; one nobody touches goes from every replica by the leader's sweep."""
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    tag = key_led_by(nodes, leader, led)
+    leader, tag = await a_led_key(nodes)
     keys = [b"{%s}:%d" % (tag, n) for n in range(12)]
     for key in keys:
         assert await call(nodes[leader], "SET", key, "old", "PX", "30") is True
@@ -288,9 +289,7 @@ async def test_a_blocked_group_read_served_by_a_write_is_answered_once_committed
     consumer, a change the group commits too: the XADD often comes while that commit is under
     way, and the delivery's commit must then be awaited after it."""
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     assert await call(nodes[leader], "XGROUP", "CREATE", key, "g", "$", "MKSTREAM") == b"OK"
     read = ["XREADGROUP", "GROUP", "g", "c1", "BLOCK", "5000", "STREAMS", key, ">"]
     got: list[object] = []

@@ -17,7 +17,14 @@ from cluster.replication.replicas import SendFrame
 from node.replicated.path import CLUSTERDOWN
 from node.resp.connection import RespConnection
 from node.run.launch import NodeHandle
-from tests.node.replicated.test_path import NAMES, call, client, key_led_by, leaders, raw, start_nodes
+from tests.node.replicated.test_path import (
+    NAMES,
+    a_led_key,
+    call,
+    client,
+    raw,
+    start_nodes,
+)
 from tests.support import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -46,9 +53,7 @@ async def test_a_leader_cut_off_answers_no_read_and_reads_see_acknowledged_write
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    old = next(iter(led.values()))
-    key = key_led_by(nodes, old, led)
+    old, key = await a_led_key(nodes)
     others = [name for name in NAMES if name != old]
     assert await call(nodes[others[0]], "SET", key, "v0") is True
     assert await call(nodes[old], "GET", key) == b"v0"
@@ -91,9 +96,7 @@ async def test_readonly_reads_this_nodes_replica_and_readwrite_undoes_it(
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path)
     cuts = Cuts(nodes)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     follower, other = [name for name in NAMES if name != leader]
     port = nodes[follower].redis_port or 0
     conn = await trio.to_thread.run_sync(
@@ -137,9 +140,7 @@ async def test_a_blocked_read_on_the_leader_wakes_for_a_write(
     """The read runs again when the write (a client's there, or one carried out for another
     node) wakes it, at once: it passed its read barrier already."""
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     writer = leader if through_leader else next(name for name in NAMES if name != leader)
     woke: list[bytes] = []
 
@@ -171,9 +172,7 @@ async def test_no_read_answers_with_a_write_that_is_not_committed_in_the_end(
     read barrier but may not answer the value that SET wrote, which is taken back: it waits for
     the SET's outcome and is refused as it is."""
     nodes = await start_nodes(nursery, tmp_path)
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     assert await call(nodes[leader], "SET", key, "committed") is True
     lose_appends(nodes[leader])
     results: dict[str, object] = {}

@@ -15,7 +15,13 @@ from node.replicated.path import KeyRouter
 from node.resp.connection import RespConnection
 from node.resp.in_order import MAX_WAITING
 from node.run.launch import NodeHandle
-from tests.node.replicated.test_path import NAMES, RAFT, entries, key_led_by, leaders, start_nodes
+from tests.node.replicated.test_path import (
+    NAMES,
+    RAFT,
+    a_led_key,
+    entries,
+    start_nodes,
+)
 from tests.support import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -59,9 +65,7 @@ async def test_a_leader_snapshots_while_writes_keep_coming(
     nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nodes = await start_nodes(nursery, tmp_path, replication=RAFT.evolve(snapshot_entries=SNAPSHOT))
-    led = await until(lambda: leaders(nodes))
-    leader = next(iter(led.values()))
-    key = key_led_by(nodes, leader, led)
+    leader, key = await a_led_key(nodes)
     router = nodes[leader].node.keys
     assert router is not None
     group = router.layout.group_of(key).name
