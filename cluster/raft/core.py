@@ -151,6 +151,15 @@ class Raft:
         self._lead.transfer(to)
         return None
 
+    def take_over(self) -> bool:
+        """Campaign at once, as a leadership transfer's target does (no pre-vote, past the other
+        voters' leases): an operator's failover to this node. Like any candidate it wins only with
+        a log as complete as a majority's. False: it leads already, or may not campaign."""
+        if self._lead is not None or not self._promotable():
+            return False
+        self._campaign(pre=False, transfer=True)
+        return True
+
     def compact(self, index: int, data: bytes) -> Snapshot:
         """The state machine as of ``index`` (applied) is ``data``: drop the log up to there."""
         snapshot = self.log.compact(index, data)

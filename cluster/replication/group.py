@@ -35,6 +35,7 @@ then; it raises a ``ProposalError`` as ``propose`` does (``NotLeaderError``, ``P
 when no majority answered in ``propose_timeout``, ``GroupStopped``). Barriers asked for while the
 task is busy share one round.
 
+``take_leadership`` has this node campaign at once (an operator's failover to it);
 ``transfer_leadership`` hands leadership over (maintenance, lame duck mode) to the named voter or
 to the one most caught up. ``status`` describes the group for monitoring; ``serves`` says whether
 this node leads it with every committed entry applied (what running commands on the state machine
@@ -342,6 +343,22 @@ class Group:
                 await self._changed.wait()
         return self.role is not Role.LEADER
 
+    async def take_leadership(self, *, within: float = 5.0) -> bool:
+        """Campaign for leadership at once (an operator's failover to this node: ``Raft.
+        take_over``); whether this node leads when it returns (within ``within`` seconds)."""
+        if self.raft is None:
+            return False
+        if not self._leading():
+            self._transfers.append(self.node)
+            self._wake.set()
+            with trio.move_on_after(within):
+                while not self._leading():
+                    await self._changed.wait()
+        return self._leading()
+
+    def _leading(self) -> bool:
+        return self.role is Role.LEADER
+
     def serves(self) -> bool:
         """Whether this node leads the group and its state machine holds every committed entry:
         it has applied the first entry of its own term, so every entry of an earlier leader's
@@ -453,7 +470,11 @@ class Group:
         for _ in range(ticks):
             raft.tick()
         while self._transfers:
-            raft.transfer_leader(self._transfers.popleft())
+            to = self._transfers.popleft()
+            if to == self.node:
+                raft.take_over()
+            else:
+                raft.transfer_leader(to)
         while self._proposals:
             proposal, waiter = self._proposals.popleft()
             if waiter.done.is_set():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -153,6 +154,16 @@ class Replicas:
             if group.status().role == "leader":
                 self._handing_over += 1
                 self._nursery.start_soon(self._hand_over, group)
+
+    def take_over(self) -> bool:
+        """Have this node campaign, in the background, for every group it follows (CLUSTER
+        FAILOVER); False if it follows none."""
+        following = [g for g in self.groups.values() if g.status().role != "leader"]
+        if self._nursery is None or not following:
+            return False
+        for group in following:
+            self._nursery.start_soon(partial(group.take_leadership))
+        return True
 
     async def _hand_over(self, group: Group) -> None:
         try:

@@ -53,8 +53,8 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   leader than the one asked (it died, or was cut off), the command is answered ``-CLUSTERDOWN The
   cluster is down``: never a silent success.
 
-CLUSTER SLOTS and the other subcommands that describe the placement are answered by ``view``
-(``node.replicated.topology``), through ``cluster``.
+CLUSTER SLOTS and the other subcommands that describe the placement, and CLUSTER FAILOVER, are
+answered by ``view`` (``node.replicated.topology``), through ``cluster``.
 
 Reads are linearizable: they see every write acknowledged before they were sent, and a command
 that changed nothing but ran after a change made here that is not committed yet (it may have seen

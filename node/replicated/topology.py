@@ -33,7 +33,7 @@ from cluster.routes import RedisPeer
 from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, now_ms
 from node.resp.connection import RespConnection
-from node.resp.writer import array, bulk, integer
+from node.resp.writer import OK, array, bulk, integer
 
 __all__ = ["ClusterView", "node_id"]
 
@@ -113,6 +113,8 @@ class ClusterView:
             conn.reply(integer(hash_slot(args[2])))
         elif sub in (b"countkeysinslot", b"getkeysinslot"):
             self._keys_in_slot(conn, args)
+        elif sub == b"failover":
+            self._failover(conn, args)
         elif sub == b"myid":
             conn.reply(bulk(node_id(self.node).encode()))
         elif sub == b"myshardid":
@@ -121,6 +123,17 @@ class ClusterView:
         else:
             return False
         return True
+
+    def _failover(self, conn: RespConnection, args: list[bytes]) -> None:
+        """CLUSTER FAILOVER [FORCE|TAKEOVER]: this node campaigns for every group it holds a
+        follower replica of. Raft elects it only if its log is as complete as a majority's, so
+        no acknowledged write is lost in any mode; the three differ only in redis-server."""
+        if len(args) > 3 or (len(args) == 3 and args[2].lower() not in (b"force", b"takeover")):
+            conn.error("syntax error")
+        elif not self.replicas.take_over():
+            conn.error("You should send CLUSTER FAILOVER to a replica")
+        else:
+            conn.reply(OK)
 
     def _keys_in_slot(self, conn: RespConnection, args: list[bytes]) -> None:
         """COUNTKEYSINSLOT and GETKEYSINSLOT, of this node's replicas (its keys, as a cluster

@@ -202,6 +202,42 @@ def test_leadership_transfer() -> None:
     sim.commit_one(within=50)
 
 
+def test_a_follower_takes_over_at_once_but_only_with_a_complete_log() -> None:
+    """An operator's failover (CLUSTER FAILOVER): a follower campaigns at once, past the
+    leader's lease, and wins if its log is as complete as a majority's; one that lags loses, and
+    nothing committed is lost either way."""
+    sim = Simulation(3, seed=13)
+    sim.wait_until(sim.converged, within=100)
+    leader = sim.leader()
+    assert leader is not None
+    assert not leader.take_over()  # (it leads already)
+    first, second = (sim.nodes[n].raft for n in sim.nodes if n != leader.id)
+    assert first is not None
+    assert second is not None
+    sim.commit_one(within=50)
+    assert first.take_over()
+    sim.wait_until(lambda: first.role is Role.LEADER, within=20)
+    assert leader.role is Role.FOLLOWER
+    sim.commit_one(within=50)
+
+    sim.network.cut(first.id, second.id)  # (the second misses what the first commits now)
+    sim.network.cut(leader.id, second.id)
+    committed = first.log.committed
+    sim.commit_one(within=50)
+    assert first.log.committed > committed
+    assert second.log.last_index < first.log.committed
+    sim.network.heal_all()
+    committed = first.log.committed
+    assert second.take_over()
+    sim.run(1)
+    assert second.role is not Role.LEADER  # (refused: the others' logs are more complete)
+    sim.wait_until(sim.converged, within=100)
+    final = sim.leader()
+    assert final is not None
+    assert final.log.committed >= committed
+    sim.commit_one(within=50)
+
+
 def test_proposals_are_refused_while_leadership_is_handed_over() -> None:
     sim = Simulation(3, seed=12)
     sim.wait_until(sim.converged, within=100)

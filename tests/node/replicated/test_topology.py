@@ -277,3 +277,26 @@ async def test_a_node_that_went_away_is_shown_disconnected_and_serves_no_slots(
         _field(node, b"id"): _field(node, b"health") for shard in shards for node in _nodes_of(shard)
     }
     assert health[node_id(gone).encode()] == b"fail"
+
+
+async def test_cluster_failover_makes_a_node_lead_the_groups_it_follows(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """CLUSTER FAILOVER on a node: it campaigns for every group it holds a follower replica of
+    (Raft elects it, its log being complete), and answers as a master would once it leads all."""
+    nodes = await start_nodes(nursery, tmp_path)
+    led = await until(lambda: leaders(nodes))
+    # (the node leading fewest groups, so that some change hands)
+    taker = min(NAMES, key=lambda name: sum(leader == name for leader in led.values()))
+    port = nodes[taker].redis_port or 0
+    assert await reply_of(port, "SET", "before", "1") == b"OK"
+    for option in ("NOW", "FORCE TAKEOVER"):
+        with pytest.raises(redis.ResponseError, match="syntax error"):
+            await reply_of(port, "CLUSTER", "FAILOVER", *option.split())
+
+    assert await reply_of(port, "CLUSTER", "FAILOVER") == b"OK"
+    await until(lambda: (now := leaders(nodes)) is not None and set(now.values()) == {taker})
+    with pytest.raises(redis.ResponseError, match="You should send CLUSTER FAILOVER to a replica"):
+        await reply_of(port, "CLUSTER", "FAILOVER", "TAKEOVER")
+    assert await reply_of(port, "GET", "before") == b"1"  # (nothing committed was lost)
+    assert await reply_of(port, "SET", "after", "2") == b"OK"
