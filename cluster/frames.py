@@ -27,8 +27,8 @@ Operations, in the order a link opens (see ``cluster.handshake``):
   how a message is laid out and checked); routes only.
 * ``KEYS id account db hops [arg, ...] protocol`` / ``KEYR id reply``: a Redis command forwarded
   to the node that leads its keys' replica group, and that node's reply (in RESP ``protocol``, the
-  client's: 2 or 3) (``node.replicated.path``); routes only. ``hops`` counts how often the request
-  was passed on.
+  client's: 2 or 3; a frame without it, from an earlier release, means 2) (``node.replicated.path``);
+  routes only. ``hops`` counts how often the request was passed on.
 * ``ERR text``: why the sender is about to close.
 """
 
@@ -484,13 +484,13 @@ def _decode(obj: Any) -> Frame:
         return ClientUrls(_client_urls(obj[1]))
     if op == "RAFT" and n == 3:
         return RaftFrame(wire.check_group(obj[1]), wire.unpack(obj[2]))
-    if op == "KEYS" and n == 7:
+    if op == "KEYS" and n in (6, 7):  # (6: from a node that forwards in RESP2 only)
         args = [_bytes(arg) for arg in _list(obj[5])]
         if not args:
             raise LinkError("a forwarded command without arguments")
         return KeysRequest(
             _int(obj[1], 0, 1 << 63), _str(obj[2]), _int(obj[3], 0, 255), _int(obj[4], 0, 8), args,
-            _int(obj[6], 2, 3),
+            _int(obj[6], 2, 3) if n == 7 else 2,
         )  # fmt: skip
     if op == "KEYR" and n == 3:
         return KeysReply(_int(obj[1], 0, 1 << 63), _bytes(obj[2]))

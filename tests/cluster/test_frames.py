@@ -85,6 +85,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
         st.integers(0, 255),
         st.integers(0, 8),
         st.lists(BLOB, min_size=1, max_size=4),
+        st.sampled_from([2, 3]),
     ),
     st.builds(KeysReply, st.integers(0, 1 << 63), BLOB),
     st.builds(Err, TEXT),
@@ -162,12 +163,21 @@ def route_hello(**changes: object) -> list[object]:
         ["KEYS", -1, "$G", 0, 0, [b"GET"]],
         ["KEYS", 1, "$G", 0, 9, [b"GET"]],
         ["KEYS", 1, "$G", 0, 0, ["GET"]],
+        ["KEYS", 1, "$G", 0, 0, [b"GET"], 4],
+        ["KEYS", 1, "$G", 0, 0, [b"GET"], "3"],
+        ["KEYS", 1, "$G", 0, 0, [b"GET"], 3, 0],
         ["KEYR", 1, "text"],
     ],
 )
 def test_malformed_frames_are_link_errors(value: object) -> None:
     with pytest.raises(LinkError):
         decode_all(msgpack.packb(value))
+
+
+def test_a_forwarded_command_without_a_protocol_is_resp2() -> None:
+    """(as an earlier release sends it, during a rolling upgrade)"""
+    (frame,) = decode_all(msgpack.packb(["KEYS", 7, "$G", 1, 0, [b"GET", b"k"]]))
+    assert frame == KeysRequest(7, "$G", 1, 0, [b"GET", b"k"], 2)
 
 
 def test_undecodable_bytes_are_a_link_error() -> None:
