@@ -98,6 +98,7 @@ _OPTIONS: dict[str, dict[str, str]] = {
     "STATSZ": {},
     "ACCSTATZ": {"accounts": _STRINGS, "include_unused": _BOOL},
     "STREAMZ": {"account": _STRING, "db": _INT, "name": _STRING, "offset": _INT, "limit": _INT},
+    "RAFTZ": {},
 }
 _GO_TYPES = {
     "VARZ": "VarzEventOptions",
@@ -110,6 +111,7 @@ _GO_TYPES = {
     "STATSZ": "StatszEventOptions",
     "ACCSTATZ": "AccountStatzEventOptions",
     "STREAMZ": "StreamzEventOptions",
+    "RAFTZ": "RaftzEventOptions",
 }
 _INT64 = 2**63
 

@@ -8,7 +8,9 @@ to nats-server's monitoring requests:
 - ``$SYS.REQ.SERVER.<server id>.<ENDPOINT>``: only that node answers;
 
 for the endpoints VARZ, CONNZ, SUBSZ, ROUTEZ, GATEWAYZ, HEALTHZ, ACCOUNTZ, STATSZ, IDZ, ACCSTATZ
-(per account: connections, subscriptions, traffic) and STREAMZ (pubmesh's own: /streamz's document).
+(per account: connections, subscriptions, traffic), and pubmesh's own STREAMZ and RAFTZ (the
+documents of /streamz and /raftz: streams, and replica groups with their leader, term, commit and
+applied indexes and each peer's lag).
 They are ordinary subscriptions, so their interest crosses routes and gateways like any other and a
 PING published anywhere in the super-cluster reaches every node; a requester collects the answers on
 its inbox. A request's body, when there is one, is a JSON object of the endpoint's options with
@@ -54,6 +56,7 @@ from node.monitoring.connz import connz
 from node.monitoring.gofmt import go_time
 from node.monitoring.links import gatewayz, routez
 from node.monitoring.pacing import Pacer
+from node.monitoring.raftz import raftz
 from node.monitoring.request_options import (
     RequestError,
     accstatz_options,
@@ -95,6 +98,7 @@ ENDPOINTS = (
     "IDZ",
     "ACCSTATZ",
     "STREAMZ",
+    "RAFTZ",
 )
 CONNECT_EVENT = "$SYS.ACCOUNT.{}.CONNECT"
 DISCONNECT_EVENT = "$SYS.ACCOUNT.{}.DISCONNECT"
@@ -364,6 +368,8 @@ class SystemAccount:
             return await accountz(broker, AccountzOptions(options.get("account", "")), pace)
         if endpoint == "ACCSTATZ":
             return await accstatz(broker, accstatz_options(options), pace)
+        if endpoint == "RAFTZ":
+            return raftz(node)
         async with state.listing:
             if endpoint == "CONNZ":
                 return await connz(broker, connz_options(options), pace)

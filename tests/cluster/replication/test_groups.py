@@ -13,16 +13,17 @@ import trio
 
 from cluster.config import ClusterConfig, ReplicationConfig
 from cluster.replication.group import Group, GroupSpec, GroupStopped, NotLeaderError
-from node.config.options import Config
+from node.config.options import Config, UserConfig
 from node.run.launch import NodeHandle
 from tests.cluster.replication.machines import Recorder
 from tests.node.monitoring.test_monitor import _http_get
-from tests.support import start_node, until
+from tests.support import PASSWORD, W, connect, in_asyncio, start_node, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
 ROUTES = ClusterConfig(name="raft", host="127.0.0.1", port=0, ping_interval=0.5, ping_max=3)
 NAMES = ("n1", "n2", "n3")
+SYSTEM_USER = UserConfig(user="sys", password=PASSWORD, account="$SYS")
 SPEC = GroupSpec("g1", frozenset(NAMES))
 
 
@@ -44,6 +45,7 @@ class Member:
             http_port=0,
             lame_duck_grace_period=60,
             store_dir=str(self.store),
+            users=(SYSTEM_USER,),
             cluster=ROUTES.evolve(seeds=seeds),
             replication=replication,
         )
@@ -91,6 +93,23 @@ async def raftz(member: Member) -> dict[str, Any]:
     return doc
 
 
+async def raftz_by_system_request(member: Member, answers: int) -> dict[str, dict[str, Any]]:
+    """Every node's RAFTZ, asked once through ``member``'s system account, by server name."""
+    assert member.handle is not None
+    handle = member.handle
+
+    async def scenario() -> dict[str, dict[str, Any]]:
+        sys = await connect(handle, "sys")
+        inbox = sys.new_inbox()
+        sub = await sys.subscribe(inbox)
+        await sys.publish("$SYS.REQ.SERVER.PING.RAFTZ", b"", reply=inbox)
+        docs = [json.loads((await sub.next_msg(timeout=W)).data) for _ in range(answers)]
+        await sys.close()
+        return {doc["server"]["name"]: doc["data"] for doc in docs}
+
+    return await in_asyncio(scenario)
+
+
 async def propose(member: Member, data: bytes) -> object:
     assert member.group is not None
     return await member.group.propose(data)
@@ -131,6 +150,14 @@ async def test_three_nodes_elect_replicate_fail_over_and_catch_up(
     follower_doc = await raftz(follower)
     assert follower_doc["groups"][0]["role"] == "follower"
     assert follower_doc["groups"][0]["leader"] == leader.name
+    # The system account answers the same documents, one per node, wherever it is asked.
+    by_request = await raftz_by_system_request(follower, answers=len(members))
+    assert sorted(by_request) == sorted(NAMES)
+    for name, data in by_request.items():
+        (group,) = data["groups"]
+        assert (group["name"], group["leader"], group["commit"]) == ("g1", leader.name, 21)
+        assert group["role"] == ("leader" if name == leader.name else "follower")
+    assert by_request[leader.name]["groups"][0]["peers"] == doc["groups"][0]["peers"]
 
     # The leader's node stops: the others elect a new one and go on.
     stopped_at = time.monotonic()
@@ -184,7 +211,7 @@ async def test_lame_duck_mode_hands_leadership_over(nursery: trio.Nursery, tmp_p
     assert handle is not None
     # A client keeps the lame duck node up through its grace period (far longer than the test).
     client = await trio.open_tcp_stream("127.0.0.1", handle.port)
-    await client.send_all(b"CONNECT {}\r\nPING\r\n")
+    await client.send_all(b'CONNECT {"user":"sys","pass":"%s"}\r\nPING\r\n' % PASSWORD.encode())
     with trio.fail_after(10):
         while b"PONG" not in await client.receive_some(4096):
             pass

@@ -86,6 +86,7 @@ async def test_a_system_user_asks_every_endpoint(node: NodeHandle) -> None:
         "ACCOUNTZ",
         "ACCSTATZ",
         "STREAMZ",
+        "RAFTZ",
     ):
         assert list(answers[endpoint]) == ["server", "data"], endpoint
         check_server(answers[endpoint]["server"], node)
@@ -93,17 +94,18 @@ async def test_a_system_user_asks_every_endpoint(node: NodeHandle) -> None:
     assert data["VARZ"]["server_id"] == server_id
     assert (data["VARZ"]["version"], data["VARZ"]["system_account"]) == (NATS_VERSION, "$SYS")
     assert [c["name"] for c in data["CONNZ"]["connections"]] == ["probe"]
-    assert data["SUBSZ"]["num_subscriptions"] == 23 + 1  # (the node's own, and the inbox)
+    assert data["SUBSZ"]["num_subscriptions"] == 25 + 1  # (the node's own, and the inbox)
     assert data["ROUTEZ"]["routes"] == []
     assert data["HEALTHZ"] == {"status": "ok", "status_code": 200}
     assert data["ACCOUNTZ"]["accounts"] == ["$G", "$SYS", "A"]
     assert [a["acc"] for a in data["ACCSTATZ"]["account_statz"]] == ["$SYS"]  # (with connections)
     assert (data["STREAMZ"]["server_id"], data["STREAMZ"]["streams"]) == (server_id, [])
+    assert (data["RAFTZ"]["server_id"], data["RAFTZ"]["groups"]) == (server_id, [])
     [conn] = data["direct"]["connections"]
     assert (conn["authorized_user"], conn["account"]) == ("sys", "$SYS")
     # nats-server's ServerStatsMsg; the requests the client had published are counted (the STATSZ
-    # request was its eighth, the PING its twelfth)
-    for statsz, published in ((answers["STATSZ"], 8), (answers["PING"], 12)):
+    # request was its eighth, the PING its thirteenth)
+    for statsz, published in ((answers["STATSZ"], 8), (answers["PING"], 13)):
         assert list(statsz) == ["server", "statsz"]
         check_server(statsz["server"], node)
         assert statsz["statsz"]["connections"] == 1
