@@ -143,6 +143,10 @@ class KeyRouting(Protocol):
         """Answer a CLUSTER subcommand describing the placement; False: not one it describes."""
         ...
 
+    def watch(self, conn: Any, keys: list[bytes]) -> bool:
+        """Whether a WATCH of ``keys`` was answered (or sent on) without watching them here."""
+        ...
+
 
 class Broker:
     """The state of one node and its publish path.

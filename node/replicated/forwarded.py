@@ -3,9 +3,11 @@ whole MULTI/EXEC transaction; and the keys a request names (``request_keys``).
 
 A transaction travels as one request, in the arguments of an ``EXEC`` (``pack_transaction``):
 ``EXEC n1 arg ... n2 arg ...``, each queued command as its argument count and then its arguments,
-in the order they were queued. No client sends such a request (EXEC takes no arguments), so it
-means nothing else; a node that does not know this form answers it as redis-server answers EXEC
-with arguments (wrong number of arguments), never by running part of it.
+in the order they were queued; one whose keys the leader watches for the client starts with the
+watches' tokens, ``EXEC WATCHED k token1 ... tokenk n1 arg ...`` (``node.replicated.watching``).
+No client sends such a request (EXEC takes no arguments), so it means nothing else; a node that
+does not know this form answers it as redis-server answers EXEC with arguments (wrong number of
+arguments), never by running part of it.
 
 ``carry_out`` runs a request through an ``Execute`` (``node.resp.executor.CommandExecutor``): a
 transaction as MULTI, its commands (each queued) and EXEC, with nothing else in between, so it
@@ -27,30 +29,50 @@ from node.resp.dispatch import Command
 
 __all__ = [
     "CLUSTERDOWN",
+    "CROSSSLOT",
     "carry_out",
     "find_command",
     "pack_transaction",
     "request_keys",
+    "split_watched",
     "unpack_transaction",
 ]
 
 CLUSTERDOWN = "-CLUSTERDOWN The cluster is down"
 """A request no leader could carry out in time (Redis Cluster's own error code)."""
+CROSSSLOT = "-CROSSSLOT Keys in request don't hash to the same slot"
+"""(Its own error code, as Redis Cluster's and ``CLUSTERDOWN``: not ``-ERR ...``.)"""
 _EXEC = b"exec"
+_WATCHED = b"WATCHED"
 
 
-def pack_transaction(queued: list[list[bytes]]) -> list[bytes]:
-    """The arguments of one request that carries the transaction ``queued`` (non-empty commands)."""
+def pack_transaction(queued: list[list[bytes]], watched: list[bytes] | None = None) -> list[bytes]:
+    """The arguments of one request that carries the transaction ``queued`` (non-empty commands),
+    and the tokens of the watches it depends on, if any."""
     packed = [b"EXEC"]
+    if watched:
+        packed += [_WATCHED, b"%d" % len(watched), *watched]
     for args in queued:
         packed.append(b"%d" % len(args))
         packed.extend(args)
     return packed
 
 
+def split_watched(args: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """A packed transaction's watch tokens (none if it carries none), and the request without
+    them."""
+    if len(args) < 3 or args[0].lower() != _EXEC or args[1] != _WATCHED:
+        return [], args
+    count = args[2]
+    if not (0 < len(count) <= 6 and count.isdigit()) or count[0] == 48 or len(args) < 3 + int(count):
+        return [], args  # (malformed: run as it is, and so refused)
+    end = 3 + int(count)
+    return args[3:end], [args[0], *args[end:]]
+
+
 def unpack_transaction(args: list[bytes]) -> list[list[bytes]] | None:
     """The queued commands a packed transaction carries; None if ``args`` is not one (or is
-    malformed)."""
+    malformed; one with watch tokens too: they are checked and taken off first)."""
     if len(args) < 3 or args[0].lower() != _EXEC:
         return None
     queued: list[list[bytes]] = []
@@ -93,7 +115,7 @@ def carry_out(execute: Execute, account: str, db: int, args: list[bytes]) -> byt
 
 def request_keys(args: list[bytes]) -> list[bytes]:
     """The keys of a request not yet checked (queued, or forwarded: a transaction's too)."""
-    queued = unpack_transaction(args)
+    queued = unpack_transaction(split_watched(args)[1])
     if queued is not None:
         return [key for command in queued for key in request_keys(command)]
     command = find_command(args)

@@ -62,8 +62,9 @@ it) is answered only once that change is committed, or with the cluster's error 
 (``_settled``): nothing a client is told rests on a write that may be taken back. Keyspace
 notifications are published by the leader alone (followers apply changes silently) and reach
 subscribers on any node as any message does; a tracking client's reads carried elsewhere are
-remembered on its own node, which invalidates them as it applies the changes. Not carried yet
-across nodes: ``WATCH`` of keys led elsewhere (a follower's watch sees changes once applied there).
+remembered on its own node, which invalidates them as it applies the changes. A WATCH of keys led
+elsewhere is kept by their leader for the client (``node.replicated.watching``), and the EXEC that
+counts on it runs there.
 
 **Snapshots.** While a group's leader waits to snapshot, new commands of the group wait too
 (``node.replicated.quiet``).
@@ -101,25 +102,25 @@ from node.replicated.blocking import answer_or_wait, block_at, carry_out_request
 from node.replicated.capture import Capture
 from node.replicated.forwarded import (
     CLUSTERDOWN,
+    CROSSSLOT,
     find_command,
     pack_transaction,
     request_keys,
+    split_watched,
 )
 from node.replicated.machine import KeyspaceMachine
 from node.replicated.quiet import Quiet
 from node.replicated.topology import ClusterView
+from node.replicated.watching import WATCH_ELSEWHERE, Watching
 from node.resp.commands.introspection import command_keys
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import error
 
-__all__ = ["CLUSTERDOWN", "CROSSSLOT", "EXPIRY_SWEEP", "KeyRouter"]
+__all__ = ["CLUSTERDOWN", "CROSSSLOT", "EXPIRY_SWEEP", "WATCH_ELSEWHERE", "KeyRouter"]
 
 log = logging.getLogger("pubmesh")
 
-CROSSSLOT = "-CROSSSLOT Keys in request don't hash to the same slot"
-"""(Its own error code, as Redis Cluster's and ``CLUSTERDOWN``: not ``-ERR ...``.)"""
-WATCH_ELSEWHERE = "ERR a transaction watching keys, on keys led by another node"
 SCRIPT_NOT_LOCAL = "Script attempted to access a non local key in a cluster node"
 SCRIPT_CROSSSLOT = "Script attempted to access keys that do not hash to the same slot"
 _MOST_HOPS = 2
@@ -199,6 +200,8 @@ class KeyRouter:
         """Answers CLUSTER SLOTS and the like (set once the node's routes are known)."""
         self._cleared: RespConnection | None = None
         """The connection whose read passed its group's read barrier and now runs."""
+        self.watching = Watching(node, layout, send, self._leads, self._forward)
+        """WATCH of keys led elsewhere (both sides)."""
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -258,6 +261,8 @@ class KeyRouter:
         self._group = None
         self._serving = frozenset()
         self._script_slot = None
+        if command.key == b"exec" and conn.transaction.remote is not None:
+            return self.watching.exec(conn, command)
         slots = {hash_slot(key) for key in _keys(conn, command, args)}
         if not slots:
             conn.hold_output()
@@ -303,6 +308,11 @@ class KeyRouter:
             return True
         conn.awaiting = partial(self._forward_for, conn, group, list(args))
         return True
+
+    def watch(self, conn: RespConnection, keys: list[bytes]) -> bool:
+        """WATCH: False when this node leads the keys (watched here); else their leader watches
+        them for the client."""
+        return self.watching.watch(conn, keys)
 
     def _run_here(self, conn: RespConnection, group: SlotGroup, slot: int) -> None:
         """The command runs here for ``group``: its changes go to it, keys of it past their time
@@ -557,10 +567,17 @@ class KeyRouter:
     async def _carry_out(self, group: SlotGroup, request: KeysRequest) -> bytes:
         """Run a forwarded command here, the group's leader, once linearizable if it reads only,
         and commit what it changed."""
-        args = request.args
+        watched, args = split_watched(request.args)
         command = find_command(args)
         if not (command is None or command.writes) and not await self._barrier(group):
             return error(CLUSTERDOWN)
+        if command is not None and command.key == b"watch":
+            database = self.keyspaces.database(request.account, request.db)
+            return self.watching.keep(database, args[1:])
+        if watched:
+            answered = self.watching.checked(watched, args, request.protocol)
+            if answered is not None:
+                return answered
         self.capture.take()
         self._inside = True
         self._serving = frozenset((group.name,))
@@ -584,12 +601,18 @@ class KeyRouter:
         if isinstance(frame, KeysReply):
             self._asking.answered(frame)
             return
+        if frame.args[0].lower() == b"unwatch":
+            self.watching.kept.release(frame.args[1:])
+            return
         if self._nursery is not None:
             self._nursery.start_soon(self._serve, peer, frame)
 
     async def _serve(self, peer: str, request: KeysRequest) -> None:
         slots = {hash_slot(key) for key in request_keys(request.args)}
-        if len(slots) > 1:
+        watched, args = split_watched(request.args)
+        if watched and len(args) == 1:  # (an empty transaction: the watches' maker answers)
+            reply = self.watching.checked(watched, args, request.protocol) or b""
+        elif len(slots) > 1:
             reply = error(CROSSSLOT)
         else:
             group = self.layout.group_of_slot(slots.pop() if slots else 0)

@@ -6,20 +6,31 @@ data (``denyoom``: EXEC is refused past ``maxmemory``), and the keys WATCHed. Th
 those keys' ``Watcher`` (``node.data.keyspace``): a write to one of them makes it ``dirty``, and
 its next EXEC answers a null array. WATCH lasts until EXEC, DISCARD, UNWATCH or RESET
 (``unwatch``). Checking each request and running the queue are the connection's
-(``node.resp.connection``); this record keeps the state and changes it only as told.
+(``node.resp.connection``); this record keeps the state and changes it only as told. Keys watched
+on another node, where keys are replicated, are ``remote`` (``node.replicated.watching``): ending
+the watch releases them there.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from node.data.keyspace import Database
 
-__all__ = ["Transaction"]
+__all__ = ["RemoteWatch", "Transaction"]
+
+
+class RemoteWatch(Protocol):
+    """Keys a connection WATCHes on other nodes (``node.replicated.watching.Watched``)."""
+
+    def release(self) -> None:
+        """The watch ends without an EXEC that uses it."""
 
 
 class Transaction:
     """One connection's MULTI queue and WATCHed keys (see the module's notes)."""
 
-    __slots__ = ("_watching", "denyoom", "dirty", "failed", "queued")
+    __slots__ = ("_watching", "denyoom", "dirty", "failed", "queued", "remote")
 
     def __init__(self) -> None:
         self.queued: list[list[bytes]] | None = None
@@ -31,6 +42,8 @@ class Transaction:
         self.dirty = False
         """A key WATCHed was written (the next EXEC fails)."""
         self._watching: list[tuple[Database, bytes]] = []
+        self.remote: RemoteWatch | None = None
+        """Keys WATCHed on other nodes, if any."""
 
     def start(self) -> None:
         """MULTI: queue the commands that follow."""
@@ -56,7 +69,7 @@ class Transaction:
 
     @property
     def watching(self) -> bool:
-        """Whether any key is WATCHed."""
+        """Whether any key is WATCHed here."""
         return bool(self._watching)
 
     def watch(self, db: Database, keys: list[bytes]) -> None:
@@ -71,3 +84,6 @@ class Transaction:
             db.unwatch(key, self)
         self._watching.clear()
         self.dirty = False
+        if self.remote is not None:
+            self.remote.release()
+            self.remote = None

@@ -57,6 +57,9 @@ def _watch(conn: RespConnection, args: list[bytes]) -> None:
     if conn.transaction.queued is not None:
         conn.error("WATCH inside MULTI is not allowed")
         return
+    router = conn.broker.key_router
+    if router is not None and router.watch(conn, args[1:]):
+        return  # (keys led by another node: watched there)
     conn.transaction.watch(conn.database, args[1:])
     conn.reply(OK)
 

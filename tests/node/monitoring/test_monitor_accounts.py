@@ -11,10 +11,14 @@ import pytest
 import trio
 
 from node.config.options import AccountConfig, Config, UserConfig
+from node.monitoring.system import ENDPOINTS
 from node.run.launch import NodeHandle
 from tests.support import connect, in_asyncio, start_node
 
 pytestmark = pytest.mark.timeout(30)
+
+OWN = 2 * len(ENDPOINTS) + 1
+"""The system account's subscriptions of a node: PING, and PING.<EP> and <id>.<EP> per endpoint."""
 
 W = 5.0
 BAD_BOOL = 'strconv.ParseBool: parsing "maybe": invalid syntax'
@@ -84,12 +88,12 @@ async def test_accountz_lists_the_accounts_and_details_one(node: NodeHandle) -> 
         )  # fmt: skip
         system = (await doc(node, "/accountz?acc=$SYS"))["account_detail"]
         assert (system["is_system"], system["client_connections"]) == (True, 0)
-        assert system["subscriptions"] == 23  # (the node's own requests)
+        assert system["subscriptions"] == OWN  # (the node's own requests)
         listed = await doc(node, "/subsz?subs=1&acc=$SYS&test=$SYS.REQ.SERVER.PING.VARZ")
         assert [(s["account"], s["subject"], s["cid"]) for s in listed["subscriptions_list"]] == [
             ("$SYS", "$SYS.REQ.SERVER.PING.VARZ", 0)
         ]  # (listed like clients' ones: it is interest that routes and gateways carry)
-        assert (await doc(node, "/subsz?subs=1&acc=$SYS"))["total"] == 23
+        assert (await doc(node, "/subsz?subs=1&acc=$SYS"))["total"] == OWN
         assert await get(node, "/accountz?acc=nope") == (400, "Account nope does not exist")
         assert (await doc(node, "/varz"))["http_req_stats"]["/accountz"] == 4
         await a.close()

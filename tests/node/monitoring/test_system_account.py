@@ -94,7 +94,8 @@ async def test_a_system_user_asks_every_endpoint(node: NodeHandle) -> None:
     assert data["VARZ"]["server_id"] == server_id
     assert (data["VARZ"]["version"], data["VARZ"]["system_account"]) == (NATS_VERSION, "$SYS")
     assert [c["name"] for c in data["CONNZ"]["connections"]] == ["probe"]
-    assert data["SUBSZ"]["num_subscriptions"] == 25 + 1  # (the node's own, and the inbox)
+    own = 2 * len(ENDPOINTS) + 1  # (PING, and PING.<EP> and <id>.<EP> per endpoint)
+    assert data["SUBSZ"]["num_subscriptions"] == own + 1  # (the node's own, and the inbox)
     assert data["ROUTEZ"]["routes"] == []
     assert data["HEALTHZ"] == {"status": "ok", "status_code": 200}
     assert data["ACCOUNTZ"]["accounts"] == ["$G", "$SYS", "A"]

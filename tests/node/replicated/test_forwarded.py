@@ -13,8 +13,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.replicated.forwarded import pack_transaction, unpack_transaction
-from node.replicated.path import WATCH_ELSEWHERE
+from node.replicated.forwarded import pack_transaction, split_watched, unpack_transaction
 from pipeline.local import redis_server
 from tests.node.replicated.test_path import NAMES, a_led_key, held, start_nodes
 from tests.support import until
@@ -30,6 +29,29 @@ COMMAND = st.builds(
 @given(st.lists(COMMAND, min_size=1, max_size=5))
 def test_a_packed_transaction_unpacks_to_its_commands(queued: list[list[bytes]]) -> None:
     assert unpack_transaction(pack_transaction(queued)) == queued
+
+
+TOKEN = st.builds(lambda name, tail: name + b"/" + tail, st.binary(max_size=4), st.binary(max_size=8))
+
+
+@given(st.lists(COMMAND, max_size=5), st.lists(TOKEN, min_size=1, max_size=3))
+def test_a_watched_transaction_carries_its_tokens(
+    queued: list[list[bytes]], tokens: list[bytes]
+) -> None:
+    watched, plain = split_watched(pack_transaction(queued, tokens))
+    assert watched == tokens
+    assert plain == pack_transaction(queued)
+    assert split_watched(plain) == ([], plain)
+
+
+@given(st.lists(st.binary(max_size=8), max_size=8))
+def test_any_arguments_split_into_tokens_and_the_rest(args: list[bytes]) -> None:
+    packed = [b"EXEC", b"WATCHED", *args]
+    watched, plain = split_watched(packed)
+    if watched:  # (the count as written: no leading zero, not zero)
+        assert packed == [b"EXEC", b"WATCHED", b"%d" % len(watched), *watched, *plain[1:]]
+    else:  # (malformed: left as it is, and so refused as EXEC with arguments)
+        assert plain == packed
 
 
 @given(st.lists(st.binary(max_size=8), max_size=8))
@@ -114,19 +136,14 @@ async def test_a_transaction_led_elsewhere_runs_on_the_leader_as_one(
     for handle in nodes.values():  # (the transaction's changes, committed on every replica)
         await until(lambda handle=handle: held(handle, b"{%s}c" % tag) is not None)  # type: ignore[misc]
 
-    # WATCH: a transaction watching keys is not forwarded (this node cannot tell, as the
-    # leader could, whether they changed before it runs); on the leader, it runs.
+    # WATCH: the leader watches the keys for a client of another node (``test_watch``).
     a = b"{%s}a" % tag
     watched = [[b"WATCH", a], [b"MULTI"], [b"GET", a], [b"EXEC"], [b"GET", a]]
-    refused = b"-EXECABORT Transaction discarded because of: " + WATCH_ELSEWHERE.encode() + b"\r\n"
-    port = nodes[other].redis_port or 0
-    assert await trio.to_thread.run_sync(session, port, watched) == (
-        b"+OK\r\n+OK\r\n+QUEUED\r\n" + refused + b"$1\r\n2\r\n"
-    )
-    port = nodes[leader].redis_port or 0
-    assert await trio.to_thread.run_sync(session, port, watched) == (
-        b"+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n$1\r\n2\r\n$1\r\n2\r\n"
-    )
+    for name in (other, leader):
+        port = nodes[name].redis_port or 0
+        assert await trio.to_thread.run_sync(session, port, watched) == (
+            b"+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n$1\r\n2\r\n$1\r\n2\r\n"
+        )
 
 
 HELLO = b"$9\r\n__hello__\r\n"
