@@ -28,7 +28,9 @@ Operations, in the order a link opens (see ``cluster.handshake``):
 * ``KEYS id account db hops [arg, ...] protocol`` / ``KEYR id reply``: a Redis command forwarded
   to the node that leads its keys' replica group, and that node's reply (in RESP ``protocol``, the
   client's: 2 or 3; a frame without it, from an earlier release, means 2) (``node.replicated.path``);
-  routes only. ``hops`` counts how often the request was passed on.
+  routes only. ``hops`` counts how often the request was passed on. A command of more arguments
+  than an array may hold (``MAX_ARRAY``: a wide XADD, a long transaction) has them packed in one
+  binary instead, itself a msgpack array, bounded by the frame's size alone.
 * ``ERR text``: why the sender is about to close.
 """
 
@@ -301,7 +303,8 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, RaftFrame):
         return _pack(["RAFT", frame.group, wire.pack(frame.message)])
     if isinstance(frame, KeysRequest):
-        return _pack(["KEYS", frame.id, frame.account, frame.db, frame.hops, frame.args, frame.protocol])
+        args = frame.args if len(frame.args) <= MAX_ARRAY else _packer.pack(frame.args)
+        return _pack(["KEYS", frame.id, frame.account, frame.db, frame.hops, args, frame.protocol])
     if isinstance(frame, KeysReply):
         return _pack(["KEYR", frame.id, frame.reply])
     return _pack(["ERR", frame.text])
@@ -485,7 +488,7 @@ def _decode(obj: Any) -> Frame:
     if op == "RAFT" and n == 3:
         return RaftFrame(wire.check_group(obj[1]), wire.unpack(obj[2]))
     if op == "KEYS" and n in (6, 7):  # (6: from a node that forwards in RESP2 only)
-        args = [_bytes(arg) for arg in _list(obj[5])]
+        args = [_bytes(arg) for arg in _keys_args(obj[5])]
         if not args:
             raise LinkError("a forwarded command without arguments")
         return KeysRequest(
@@ -497,6 +500,23 @@ def _decode(obj: Any) -> Frame:
     if op == "ERR" and n == 2:
         return Err(_str(obj[1]))
     raise LinkError(f"unknown or malformed frame {str(op)[:16]!r}/{n}")
+
+
+def _keys_args(value: Any) -> list[Any]:
+    """A KEYS frame's arguments: an array, or (past ``MAX_ARRAY`` of them) one binary packing it."""
+    if not isinstance(value, bytes):
+        return _list(value)
+    size = len(value)
+    try:
+        unpacked = msgpack.unpackb(
+            value, raw=False, use_list=True, max_array_len=size,
+            max_map_len=0, max_str_len=0, max_bin_len=size, max_ext_len=0,
+        )  # fmt: skip
+    except Exception as exc:  # (msgpack's errors have no common base: any is a bad frame)
+        raise LinkError(f"undecodable KEYS arguments: {exc}") from None
+    if not isinstance(unpacked, list):
+        raise LinkError("KEYS arguments that are no array")
+    return unpacked
 
 
 @attrs.frozen

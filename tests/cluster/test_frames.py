@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cluster.checks import MAX_ARRAY
 from cluster.frames import (
     HANDSHAKE_FRAME,
     MAX_PEERS,
@@ -178,6 +179,16 @@ def test_a_forwarded_command_without_a_protocol_is_resp2() -> None:
     """(as an earlier release sends it, during a rolling upgrade)"""
     (frame,) = decode_all(msgpack.packb(["KEYS", 7, "$G", 1, 0, [b"GET", b"k"]]))
     assert frame == KeysRequest(7, "$G", 1, 0, [b"GET", b"k"], 2)
+
+
+def test_a_forwarded_command_of_more_arguments_than_an_array_holds_travels_whole() -> None:
+    args = [b"XADD", b"k", b"*", *(b"f%d" % n for n in range(2 * MAX_ARRAY))]
+    request = KeysRequest(3, "$G", 0, 1, args, 3)
+    (frame,) = decode_all(encode(request))
+    assert frame == request
+    for packed in (b"\xc1", msgpack.packb({"a": 1}), msgpack.packb([1, 2]), msgpack.packb([])):
+        with pytest.raises(LinkError):
+            decode_all(msgpack.packb(["KEYS", 7, "$G", 1, 0, packed, 2]))
 
 
 def test_undecodable_bytes_are_a_link_error() -> None:

@@ -182,3 +182,25 @@ async def test_a_resp3_client_gets_resp3_replies_from_the_leader(
     assert expected.startswith(b"_\r\n$3\r\n1-1\r\n%1\r\n")
     got = await trio.to_thread.run_sync(resp3_session, nodes[other].redis_port or 0, commands)
     assert got == expected
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_requests_of_any_size_are_carried_to_the_leader(
+    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """More arguments than a frame's array may hold (a wide XADD, a long transaction) travel whole,
+    and the routes stay up."""
+    nodes = await start_nodes(nursery, tmp_path)
+    leader, tag = await a_led_key(nodes)
+    other = next(name for name in NAMES if name != leader)
+    key = b"{%s}wide" % tag
+    fields = [part for n in range(3000) for part in (b"f%d" % n, b"v%d" % n)]
+    queued = [[b"XADD", key, b"*", b"n", b"%d" % n] for n in range(1500)]
+    port = nodes[other].redis_port or 0
+    got = await trio.to_thread.run_sync(
+        session, port, [[b"XADD", key, b"1-1", *fields], [b"MULTI"], *queued, [b"EXEC"], [b"XLEN", key]]
+    )
+    assert got.startswith(b"$3\r\n1-1\r\n+OK\r\n" + b"+QUEUED\r\n" * 1500 + b"*1500\r\n")
+    assert got.endswith(b":1501\r\n")
+    assert "Route protocol error" not in caplog.text  # (no link was closed over it)
