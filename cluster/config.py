@@ -114,6 +114,12 @@ class ClusterConfig:
     def evolve(self, **changes: Any) -> ClusterConfig:
         return attrs.evolve(self, **changes)
 
+    @property
+    def frame_room(self) -> int:
+        """The largest frame a link takes to a peer: past ``max_frame`` the peer refuses it, past
+        ``max_pending`` the link is cut before it leaves."""
+        return min(self.max_frame, self.max_pending)
+
 
 @attrs.frozen
 class GatewayConfig:

@@ -237,7 +237,7 @@ class ClientUrls:
 @attrs.define(slots=True)
 class RaftFrame:
     group: str
-    message: RaftMessage
+    message: RaftMessage | wire.SnapshotPart
 
 
 @attrs.define(slots=True)

@@ -402,6 +402,15 @@ class RouteManager(LinkManager[AccountT]):
             self._peer_clients(peer, ())
         self._dial_missing(peer)
 
+    def raft_pending(self, name: str) -> int | None:
+        """Bytes waiting to go to the connected peer ``name`` on the link RAFT frames take (None:
+        no link to it is up)."""
+        for peer in self.peers.values():
+            if peer.name == name and peer.slots:
+                link = peer.slots.get(0) or next(iter(peer.slots.values()))
+                return link.pending_bytes
+        return None
+
     def send_raft(self, name: str, frame: RaftFrame | KeysRequest | KeysReply) -> bool:
         """Send a RAFT (or KEYS, KEYR) frame to the connected peer called ``name``, on its first
         slot up; False (dropped) if there is none."""

@@ -35,6 +35,12 @@ class RaftConfig:
     pre_vote: bool = True
     check_quorum: bool = True
     max_entries_per_append: int = 64
+    max_bytes_per_append: int = 1024 * 1024
+    """Entry data one append carries at most, unless its first entry alone is larger (so that a
+    follower far behind is sent what a link holds, not all it lacks at once)."""
+    max_inflight_appends: int = 256
+    max_inflight_bytes: int = 8 * 1024 * 1024
+    """Appends (and their bytes of data) sent to one follower and not acknowledged yet, at most."""
 
     def __attrs_post_init__(self) -> None:
         if not 0 < self.heartbeat_ticks < self.election_ticks:

@@ -175,6 +175,7 @@ class Leadership:
         probing = progress.state is ProgressState.PROBE
         if not (progress.maybe_update(message.index) or (probing and progress.match == message.index)):
             return
+        progress.acknowledged(message.index)
         if probing:
             progress.become_replicate()
         elif progress.state is ProgressState.SNAPSHOT and progress.match + 1 >= self._log.first_index:
@@ -190,6 +191,7 @@ class Leadership:
         progress = self.progress[message.sender]
         progress.recent_active = True
         progress.paused = False
+        progress.free_one()
         if progress.state is ProgressState.SNAPSHOT:
             # The snapshot may have been lost: probe again, which resends it if still needed.
             progress.become_probe()
@@ -208,7 +210,11 @@ class Leadership:
         if to == self._id:
             return False
         progress = self.progress[to]
-        if progress.is_paused():
+        config = self._config
+        if progress.is_paused() or (
+            progress.state is ProgressState.REPLICATE
+            and progress.full(config.max_inflight_appends, config.max_inflight_bytes)
+        ):
             return False
         prev_index = progress.next - 1
         prev_term = self._log.term(prev_index)
@@ -217,8 +223,8 @@ class Leadership:
             self._send(InstallSnapshot(sender=self._id, to=to, term=self.term, snapshot=snapshot))
             progress.become_snapshot(snapshot.index)
             return True
-        last = min(self._log.last_index, prev_index + self._config.max_entries_per_append)
-        entries = self._log.slice(progress.next, last)
+        last = min(self._log.last_index, prev_index + config.max_entries_per_append)
+        entries = _within(self._log.slice(progress.next, last), config.max_bytes_per_append)
         if not entries and not send_if_empty:
             return False
         self._send(
@@ -235,6 +241,7 @@ class Leadership:
         if progress.state is ProgressState.REPLICATE:
             if entries:
                 progress.next = entries[-1].index + 1
+                progress.sent(entries[-1].index, sum(len(entry.data) for entry in entries))
         else:
             progress.paused = True
         return True
@@ -292,3 +299,13 @@ class Leadership:
             self._send(TimeoutNow(sender=self._id, to=to, term=self.term))
         else:
             self.send_append(to)
+
+
+def _within(entries: tuple[Entry, ...], budget: int) -> tuple[Entry, ...]:
+    """The first of ``entries`` whose data fits ``budget`` together (at least one)."""
+    size = 0
+    for count, entry in enumerate(entries):
+        size += len(entry.data)
+        if size > budget and count:
+            return entries[:count]
+    return entries

@@ -4,7 +4,10 @@ Each follower's ``Progress`` is in one of three states (as in etcd's raft):
 
 * **probe**: where its log matches ours is unknown; send one append at ``next - 1`` and wait for
   the answer (or the next heartbeat response) before sending another;
-* **replicate**: it matches up to ``match``; stream appends optimistically, ``next`` runs ahead;
+* **replicate**: it matches up to ``match``; stream appends optimistically, ``next`` runs ahead,
+  as long as what was sent and not acknowledged yet (``inflight``) stays within the configured
+  bounds (a follower far behind is sent what a link holds, then more as it acknowledges; a
+  heartbeat's answer frees the oldest, in case an append was lost);
 * **snapshot**: it needs entries we compacted; a snapshot is on its way, appends wait.
 
 ``recent_active`` records whether the voter answered since the last check-quorum round.
@@ -13,6 +16,7 @@ Each follower's ``Progress`` is in one of three states (as in etcd's raft):
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -34,6 +38,9 @@ class Progress:
     paused: bool = False
     pending_snapshot: int = 0
     recent_active: bool = False
+    inflight: deque[tuple[int, int]] = attrs.Factory(deque)
+    """Appends sent in the replicate state and not acknowledged: (last index, bytes of data)."""
+    inflight_bytes: int = 0
 
     def become_probe(self) -> None:
         if self.state is ProgressState.SNAPSHOT:
@@ -43,16 +50,42 @@ class Progress:
         self.state = ProgressState.PROBE
         self.pending_snapshot = 0
         self.paused = False
+        self._forget_inflight()
 
     def become_replicate(self) -> None:
         self.state = ProgressState.REPLICATE
         self.next = self.match + 1
         self.paused = False
+        self._forget_inflight()
 
     def become_snapshot(self, index: int) -> None:
         self.state = ProgressState.SNAPSHOT
         self.pending_snapshot = index
         self.paused = False
+        self._forget_inflight()
+
+    def _forget_inflight(self) -> None:
+        self.inflight.clear()
+        self.inflight_bytes = 0
+
+    def sent(self, last: int, size: int) -> None:
+        """An append up to index ``last``, of ``size`` bytes of data, went out (replicate state)."""
+        self.inflight.append((last, size))
+        self.inflight_bytes += size
+
+    def acknowledged(self, index: int) -> None:
+        """The follower holds everything up to ``index``: the appends that carried it are done."""
+        while self.inflight and self.inflight[0][0] <= index:
+            self.inflight_bytes -= self.inflight.popleft()[1]
+
+    def free_one(self) -> None:
+        """Forget the oldest append in flight (a heartbeat answered: appends may have been lost)."""
+        if self.inflight:
+            self.inflight_bytes -= self.inflight.popleft()[1]
+
+    def full(self, most_appends: int, most_bytes: int) -> bool:
+        """Whether no more appends may go out until some are acknowledged."""
+        return len(self.inflight) >= most_appends or self.inflight_bytes >= most_bytes
 
     def maybe_update(self, index: int) -> bool:
         """The follower matches up to ``index``: True if that is news."""

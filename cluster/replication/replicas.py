@@ -5,7 +5,8 @@ handshake authenticated), so a RAFT frame from a peer is taken only if the messa
 from that peer's name and for this node; anything else is a ``LinkError`` and closes the link.
 Messages for a group this node has not formed (yet) are dropped (``on_unknown`` hears of them):
 Raft resends. Messages for a peer
-with no route up are dropped likewise.
+with no route up are dropped likewise. A snapshot larger than a frame travels in parts, paced by
+the link's room (``cluster.replication.transfer``).
 
 ``start_group`` forms this node's side of a group from a ``GroupSpec`` (its name and fixed
 voters) and the state machine it replicates; the group's Raft state lives in
@@ -35,9 +36,11 @@ from cluster.checks import LinkError
 from cluster.config import ReplicationConfig
 from cluster.frames import RaftFrame
 from cluster.raft import Message
+from cluster.raft.messages import InstallSnapshot
 from cluster.replication.group import Group, GroupSpec, GroupStatus, StateMachine
 from cluster.replication.storage import RaftStorage
-from cluster.replication.wire import GROUP_NAME
+from cluster.replication.transfer import PART, Assembly, Pending, Transfers
+from cluster.replication.wire import GROUP_NAME, SnapshotPart
 from transport.records import DISK, Disk
 
 __all__ = ["Replicas", "SendFrame"]
@@ -56,6 +59,8 @@ class Replicas:
         store_dir: the node's store directory (groups keep their state under ``raft/``).
         config: ticks and limits for every group.
         send: how frames reach a peer (``RouteManager.send_raft``).
+        pending: the bytes waiting on the link to a peer (``RouteManager.raft_pending``), which
+            paces a snapshot sent in parts.
         disk: the system calls storage writes with (tests pass ones that fail on purpose).
         rng: the source of election timeouts.
     """
@@ -67,6 +72,7 @@ class Replicas:
         config: ReplicationConfig,
         send: SendFrame,
         *,
+        pending: Pending = lambda peer: 0,
         disk: Disk = DISK,
         rng: random.Random | None = None,
     ) -> None:
@@ -76,6 +82,9 @@ class Replicas:
         self.directory = Path(store_dir) / "raft"
         self.config = config
         self._send_frame = send
+        self.transfers = Transfers(send, pending)
+        self._assemblies: dict[tuple[str, str], Assembly] = {}
+        """Snapshot parts coming in, by sender and group."""
         self._disk = disk
         self._rng = rng or random.Random()
         self.groups: dict[str, Group] = {}
@@ -180,6 +189,10 @@ class Replicas:
             await self._handed_over.wait()
 
     def _send(self, group: str, to: str, message: Message) -> None:
+        if isinstance(message, InstallSnapshot) and len(message.snapshot.data) > PART:
+            if self._nursery is not None:
+                self.transfers.start(self._nursery, group, message)
+            return
         self._send_frame(to, RaftFrame(group, message))
 
     def receive(self, peer: str, frame: RaftFrame) -> None:
@@ -195,10 +208,18 @@ class Replicas:
                 f"on the route from {peer[:64]!r}"
             )
         group = self.groups.get(frame.group)
-        if group is not None:
-            group.receive(message)
-        elif self.on_unknown is not None:
-            self.on_unknown(peer, frame.group)
+        if group is None:
+            if self.on_unknown is not None:
+                self.on_unknown(peer, frame.group)
+            return
+        if isinstance(message, SnapshotPart):
+            assembly = self._assemblies.setdefault((peer, frame.group), Assembly())
+            whole = assembly.add(message)
+            if whole is None:
+                return
+            del self._assemblies[(peer, frame.group)]
+            message = whole
+        group.receive(message)
 
     def status(self) -> list[GroupStatus]:
         """Every group's state, by name: what /raftz shows."""

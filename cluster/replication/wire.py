@@ -16,12 +16,17 @@ Message layouts (after the type name): ``sender to term`` and then
 * ``APPENDED index reject hint_index hint_term``
 * ``BEAT commit read_seq`` / ``BEATEN read_seq`` / ``TIMEOUT``
 * ``SNAP index term [voter, ...] data``
+* ``PART index term [voter, ...] total offset data``: a piece of a snapshot too large for one frame
+  (``SnapshotPart``: the ``total`` bytes of its data from ``offset`` on, ``cluster.replication.
+  transfer`` sends and joins them); not a Raft message, so the core never sees one.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+import attrs
 
 from cluster.checks import LinkError, array, blob, integer, text
 from cluster.raft.membership import ChangeEntry
@@ -40,7 +45,17 @@ from cluster.raft.messages import (
     VoteResponse,
 )
 
-__all__ = ["GROUP_NAME", "MAX_ENTRIES", "MAX_NAME", "MAX_VOTERS", "check_group", "pack", "unpack"]
+__all__ = [
+    "GROUP_NAME",
+    "MAX_ENTRIES",
+    "MAX_NAME",
+    "MAX_SNAPSHOT",
+    "MAX_VOTERS",
+    "SnapshotPart",
+    "check_group",
+    "pack",
+    "unpack",
+]
 
 MAX_NAME = 256
 """The longest node name a message may carry (a server name)."""
@@ -50,7 +65,26 @@ MAX_ENTRIES = 4096
 MAX_INDEX = (1 << 63) - 1
 GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 """A replica group's name: also its directory's name under the node's store."""
+MAX_SNAPSHOT = 1 << 40
+"""The largest snapshot a peer may announce in parts (what is held grows only with parts that came)."""
 _KINDS = {EntryKind.COMMAND: 0, EntryKind.NOOP: 1, EntryKind.CONFIG: 2}
+
+
+@attrs.frozen(kw_only=True)
+class SnapshotPart:
+    """``data`` is the snapshot's data from ``offset`` on, of ``total`` bytes in all."""
+
+    sender: str
+    to: str
+    term: int
+    index: int
+    snap_term: int
+    voters: frozenset[str]
+    total: int
+    offset: int
+    data: bytes
+
+
 _KIND_OF = {code: kind for kind, code in _KINDS.items()}
 
 
@@ -65,9 +99,12 @@ def _entry(entry: Entry) -> list[Any]:
     return [entry.index, entry.term, _KINDS[entry.kind], entry.data]
 
 
-def pack(message: Message) -> list[Any]:
+def pack(message: Message | SnapshotPart) -> list[Any]:
     """``message`` as a msgpack-ready array."""
     head = [message.sender, message.to, message.term]
+    if isinstance(message, SnapshotPart):
+        return ["PART", *head, message.index, message.snap_term, sorted(message.voters),
+                message.total, message.offset, message.data]  # fmt: skip
     if isinstance(message, AppendEntries):
         entries = [_entry(e) for e in message.entries]
         return ["APPEND", *head, message.prev_index, message.prev_term, entries, message.commit]
@@ -122,7 +159,7 @@ def _unpack_entry(value: Any) -> Entry:
     return Entry(_index(fields[0]), _index(fields[1]), data, kind)
 
 
-def unpack(value: Any) -> Message:
+def unpack(value: Any) -> Message | SnapshotPart:
     """The message a peer sent, checked.
 
     Raises:
@@ -162,6 +199,15 @@ def unpack(value: Any) -> Message:
         voters = frozenset([_name(v) for v in array(obj[6], MAX_VOTERS)])
         snapshot = Snapshot(_index(obj[4]), _index(obj[5]), voters, blob(obj[7]))
         return InstallSnapshot(sender=sender, to=to, term=term, snapshot=snapshot)
+    if op == "PART" and n == 10:
+        total, offset, data = integer(obj[7], 1, MAX_SNAPSHOT), _index(obj[8]), blob(obj[9])
+        if not data or offset + len(data) > total:
+            raise LinkError("a snapshot part outside its snapshot")
+        voters = frozenset([_name(v) for v in array(obj[6], MAX_VOTERS)])
+        return SnapshotPart(
+            sender=sender, to=to, term=term, index=_index(obj[4]), snap_term=_index(obj[5]),
+            voters=voters, total=total, offset=offset, data=data,
+        )  # fmt: skip
     if op == "TIMEOUT" and n == 4:
         return TimeoutNow(sender=sender, to=to, term=term)
     raise LinkError(f"unknown or malformed Raft message {str(op)[:16]!r}/{n}")

@@ -127,6 +127,10 @@ _MOST_HOPS = 2
 _BLOCKING = frozenset([b"xread", b"xreadgroup"])
 EXPIRY_SWEEP = 0.1
 """Seconds between two sweeps for expired keys of the groups a node leads."""
+MAX_CARRIED = 16 * 1024 * 1024
+"""``KeyRouter.max_carried`` by default: half of what a route holds for a peer by default."""
+TOO_LARGE = "ERR request of more than %d bytes: larger than a replicated write or request may be"
+REPLY_TOO_LARGE = "-ERR reply of more than %d bytes: too large to carry from the keys' leader"
 
 
 class Executors(Protocol):
@@ -150,6 +154,9 @@ class KeyRouter:
         keyspaces: the node's keys (their journal becomes a ``Capture``).
         executor: runs commands as a client of an account would (``CommandExecutor``).
         send: sends a frame to a route peer by server name (False: no route to it).
+        max_carried: the bytes a request (a write: one entry of a group's log) and a reply carried
+            between nodes may have: larger ones are refused (a route holds only so much for a
+            peer).
     """
 
     def __init__(
@@ -160,8 +167,11 @@ class KeyRouter:
         keyspaces: Keyspaces,
         executor: Executors,
         send: Send,
+        *,
+        max_carried: int = MAX_CARRIED,
     ) -> None:
         self.node = node
+        self.max_carried = max_carried
         self.layout = layout
         self.replicas = replicas
         self.keyspaces = keyspaces
@@ -261,6 +271,9 @@ class KeyRouter:
         self._group = None
         self._serving = frozenset()
         self._script_slot = None
+        if _request_bytes(conn, command, args) > self.max_carried:
+            conn.reject(command, TOO_LARGE % self.max_carried)
+            return True
         if command.key == b"exec" and conn.transaction.remote is not None:
             return self.watching.exec(conn, command)
         slots = {hash_slot(key) for key in _keys(conn, command, args)}
@@ -617,7 +630,16 @@ class KeyRouter:
         else:
             group = self.layout.group_of_slot(slots.pop() if slots else 0)
             reply = await self._forward(group, request)
+        if len(reply) > self.max_carried:
+            reply = error(REPLY_TOO_LARGE % self.max_carried)
         self._send(peer, KeysReply(request.id, reply))
+
+
+def _request_bytes(conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> int:
+    """The bytes of a request's arguments (the queued commands' for EXEC)."""
+    if command.key == b"exec":
+        return sum(len(arg) for queued in conn.transaction.queued or () for arg in queued)
+    return sum(map(len, args))
 
 
 def _keys(conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> list[bytes]:

@@ -79,6 +79,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
                 config.store_dir,
                 config.replication,
                 node.routes.send_raft,
+                pending=node.routes.raft_pending,
                 rng=rng(),
             )
             node.routes.on_raft = node.replicas.receive
@@ -87,7 +88,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
                 plan = layout(config.replication.members, replicas)
                 node.keys = KeyRouter(
                     config.server_name, plan, node.replicas, broker.keyspaces, executor,
-                    node.routes.send_raft,
+                    node.routes.send_raft, max_carried=config.cluster.frame_room // 2,
                 )  # fmt: skip
                 broker.key_router = node.keys
                 if node.captures is not None:

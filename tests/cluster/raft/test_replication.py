@@ -6,6 +6,7 @@ from cluster.raft import HardState, Persisted
 from cluster.raft.messages import (
     AppendEntries,
     AppendResponse,
+    Entry,
     Heartbeat,
     HeartbeatResponse,
     InstallSnapshot,
@@ -181,3 +182,46 @@ def test_a_follower_commits_only_what_it_knows_matches_the_leader() -> None:
     )
     flush(follower)
     assert follower.log.committed == 1, "entries 2 and 3 may be a divergent tail the leader lacks"
+
+
+def test_a_follower_far_behind_is_sent_what_a_link_holds_then_more_as_it_acknowledges() -> None:
+    """Appends carry at most ``max_bytes_per_append`` of data (one larger entry alone), and in the
+    replicate state no more than ``max_inflight_bytes`` go out unacknowledged."""
+    big = 300 * 1024
+    log = (*tuple(Entry(i, 1, bytes(big)) for i in range(1, 101)), Entry(101, 1, bytes(3 << 20)))
+    leader = leader_of(Persisted(HardState(term=1), None, log))
+    config = leader.config
+    last = leader.log.last_index
+
+    def appends(messages: list[Message]) -> list[AppendEntries]:
+        return [m for m in of_type(messages, AppendEntries) if m.to == "b" and m.entries]
+
+    sent = appends(ack(leader, "b", 1))  # (b matches at 1: replicate from there)
+    assert sent
+    for append in sent:
+        size = sum(len(e.data) for e in append.entries)
+        assert size <= config.max_bytes_per_append or len(append.entries) == 1
+    in_flight = sum(len(e.data) for a in sent for e in a.entries)
+    assert in_flight <= config.max_inflight_bytes + config.max_bytes_per_append
+    assert sent[-1].entries[-1].index < last  # (the rest waits)
+
+    # Acknowledgements release the rest; the one entry larger than an append goes alone.
+    every = list(sent)
+    while every[-1].entries[-1].index < last:
+        more = appends(ack(leader, "b", every[-1].entries[-1].index))
+        assert more
+        every += more
+    assert [e.index for a in every for e in a.entries] == list(range(2, last + 1))
+    assert [len(a.entries) for a in every if a.entries[-1].index == last] == [1]
+
+
+def test_a_heartbeat_answer_frees_an_append_that_may_be_lost() -> None:
+    log = tuple(Entry(i, 1, bytes(1 << 20)) for i in range(1, 41))
+    leader = leader_of(Persisted(HardState(term=1), None, log))
+    first = [m for m in of_type(ack(leader, "b", 1), AppendEntries) if m.to == "b"]
+    assert first  # (the window is full now: nothing acknowledged)
+    assert not [m for m in of_type(flush(leader), AppendEntries) if m.to == "b"]
+    leader.step(HeartbeatResponse(sender="b", to="a", term=leader.term))
+    again = [m for m in of_type(flush(leader), AppendEntries) if m.to == "b"]
+    assert again
+    assert again[0].entries[0].index > first[-1].entries[-1].index

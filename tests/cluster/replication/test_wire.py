@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from cluster.frames import FrameDecoder, LinkError, RaftFrame, encode
 from cluster.raft import AddVoter, ChangeEntry, RemoveVoter
 from cluster.raft import messages as m
-from cluster.replication.wire import MAX_NAME, pack, unpack
+from cluster.replication.wire import MAX_NAME, SnapshotPart, pack, unpack
 
 NAME = st.text(min_size=1, max_size=12)
 INDEX = st.integers(0, 2**63 - 1)
@@ -54,6 +54,11 @@ MESSAGES = st.one_of(
               snapshot=st.builds(m.Snapshot, INDEX, INDEX, st.frozensets(NAME, max_size=5),
                                  st.binary(max_size=50))),
     st.builds(m.TimeoutNow, sender=NAME, to=NAME, term=INDEX),
+    st.builds(lambda head, data, offset, extra: SnapshotPart(
+        **head, offset=offset, total=offset + len(data) + extra, data=data),
+        st.fixed_dictionaries({"sender": NAME, "to": NAME, "term": INDEX, "index": INDEX,
+                               "snap_term": INDEX, "voters": st.frozensets(NAME, max_size=5)}),
+        st.binary(min_size=1, max_size=50), st.integers(0, 2**40), st.integers(0, 2**20)),
 )  # fmt: skip
 GROUP = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", fullmatch=True)
 
@@ -66,7 +71,7 @@ def decoded(data: bytes) -> list[Any]:
 
 
 @given(group=GROUP, message=MESSAGES)
-def test_every_message_survives_the_frame_codec(group: str, message: m.Message) -> None:
+def test_every_message_survives_the_frame_codec(group: str, message: m.Message | SnapshotPart) -> None:
     assert decoded(encode(RaftFrame(group, message))) == [RaftFrame(group, message)]
 
 
@@ -80,7 +85,7 @@ VALUE = st.recursive(
 
 @given(message=MESSAGES, position=st.integers(0, 8), value=VALUE)
 def test_a_field_of_the_wrong_kind_is_a_link_error(
-    message: m.Message, position: int, value: Any
+    message: m.Message | SnapshotPart, position: int, value: Any
 ) -> None:
     fields = pack(message)
     position %= len(fields)
@@ -100,7 +105,7 @@ def test_anything_else_is_a_link_error_or_a_message(fields: list[Any]) -> None:
         return
     assert isinstance(message, m.AppendEntries | m.Heartbeat | m.VoteRequest | m.TimeoutNow
                       | m.VoteResponse | m.AppendResponse | m.HeartbeatResponse
-                      | m.InstallSnapshot)  # fmt: skip
+                      | m.InstallSnapshot | SnapshotPart)  # fmt: skip
 
 
 def test_bounds_are_enforced() -> None:
