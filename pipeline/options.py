@@ -55,9 +55,13 @@ def parse_bound(option: str, text: str, *, upper: bool) -> StreamId:
     return StreamId(int(match[1]), int(seq) if seq is not None else (MAX_SEQ if upper else 0))
 
 
+class Unreachable(OptionError):
+    """A node in ``url`` does not answer."""
+
+
 @attrs.frozen
 class Endpoint:
-    """Where the streams are, from ``url``: ``redis://[user:pass@]host:port[/db]``."""
+    """One node of ``url``: ``redis://[user:pass@]host:port[/db]``."""
 
     host: str
     port: int
@@ -90,7 +94,7 @@ class Endpoint:
         try:
             client = RespClient.connect(self.host, self.port, CONNECT_TIMEOUT)
         except OSError as error:
-            raise OptionError("url", f"cannot connect to {self.host}:{self.port}: {error}") from None
+            raise Unreachable("url", f"cannot connect to {self.host}:{self.port}: {error}") from None
         try:
             if self.password is not None:
                 auth = [self.username, self.password] if self.username else [self.password]
@@ -101,6 +105,33 @@ class Endpoint:
             client.close()
             raise OptionError("url", f"{self.host}:{self.port} refused the login: {error}") from None
         return client
+
+
+@attrs.frozen
+class Endpoints:
+    """Where the streams are, from ``url``: one ``redis://`` URL, or several, comma-separated, of
+    nodes of one cluster (any of which serves every key: pubmesh with replicated keys)."""
+
+    nodes: tuple[Endpoint, ...]
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoints:
+        urls = [part.strip() for part in url.split(",")]
+        if not all(urls):
+            raise OptionError("url", "an empty URL in the comma-separated list")
+        return cls(tuple(Endpoint.parse(part) for part in urls))
+
+    def connect(self, first: int = 0) -> RespClient:
+        """A connection to the first node that answers, trying them in turn from node number
+        ``first`` on (modulo their number: partitions spread this way); a node that is down is
+        passed over, one that refuses the login is not."""
+        count, failures = len(self.nodes), []
+        for turn in range(count):
+            try:
+                return self.nodes[(first + turn) % count].connect()
+            except Unreachable as error:
+                failures.append(str(error).removeprefix("pubmesh option 'url': "))
+        raise Unreachable("url", "; ".join(failures))
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool = False) -> bool:
@@ -119,7 +150,7 @@ def _positive(options: Mapping[str, str], name: str, default: int) -> int:
 
 @attrs.frozen
 class ReadOptions:
-    endpoint: Endpoint
+    nodes: Endpoints
     streams: tuple[str, ...]
     start: StreamId
     end: StreamId
@@ -131,7 +162,7 @@ class ReadOptions:
 
 @attrs.frozen
 class WriteOptions:
-    endpoint: Endpoint
+    nodes: Endpoints
     stream: str
 
 
@@ -154,7 +185,7 @@ MODES: dict[str, tuple[str, ...]] = {
 """The options each mode takes (``path`` is ``stream``'s alias); Spark hands them over lowercase."""
 
 
-def _common(options: Mapping[str, str], mode: str) -> tuple[Endpoint, tuple[str, ...]]:
+def _common(options: Mapping[str, str], mode: str) -> tuple[Endpoints, tuple[str, ...]]:
     allowed = {name.lower() for name in MODES[mode]} | {"path"}
     for given in sorted(set(options) - allowed):
         owners = [other for other, names in MODES.items() if given in {n.lower() for n in names}]
@@ -165,11 +196,11 @@ def _common(options: Mapping[str, str], mode: str) -> tuple[Endpoint, tuple[str,
         takes = ", ".join(sorted(MODES[mode], key=str.lower))
         raise OptionError(name, f"is a {' and '.join(owners)} option; a {mode} takes {takes}")
     if "url" not in options:
-        raise OptionError("url", "missing (redis://[user:pass@]host:port[/db])")
+        raise OptionError("url", "missing (redis://[user:pass@]host:port[/db], comma-separated)")
     streams = tuple(s.strip() for s in options.get("stream", options.get("path", "")).split(","))
     if not all(streams):
         raise OptionError("stream", "missing, or an empty name in the comma-separated list")
-    return Endpoint.parse(options["url"]), streams
+    return Endpoints.parse(options["url"]), streams
 
 
 def binary(options: Mapping[str, str]) -> bool:
@@ -178,13 +209,13 @@ def binary(options: Mapping[str, str]) -> bool:
 
 
 def read_options(options: Mapping[str, str], mode: str = "batch read") -> ReadOptions:
-    endpoint, streams = _common(options, mode)
+    nodes, streams = _common(options, mode)
     start = parse_bound("start", options.get("start", "-"), upper=False)
     end = parse_bound("end", options.get("end", "+"), upper=True)
     if start > end:
         raise OptionError("start", f"{options.get('start')!r} is after end {options.get('end')!r}")
     return ReadOptions(
-        endpoint=endpoint,
+        nodes=nodes,
         streams=streams,
         start=start,
         end=end,
@@ -195,10 +226,10 @@ def read_options(options: Mapping[str, str], mode: str = "batch read") -> ReadOp
 
 
 def write_options(options: Mapping[str, str], mode: str = "batch write") -> WriteOptions:
-    endpoint, streams = _common(options, mode)
+    nodes, streams = _common(options, mode)
     if len(streams) != 1:
         raise OptionError("stream", f"a write goes to one stream, not {len(streams)}")
-    return WriteOptions(endpoint=endpoint, stream=streams[0])
+    return WriteOptions(nodes=nodes, stream=streams[0])
 
 
 Position = StreamId | Literal["earliest", "latest"]
@@ -256,7 +287,7 @@ def stream_read_options(options: Mapping[str, str]) -> StreamReadOptions:
 
 @attrs.frozen
 class StreamWriteOptions:
-    endpoint: Endpoint
+    nodes: Endpoints
     stream: str
     commit_key: str
     """Names the query in the target's commit marker: stable across restarts of one checkpoint."""
@@ -271,7 +302,7 @@ def stream_write_options(options: Mapping[str, str]) -> StreamWriteOptions:
     for name in ("commitkey", "checkpointlocation", "queryname"):
         key = options.get(name, "").strip()
         if key:
-            return StreamWriteOptions(write.endpoint, write.stream, key)
+            return StreamWriteOptions(write.nodes, write.stream, key)
     raise OptionError(
         "checkpointLocation",
         "a streaming write needs a key that survives restarts: give the query a checkpointLocation "

@@ -9,7 +9,12 @@ stream of its own, and only the driver's commit appends the successful attempts'
 target (in partition order) and drops every staging stream, so a retried or speculative task never
 doubles a row and a failed job adds nothing. What is not covered: a server failure or a driver crash
 during that commit leaves a prefix of the partitions appended (the job then fails, and its remaining
-staging streams, ``<stream>:pubmesh-write:<job>:*``, stay for inspection).
+staging streams, ``{<stream>}:pubmesh-write:<job>:*``, stay for inspection).
+
+``url`` may name several nodes of one cluster, comma-separated: the driver uses the first that
+answers, and partition ``n`` reads from node ``n`` (modulo their number), on that node's own replica
+of the stream where keys are replicated (``pipeline.replicas``: ``READONLY``, once the replica holds
+the whole slice).
 
 Streaming reads (``spark.readStream.format("pubmesh")``) plan each micro-batch as the same ``Slice``
 ranges, between offsets that hold the last ID read per stream (see ``pipeline.offsets``); they need
@@ -54,7 +59,7 @@ from pyspark.sql.types import (
 
 from pipeline.offsets import Json, Offsets, advance, from_json, initial, latest, losses, slices, to_json
 from pipeline.options import (
-    Endpoint,
+    Endpoints,
     OptionError,
     ReadOptions,
     StreamId,
@@ -65,6 +70,7 @@ from pipeline.options import (
     stream_write_options,
     write_options,
 )
+from pipeline.replicas import partition_client
 from pipeline.resp import RespClient
 from pipeline.streams import (
     BatchCommits,
@@ -114,18 +120,18 @@ class PubmeshDataSource(DataSource):
         if overwrite:
             raise OptionError("mode", "overwrite is not supported: a stream is appended to")
         options = write_options(self.options)
-        with options.endpoint.connect() as client:
+        with options.nodes.connect() as client:
             _check_target(client, options.stream)
-        return PubmeshWriter(StagedWrite(options.endpoint, options.stream, uuid.uuid4().hex))
+        return PubmeshWriter(StagedWrite(options.nodes, options.stream, uuid.uuid4().hex))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Called on the driver when the query starts and again for every commit."""
         if overwrite:
             raise OptionError("outputMode", "complete is not supported: a stream is appended to")
         options = stream_write_options(self.options)
-        with options.endpoint.connect() as client:
+        with options.nodes.connect() as client:
             _check_target(client, options.stream)
-        return PubmeshStreamWriter(BatchCommits(options.endpoint, options.stream, options.commit_key))
+        return PubmeshStreamWriter(BatchCommits(options.nodes, options.stream, options.commit_key))
 
 
 def _check_target(client: RespClient, stream: str) -> None:
@@ -135,9 +141,16 @@ def _check_target(client: RespClient, stream: str) -> None:
 
 
 class SlicePartition(InputPartition):
-    def __init__(self, part: Slice | None) -> None:
+    """A slice to read, and the partition's number (which node of ``url`` it reads from)."""
+
+    def __init__(self, part: Slice | None, number: int = 0) -> None:
         super().__init__(part)
         self.part = part
+        self.number = number
+
+
+def _partitions(parts: list[Slice]) -> list[InputPartition]:
+    return [SlicePartition(part, number) for number, part in enumerate(parts)]
 
 
 class PubmeshReader(DataSourceReader):
@@ -145,26 +158,26 @@ class PubmeshReader(DataSourceReader):
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        with options.endpoint.connect() as client:
+        with options.nodes.connect() as client:
             for stream in options.streams:
                 check_stream(client, stream)
 
     def partitions(self) -> list[InputPartition]:
         o = self.options
-        with o.endpoint.connect() as client:
+        with o.nodes.connect() as client:
             parts = [
                 s for stream in o.streams for s in plan(client, stream, o.start, o.end, o.partitions)
             ]
         # Spark wants at least one partition, even for a range with nothing in it.
-        return [SlicePartition(part) for part in parts] or [SlicePartition(None)]
+        return _partitions(parts) or [SlicePartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         o = self.options
-        return _read_slice(partition, o.endpoint, o.binary, o.page)
+        return _read_slice(partition, o.nodes, o.binary, o.page)
 
 
 def _read_slice(
-    partition: InputPartition, endpoint: Endpoint, binary: bool, page: int
+    partition: InputPartition, nodes: Endpoints, binary: bool, page: int
 ) -> Iterator[pa.RecordBatch]:
     """One Arrow batch per XRANGE page: Spark takes columns several times faster than rows."""
     assert isinstance(partition, SlicePartition)
@@ -172,7 +185,7 @@ def _read_slice(
     if part is None:
         return
     schema = _arrow_schema(binary)
-    with endpoint.connect() as client:
+    with partition_client(nodes, partition.number, part) as client:
         for batch in read_pages(client, part, page):
             ids = [entry_id.decode() for entry_id, _ in batch]
             offsets = [0]
@@ -199,12 +212,12 @@ class PubmeshStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.target: Offsets | None = None
         """Under Trigger.AvailableNow: the end of the last micro-batch."""
-        with options.read.endpoint.connect() as client:
+        with options.read.nodes.connect() as client:
             for stream in options.read.streams:
                 check_stream(client, stream)
 
     def _connect(self) -> RespClient:
-        return self.options.read.endpoint.connect()
+        return self.options.read.nodes.connect()
 
     def _from_spark(self, offset: dict[str, object]) -> Offsets:
         return from_json(offset, self.options.read.streams)
@@ -245,11 +258,11 @@ class PubmeshStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for problem in lost:
                 log.warning("pubmesh data loss, reading on from what is left: %s", problem)
             parts = slices(client, begin, until, self.options.read.partitions)
-        return [SlicePartition(part) for part in parts]
+        return _partitions(parts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         o = self.options.read
-        return _read_slice(partition, o.endpoint, o.binary, o.page)
+        return _read_slice(partition, o.nodes, o.binary, o.page)
 
 
 class DataLossError(RuntimeError):

@@ -1,5 +1,9 @@
 """Stream reads and writes over RESP, independent of Spark: ID ranges split into slices, paged XRANGE
-reads of one slice, and staged writes that reach the target stream only on commit."""
+reads of one slice, and staged writes that reach the target stream only on commit.
+
+The keys a write adds beside its target (staging streams, a query's commit marker) hash to the
+target's slot (``beside``: Redis Cluster's hash tags), so that on pubmesh with replicated keys
+they are held by the target's replica group and one transaction may span them."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
 
-from pipeline.options import MAX_SEQ, Endpoint, OptionError, StreamId
+from pipeline.options import MAX_SEQ, Endpoints, OptionError, StreamId
 from pipeline.resp import ProtocolError, Reply, RespClient
 
 Fields = list[tuple[bytes, bytes]]
@@ -22,6 +26,9 @@ class Slice:
     stream: str
     first: StreamId
     last: StreamId
+    fence: StreamId | None = None
+    """The last ID the stream had when the slice was planned (read from its leader, so every
+    entry up to it is committed): a replica that has generated it holds the whole slice."""
 
 
 def _bytes(reply: Reply) -> bytes:
@@ -67,7 +74,7 @@ def plan(client: RespClient, stream: str, first: StreamId, last: StreamId, parts
     cuts = sorted({lo.ms + span * i // parts for i in range(1, parts)} - {lo.ms})
     starts = [lo, *(StreamId(ms, 0) for ms in cuts)]
     ends = [*(StreamId(ms - 1, MAX_SEQ) for ms in cuts), hi]
-    return [Slice(stream, a, b) for a, b in zip(starts, ends, strict=True)]
+    return [Slice(stream, a, b, hi) for a, b in zip(starts, ends, strict=True)]
 
 
 def read_pages(
@@ -88,8 +95,25 @@ def read_pages(
         start = "(" + batch[-1][0].decode()
 
 
-STAGING = "{stream}:pubmesh-write:{job}"
-"""Prefix of the staging streams of one write job (``job`` is a fresh UUID), beside the target."""
+def hash_tag(key: str) -> str | None:
+    """The part of ``key`` Redis Cluster hashes when it is not the whole key: the text between its
+    first ``{`` and the first ``}`` after it, if not empty."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1 : end] if end > start + 1 else None
+
+
+def beside(stream: str, suffix: str) -> str:
+    """A key named after ``stream`` that hashes to its slot: ``stream:suffix`` when the name has a
+    hash tag, ``{stream}:suffix`` when it can be one (no ``}`` in it); else ``stream:suffix``,
+    which only a single node (or a cluster that does not keep transactions to a slot) takes."""
+    if hash_tag(stream) is not None or "}" in stream:
+        return f"{stream}:{suffix}"
+    return f"{{{stream}}}:{suffix}"
+
+
+STAGING = "pubmesh-write:{job}"
+"""Suffix of the staging streams of one write job (``job`` is a fresh UUID), beside the target."""
 
 BATCH = 500
 """XADDs sent per round trip."""
@@ -124,22 +148,22 @@ class StagedWrite:
     reports as successful, and drops the rest.
     """
 
-    endpoint: Endpoint
+    nodes: Endpoints
     stream: str
     job: str
 
     @property
     def prefix(self) -> str:
-        return STAGING.format(stream=self.stream, job=self.job)
+        return beside(self.stream, STAGING.format(job=self.job))
 
     def stage(self, partition: int, attempt: int, rows: Iterable[Fields]) -> tuple[str, int]:
         key = f"{self.prefix}:{partition}:{attempt}"
-        with self.endpoint.connect() as client:
+        with self.nodes.connect(first=partition) as client:
             client.call("DEL", key)
             return key, _send(client, _xadds(key, rows))
 
     def commit(self, staged: Iterable[str]) -> None:
-        with self.endpoint.connect() as client:
+        with self.nodes.connect() as client:
             for key in staged:
                 pages = read_pages(client, Slice(key, StreamId(0, 0), LAST), BATCH)
                 _send(client, _xadds(self.stream, (fields for page in pages for _, fields in page)))
@@ -147,7 +171,7 @@ class StagedWrite:
             self._drop(client)
 
     def abort(self) -> None:
-        with self.endpoint.connect() as client:
+        with self.nodes.connect() as client:
             self._drop(client)
 
     def _drop(self, client: RespClient) -> None:
@@ -163,9 +187,9 @@ class StagedWrite:
                 return
 
 
-COMMITS = "{stream}:pubmesh-commits:{query}"
-"""The commit marker of one query writing into ``stream``: a stream whose last entry names the last
-micro-batch committed (``query`` is a digest of the query's commit key)."""
+COMMITS = "pubmesh-commits:{query}"
+"""Suffix of the commit marker of one query writing into a stream, beside it: a stream whose last
+entry names the last micro-batch committed (``query`` is a digest of the query's commit key)."""
 
 KEPT_COMMITS = 16
 """Marker entries kept (MAXLEN): only the last one counts; the others help whoever inspects it."""
@@ -183,7 +207,7 @@ class BatchCommits:
     while reading the staging streams page by page on a second connection).
     """
 
-    endpoint: Endpoint
+    nodes: Endpoints
     stream: str
     key: str
     """The query's commit key: the same across restarts from one checkpoint."""
@@ -194,20 +218,29 @@ class BatchCommits:
 
     @property
     def marker(self) -> str:
-        return COMMITS.format(stream=self.stream, query=self.query)
+        return beside(self.stream, COMMITS.format(query=self.query))
+
+    @property
+    def earlier_marker(self) -> str:
+        """Where releases before hash tags kept the marker (read, never written)."""
+        return f"{self.stream}:{COMMITS.format(query=self.query)}"
 
     def staged(self, batch: int) -> StagedWrite:
-        return StagedWrite(self.endpoint, self.stream, f"{self.query}-{batch}")
+        return StagedWrite(self.nodes, self.stream, f"{self.query}-{batch}")
 
     def last(self, client: RespClient) -> int | None:
-        """The last micro-batch committed, if any."""
-        tail = _entries(client.call("XREVRANGE", self.marker, "+", "-", "COUNT", 1))
-        return int(dict(tail[0][1])[b"batch"]) if tail else None
+        """The last micro-batch committed, if any (in the marker, or else where an earlier release
+        kept it: a query restarted across an upgrade still finds what it committed)."""
+        for marker in dict.fromkeys((self.marker, self.earlier_marker)):
+            tail = _entries(client.call("XREVRANGE", marker, "+", "-", "COUNT", 1))
+            if tail:
+                return int(dict(tail[0][1])[b"batch"])
+        return None
 
     def commit(self, batch: int, staged: Iterable[str]) -> bool:
         """Appends the staged streams (in the order given) unless ``batch`` was committed already;
         either way drops the batch's staging streams. True when this call committed it."""
-        with self.endpoint.connect() as client, self.endpoint.connect() as reader:
+        with self.nodes.connect() as client, self.nodes.connect() as reader:
             client.call("WATCH", self.marker)
             done = self.last(client)
             if done is None or batch > done:

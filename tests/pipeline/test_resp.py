@@ -6,9 +6,19 @@ import socket
 
 import pytest
 
+from cluster.placement import hash_slot
 from pipeline.local import free_port
-from pipeline.options import MAX_SEQ, Endpoint, OptionError, StreamId, parse_bound, read_options
+from pipeline.options import (
+    MAX_SEQ,
+    Endpoint,
+    Endpoints,
+    OptionError,
+    StreamId,
+    parse_bound,
+    read_options,
+)
 from pipeline.resp import Incomplete, Parser, ProtocolError, RespClient, ServerError, encode
+from pipeline.streams import beside, hash_tag
 from tests.live import LiveNode
 
 
@@ -80,6 +90,21 @@ def test_urls() -> None:
         Endpoint.parse("redis://h:port")
     with pytest.raises(OptionError, match="'url': missing"):
         read_options({"stream": "s"})
+    several = read_options({"stream": "s", "url": "redis://a:1, redis://:pw@b:2/3"}).nodes
+    assert several == Endpoints((Endpoint("a", 1), Endpoint("b", 2, 3, None, "pw")))
+    with pytest.raises(OptionError, match="'url': an empty URL"):
+        Endpoints.parse("redis://a:1,")
+
+
+def test_keys_beside_a_stream_hash_to_its_slot() -> None:
+    assert [hash_tag(k) for k in ("a", "{a}b", "x{a}{b}", "{}a", "a{b", "{a}")] == [
+        None, "a", "a", None, None, "a",
+    ]  # fmt: skip
+    for stream in ("orders", "{o}:x", "a{b", "ord{ers", "{}x", "a}b", "é{"):
+        key = beside(stream, "pubmesh-write:j")
+        assert key.endswith(":pubmesh-write:j")
+        if "}" not in stream or hash_tag(stream) is not None:
+            assert hash_slot(key.encode()) == hash_slot(stream.encode()), stream
 
 
 @pytest.mark.slow
@@ -88,3 +113,9 @@ def test_unreachable_and_refused_logins_name_the_url(node: LiveNode) -> None:
         Endpoint("127.0.0.1", free_port()).connect()
     with pytest.raises(OptionError, match=r"'url': .* refused the login"):
         Endpoint("127.0.0.1", node.redis_port or 0, db=99).connect()
+    # Of several nodes, one that is down is passed over; all down names each.
+    down, up = f"redis://127.0.0.1:{free_port()}", f"redis://127.0.0.1:{node.redis_port}"
+    with Endpoints.parse(f"{down},{up}").connect() as client:
+        assert client.call("PING") == b"PONG"
+    with pytest.raises(OptionError, match=r"cannot connect to .*; cannot connect to "):
+        Endpoints.parse(f"{down},{down}").connect()

@@ -13,7 +13,7 @@ import redis
 
 from pipeline.local import free_port
 from pipeline.local import redis_server as redis_server_process
-from pipeline.options import Endpoint, StreamId
+from pipeline.options import Endpoints, StreamId
 from pipeline.streams import StagedWrite
 from tests.live import LiveNode
 from tests.pipeline.conftest import needs_spark
@@ -153,7 +153,7 @@ def test_write_lands_once_despite_a_retried_task(spark: SparkSession, node: Live
 def test_a_failed_attempts_staged_rows_are_never_committed(node: LiveNode) -> None:
     """What Spark's retry relies on, without Spark: a partial first attempt, a full second one."""
     r = client(node.redis_port)
-    job = StagedWrite(Endpoint("127.0.0.1", node.redis_port or 0), "direct", "job1")
+    job = StagedWrite(Endpoints.parse(url(node)), "direct", "job1")
     rows = [[(b"i", str(i).encode())] for i in range(1200)]
     job.stage(0, 0, iter(rows[:700]))  # the attempt that failed midway
     second, count = job.stage(0, 1, iter(rows))

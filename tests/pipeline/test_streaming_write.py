@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 import pytest
 import redis
 
-from pipeline.options import Endpoint, OptionError, stream_write_options
+from pipeline.options import Endpoints, OptionError, stream_write_options
 from pipeline.streams import BatchCommits
 from tests.live import LiveNode
 from tests.pipeline.conftest import MISSING
@@ -67,7 +67,7 @@ def drop_commit(checkpoint: Path, batch: int) -> None:
 @pytest.mark.timeout(20)
 def test_a_batch_commits_once_with_its_marker(node: LiveNode) -> None:
     r = client(node)
-    commits = BatchCommits(Endpoint("127.0.0.1", node.redis_port or 0), "direct", "/ckpt/q1")
+    commits = BatchCommits(Endpoints.parse(url(node)), "direct", "/ckpt/q1")
     staged = commits.staged(7)
     keys = [
         staged.stage(p, 0, iter([[(b"u", f"{p}-{i}".encode())] for i in range(300)]))[0] for p in (1, 0)
@@ -84,9 +84,27 @@ def test_a_batch_commits_once_with_its_marker(node: LiveNode) -> None:
     assert field(r, "direct", b"u") == want
     assert staging_keys(r) == []
 
-    other = BatchCommits(commits.endpoint, "direct", "/ckpt/q2")  # another query, its own marker
+    other = BatchCommits(commits.nodes, "direct", "/ckpt/q2")  # another query, its own marker
     assert other.commit(0, [other.staged(0).stage(0, 0, iter([[(b"u", b"q2")]]))[0]]) is True
     assert field(r, "direct", b"u") == [*want, b"q2"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(20)
+def test_a_batch_committed_under_the_earlier_marker_name_is_not_committed_again(
+    node: LiveNode,
+) -> None:
+    """(A query restarted across the upgrade that moved the marker beside its target's slot.)"""
+    r = client(node)
+    commits = BatchCommits(Endpoints.parse(url(node)), "upgraded", "/ckpt/q")
+    assert commits.earlier_marker == f"upgraded:pubmesh-commits:{commits.query}" != commits.marker
+    r.xadd(commits.earlier_marker, {"batch": "4", "key": "/ckpt/q"})
+    staged = [commits.staged(4).stage(0, 0, iter([[(b"u", b"again")]]))[0]]
+    assert commits.commit(4, staged) is False
+    assert r.exists("upgraded") == 0
+    assert commits.commit(5, [commits.staged(5).stage(0, 0, iter([[(b"u", b"new")]]))[0]]) is True
+    assert field(r, "upgraded", b"u") == [b"new"]
+    assert field(r, commits.marker, b"batch") == [b"5"]
 
 
 def test_the_commit_key_comes_from_the_checkpoint_unless_given() -> None:
@@ -131,7 +149,8 @@ def test_a_replayed_micro_batch_adds_nothing(
     fill(r, "w-src", range(50))
     stream_copy(spark, node, "w-src", "w-sink", tmp_path)
     assert field(r, "w-sink", b"u") == [str(i).encode() for i in range(50)]
-    marker = BatchCommits(Endpoint("127.0.0.1", 0), "w-sink", str(tmp_path)).marker
+    marker = BatchCommits(Endpoints.parse(url(node)), "w-sink", str(tmp_path)).marker
+    assert marker.startswith("{w-sink}:")  # (the target's slot)
     assert field(r, marker, b"batch") == [b"0", b"1", b"2"]
 
     drop_commit(tmp_path, 2)
