@@ -3,9 +3,7 @@ the leader, answered byte for byte as redis-server answers them."""
 
 from __future__ import annotations
 
-import shutil
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from node.replicated.forwarded import pack_transaction, split_watched, unpack_transaction
-from pipeline.local import redis_server
 from tests.node.replicated.test_path import NAMES, a_led_key, held, start_nodes
 from tests.support import until
 
@@ -86,14 +83,6 @@ def session(port: int, commands: list[list[bytes]]) -> bytes:
             assert chunk, got
             got += chunk
     return got[: -len(END)]
-
-
-@pytest.fixture(scope="module")
-def reference() -> Iterator[int]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("needs redis-server")
-    with redis_server() as port:
-        yield port
 
 
 def script(tag: bytes) -> list[list[bytes]]:

@@ -37,10 +37,12 @@ def held_bytes(handle: NodeHandle, key: bytes) -> int:
     return len(value) if isinstance(value, bytes | bytearray) else -1
 
 
-async def test_a_follower_catches_up_by_a_snapshot_larger_than_a_link_holds(
-    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("snapshot_entries", [8, RAFT.snapshot_entries], ids=["snapshot", "log"])
+async def test_a_follower_catches_up_on_more_than_a_link_holds(
+    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture, snapshot_entries: int
 ) -> None:
-    replication = RAFT.evolve(snapshot_entries=8)
+    """By a snapshot (the leader compacted what the follower lacks) or from the log."""
+    replication = RAFT.evolve(snapshot_entries=snapshot_entries)
     nodes = await start_nodes(nursery, tmp_path, replication=replication)
     leader, tag = await a_led_key(nodes)
     follower = next(name for name in NAMES if name != leader)
@@ -48,25 +50,9 @@ async def test_a_follower_catches_up_by_a_snapshot_larger_than_a_link_holds(
     keys = [b"{%s}big-%d" % (tag, n) for n in range(WRITES)]
     for n, key in enumerate(keys):
         assert await call(nodes[leader], "SET", key, bytes([65 + n % 26]) * VALUE) is True
-    nodes[follower] = await start_member(
+    nodes[follower] = handle = await start_member(
         nursery, tmp_path, follower, nodes[leader], replication=replication
     )
-    handle = nodes[follower]
-    await until(lambda: all(held_bytes(handle, key) == VALUE for key in keys))
-    assert "slow consumer" not in caplog.text.lower()
-
-
-async def test_a_follower_catches_up_from_a_log_larger_than_a_link_holds(
-    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    nodes = await start_nodes(nursery, tmp_path)  # (no snapshot: the log holds every write)
-    leader, tag = await a_led_key(nodes)
-    follower = next(name for name in NAMES if name != leader)
-    await stop(nodes[follower])
-    keys = [b"{%s}big-%d" % (tag, n) for n in range(WRITES)]
-    for n, key in enumerate(keys):
-        assert await call(nodes[leader], "SET", key, bytes([65 + n % 26]) * VALUE) is True
-    nodes[follower] = handle = await start_member(nursery, tmp_path, follower, nodes[leader])
     await until(lambda: all(held_bytes(handle, key) == VALUE for key in keys))
     assert "slow consumer" not in caplog.text.lower()
 

@@ -3,9 +3,8 @@ counts on the watch runs there; clients on every node see redis-server's optimis
 
 from __future__ import annotations
 
-import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ import trio
 from node.data.keyspaces import Keyspaces
 from node.replicated.path import CROSSSLOT, WATCH_ELSEWHERE, KeyRouter
 from node.replicated.watching import RemoteWatches, Watched, creator, token_of
-from pipeline.local import redis_server
 from tests.node.replicated.test_path import NAMES, a_led_key, key_of, start_nodes
 from tests.support import until
 
@@ -51,14 +49,6 @@ def test_a_connection_releases_its_tokens_unless_an_exec_takes_them() -> None:
     watched.tokens.append(b"n1/c")
     watched.release()
     assert released == [[b"n1/c"]]
-
-
-@pytest.fixture(scope="module")
-def reference() -> Iterator[int]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("needs redis-server")
-    with redis_server() as port:
-        yield port
 
 
 def scenario(port: int, other_port: int, key: bytes) -> list[object]:
