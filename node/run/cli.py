@@ -28,7 +28,15 @@ from node.config.tables import check_urls
 from node.data.store import StoreError
 from node.run.launch import NodeHandle, StartupError, run_node
 from node.run.logs import LogOutput
-from node.run.process import COMMANDS, Bound, ProcessFiles, SignalError, ports_info, send_signal
+from node.run.process import (
+    COMMANDS,
+    STEP_DOWN,
+    Bound,
+    ProcessFiles,
+    SignalError,
+    ports_info,
+    send_signal,
+)
 from node.run.reload import Reloader
 from transport.tls import TlsConfig
 
@@ -238,9 +246,11 @@ def _gateway_flags(args: argparse.Namespace, gateway: GatewayConfig | None) -> G
 async def _serve(args: argparse.Namespace, config: Config, logs: LogOutput) -> None:
     """Run the node until SIGINT or SIGTERM; SIGHUP reloads the configuration, SIGUSR1
     reopens the log file and SIGUSR2 enters lame duck mode (after which the node stops by
-    itself), as with nats-server."""
+    itself), as with nats-server; ``STEP_DOWN`` hands the replica groups it leads over."""
     files = ProcessFiles()
-    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+    watched = (
+        signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, STEP_DOWN,
+    )  # fmt: skip
     try:
         with trio.open_signal_receiver(*watched) as signals:
             try:
@@ -266,6 +276,9 @@ async def _serve(args: argparse.Namespace, config: Config, logs: LogOutput) -> N
                         _reopen(logs)
                     elif signum == signal.SIGUSR2:
                         handle.lame_duck()
+                    elif signum == STEP_DOWN:
+                        if not handle.node.step_down():
+                            log.warning("Step-down asked for, but this node runs no replica groups")
                     else:
                         log.info("Initiating Shutdown...")
                         handle.shutdown()

@@ -82,6 +82,14 @@ class Node:
             self.routes.advertise_clients(())
         self.server.lame_duck()
 
+    def step_down(self) -> bool:
+        """Hand the replica groups this node leads to other voters (``--signal stepdown``), and
+        go on serving; False when it runs no groups."""
+        if self.replicas is None:
+            return False
+        self.replicas.hand_over()
+        return True
+
     def cluster_changed(self) -> None:
         """Tell this node's clients where its route peers take clients (the route manager calls
         this whenever those change)."""

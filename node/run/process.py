@@ -21,6 +21,7 @@ from node.config.options import Config
 __all__ = [
     "COMMANDS",
     "PROCESS_NAME",
+    "STEP_DOWN",
     "ProcessFiles",
     "SignalError",
     "find_nodes",
@@ -38,8 +39,13 @@ COMMANDS = {
     "reopen": signal.SIGUSR1,
     "reload": signal.SIGHUP,
     "ldm": signal.SIGUSR2,
+    "stepdown": signal.SIGRTMIN,
 }
-"""``--signal`` commands and what they send (nats-server's ``CommandToSignal``)."""
+STEP_DOWN = COMMANDS["stepdown"]
+"""The signal that makes a node hand over the replica groups it leads (Linux's first real-time
+signal: the classic ones all mean something already)."""
+"""``--signal`` commands and what they send (nats-server's ``CommandToSignal``, and ``stepdown``:
+hand the replica groups the node leads to other voters, before maintenance)."""
 
 
 class SignalError(Exception):

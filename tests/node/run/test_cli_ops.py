@@ -37,7 +37,7 @@ def test_check_flag_refuses_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().err.startswith("pubmesh: command line: tls: ")
 
 
-def test_signal_commands_are_nats_servers() -> None:
+def test_signal_commands_are_nats_servers_and_a_step_down() -> None:
     assert COMMANDS == {
         "stop": signal.SIGKILL,
         "quit": signal.SIGINT,
@@ -45,6 +45,7 @@ def test_signal_commands_are_nats_servers() -> None:
         "reopen": signal.SIGUSR1,
         "reload": signal.SIGHUP,
         "ldm": signal.SIGUSR2,
+        "stepdown": signal.SIGRTMIN,
     }
 
 
