@@ -38,20 +38,21 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   a Redis Cluster replica); other commands go as below. ``READWRITE`` undoes it.
 * **another node leads it** (or this node holds no replica of it): the command travels to the
   group's leader in a ``KEYS`` frame over routes (``node.replicated.asking``; to a voter, when
-  this node does not know the leader, which passes it on), the leader runs it (as a client of the
-  command's account and database would, in the client's RESP version; a read once its read
-  barrier passed) and proposes it alike, and its reply comes back in a ``KEYR`` frame and is
-  relayed as it is. EXEC travels as one request that
-  carries its queued commands, which the leader runs as one transaction and commits as one entry
-  (``node.replicated.forwarded``); one that would abort anyway is answered here, and one of a
-  connection that WATCHes keys is refused (``WATCH_ELSEWHERE``, as EXECABORT): this node cannot
-  tell whether they changed before the leader runs it. A read that may block (``XREAD``/
-  ``XREADGROUP ... BLOCK``) asks the leader, which answers at once, and waits, if it must, on this
-  node's replica of its keys, asking again at each write applied there (``node.replicated.
-  blocking``); without a replica here to wait on, it is refused. Without an answer in
-  ``propose_timeout`` (plus one election), or once this node's replica of the group names another
-  leader than the one asked (it died, or was cut off), the command is answered ``-CLUSTERDOWN The
-  cluster is down``: never a silent success.
+  this node does not know the leader, which passes it on); the leader runs it as a client of the
+  command's account, database and RESP version would (a read once its read barrier passed) and
+  proposes it alike (``node.replicated.arrivals``), and its reply comes back in a ``KEYR`` frame.
+  A write for a leader this node knows is sent at once and its reply taken in turn while the
+  connection goes on (``_pipelined``): the leader runs a peer's writes in the order they came, so
+  a pipeline of writes travels as one. Anything else waits for its reply before the connection
+  goes on. EXEC travels as one request that carries its queued commands, run there as one
+  transaction and committed as one entry (``node.replicated.forwarded``), with the tokens of the
+  watches the leader keeps for the connection (``node.replicated.watching``); one that would abort
+  anyway is answered here. A read that may block (``XREAD``/``XREADGROUP ... BLOCK``) asks the
+  leader, which answers at once, and waits, if it must, on this node's replica of its keys,
+  asking again at each write applied there (``node.replicated.blocking``); without a replica here
+  to wait on, it is refused. Without an answer in ``propose_timeout`` (plus one election), or once
+  this node's replica of the group names another leader than the one asked (it died, or was cut
+  off), the command is answered ``-CLUSTERDOWN The cluster is down``: never a silent success.
 
 CLUSTER SLOTS and the other subcommands that describe the placement, and CLUSTER FAILOVER, are
 answered by ``view`` (``node.replicated.topology``), through ``cluster``.
@@ -59,12 +60,10 @@ answered by ``view`` (``node.replicated.topology``), through ``cluster``.
 Reads are linearizable: they see every write acknowledged before they were sent, and a command
 that changed nothing but ran after a change made here that is not committed yet (it may have seen
 it) is answered only once that change is committed, or with the cluster's error if it is not
-(``_settled``): nothing a client is told rests on a write that may be taken back. Keyspace
-notifications are published by the leader alone (followers apply changes silently) and reach
-subscribers on any node as any message does; a tracking client's reads carried elsewhere are
-remembered on its own node, which invalidates them as it applies the changes. A WATCH of keys led
-elsewhere is kept by their leader for the client (``node.replicated.watching``), and the EXEC that
-counts on it runs there.
+(``node.replicated.proposals``): nothing a client is told rests on a write that may be taken
+back. Keyspace notifications are published by the leader alone (followers apply changes
+silently) and reach subscribers on any node as any message does; a tracking client's reads
+carried elsewhere are remembered on its own node, which invalidates them as it applies them.
 
 **Snapshots.** While a group's leader waits to snapshot, new commands of the group wait too
 (``node.replicated.quiet``).
@@ -83,7 +82,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from functools import partial
 from typing import Protocol
 
@@ -92,12 +91,13 @@ import trio
 
 from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
-from cluster.replication.group import Group, GroupProposal, GroupSpec, ProposalError
+from cluster.replication.group import GroupSpec
 from cluster.replication.replicas import Replicas
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
 from node.data.store.replay import Execute
-from node.replicated.asking import Asking, Send
+from node.replicated.arrivals import Arrivals
+from node.replicated.asking import Asked, Asking, Send
 from node.replicated.blocking import answer_or_wait, block_at, carry_out_request
 from node.replicated.capture import Capture
 from node.replicated.forwarded import (
@@ -109,6 +109,7 @@ from node.replicated.forwarded import (
     split_watched,
 )
 from node.replicated.machine import KeyspaceMachine
+from node.replicated.proposals import Proposals
 from node.replicated.quiet import Quiet
 from node.replicated.topology import ClusterView
 from node.replicated.watching import WATCH_ELSEWHERE, Watching
@@ -130,7 +131,6 @@ EXPIRY_SWEEP = 0.1
 MAX_CARRIED = 16 * 1024 * 1024
 """``KeyRouter.max_carried`` by default: half of what a route holds for a peer by default."""
 TOO_LARGE = "ERR request of more than %d bytes: larger than a replicated write or request may be"
-REPLY_TOO_LARGE = "-ERR reply of more than %d bytes: too large to carry from the keys' leader"
 
 
 class Executors(Protocol):
@@ -138,10 +138,6 @@ class Executors(Protocol):
     ``protocol`` (``CommandExecutor`` bound to the node's broker)."""
 
     def __call__(self, keyspaces: Keyspaces, *, protocol: int = 2) -> Execute: ...
-
-
-Answer = Callable[[bytes], Awaitable[bytes]]
-"""A submitted change's outcome: given its reply, that reply once committed, else the error."""
 
 
 class KeyRouter:
@@ -200,9 +196,8 @@ class KeyRouter:
         """Groups whose rebuild is asked for and has not cleared their keys yet."""
         self._nursery: trio.Nursery | None = None
         self._group: SlotGroup | None = None
-        self._latest: dict[str, tuple[Group, GroupProposal]] = {}
-        """Per group, the last change this node made to its keys and proposed, until settled: a
-        command that changed nothing but may have seen it waits for it."""
+        self.proposals = Proposals(replicas, self.machines, self._spoiled)
+        """Changes made here, proposed to their groups, and read barriers."""
         self._refused: set[tuple[str, str]] = set()
         self._inside = False
         """A forwarded command runs (its connection's hook lets it be)."""
@@ -210,8 +205,14 @@ class KeyRouter:
         """Answers CLUSTER SLOTS and the like (set once the node's routes are known)."""
         self._cleared: RespConnection | None = None
         """The connection whose read passed its group's read barrier and now runs."""
-        self.watching = Watching(node, layout, send, self._leads, self._forward)
+        self.watching = Watching(node, layout, send, self._leads, self.forward)
         """WATCH of keys led elsewhere (both sides)."""
+        patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
+        self.arrivals = Arrivals(
+            node, layout, self, self.watching, send,
+            max_carried=max_carried, patience=patience, tick=replicas.config.tick,
+        )  # fmt: skip
+        """Requests other nodes forward here."""
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -220,7 +221,7 @@ class KeyRouter:
         send, receive = trio.open_memory_channel[str](64)
         self._rebuilds = send
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            self._nursery = self.arrivals.nursery = nursery
             for group in self.layout.groups_of(self.node):
                 await self._start_group(group.name)
             nursery.start_soon(self._sweep)
@@ -319,8 +320,32 @@ class KeyRouter:
         if blocking:  # (no replica here to wait on)
             conn.reject(command, "ERR a blocking read of keys led by another node")
             return True
+        if command.writes and self._pipelined(conn, group, args):
+            return True
         conn.awaiting = partial(self._forward_for, conn, group, list(args))
         return True
+
+    def _pipelined(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> bool:
+        """Send a write to the leader this node's replica knows at once, and take its reply in
+        turn while the connection goes on: a pipeline of writes travels as one (the leader runs
+        a peer's forwarded writes in the order they came). False: no leader known, or no route."""
+        local = self.replicas.groups.get(group.name)
+        to = local.leader if local is not None else None
+        if to is None or to == self.node:
+            return False
+        request = KeysRequest(0, conn.account.name, conn.db, 0, list(args), conn.writer.version)
+        asked = self._asking.send(to, request)
+        if asked is None:
+            return False
+        conn.reply_later(partial(self._relay, group, to, asked), b"")
+        return True
+
+    async def _relay(self, group: SlotGroup, to: str, asked: Asked, _: bytes) -> bytes:
+        """The reply to a write sent to ``to`` (or the cluster's error, once another leads)."""
+        config = self.replicas.config
+        with trio.move_on_after(2 * config.election_ticks * config.tick + self.timeout):
+            return await self._asking.wait(asked, partial(self._led_elsewhere, group, to))
+        return error(CLUSTERDOWN)
 
     def watch(self, conn: RespConnection, keys: list[bytes]) -> bool:
         """WATCH: False when this node leads the keys (watched here); else their leader watches
@@ -377,8 +402,8 @@ class KeyRouter:
         records = self.capture.take()
         reply = conn.release_output()
         if not records:
-            if group is not None and group.name in self._latest:  # (it may have read them)
-                conn.reply_later(partial(self._settled, group), reply)
+            if group is not None and self.proposals.pending(group.name):  # (it may have read them)
+                conn.reply_later(partial(self.proposals.settled, group), reply)
             else:
                 conn.send(reply)
             return
@@ -387,7 +412,7 @@ class KeyRouter:
             if group is None:
                 conn.send(error(CROSSSLOT))
                 return
-        conn.reply_later(self._submit(group, records), reply)
+        conn.reply_later(self.proposals.submit(group, records), reply)
 
     def _group_of(self, records: bytes) -> SlotGroup | None:
         """The one group led here that holds every key the records change; else None, and the
@@ -404,25 +429,11 @@ class KeyRouter:
                 self._spoiled(name)
         return None
 
-    async def _settled(self, group: SlotGroup, reply: bytes) -> bytes:
-        """``reply`` to a command that changed nothing, once every change this node made to the
-        group's keys before it ran is committed (it may have seen them): a change that is not
-        committed in the end must not have been seen. Else the cluster's error."""
-        latest = self._latest.get(group.name)
-        if latest is None:
-            return reply
-        local, proposal = latest
-        try:
-            await local.outcome(proposal)  # (committed: so is every entry before it)
-        except ProposalError:
-            return error(CLUSTERDOWN)
-        return reply
-
     async def _read_for(
         self, conn: RespConnection, group: SlotGroup, command: Command[RespConnection], args: list[bytes]
     ) -> None:
         """Run a read led here once it is linearizable (the group's read barrier passed)."""
-        if await self._barrier(group):
+        if await self.proposals.barrier(group):
             self._cleared = conn
             conn.execute(args)  # (its checks pass again: nothing of the connection's changed)
             self._cleared = None
@@ -434,63 +445,17 @@ class KeyRouter:
         await self._quiet.wait(group.name)
         conn.execute(args)  # (routed again: this node may not lead the group any more)
 
-    async def _barrier(self, group: SlotGroup) -> bool:
-        """Whether a read of ``group``'s keys here is linearizable now (else: the cluster's error)."""
-        local = self.replicas.groups.get(group.name)
-        try:
-            if local is None:
-                raise ProposalError("the group is not running here")
-            await local.read_barrier()
-            return True
-        except ProposalError as exc:
-            log.info("Group %s: a read was not confirmed: %s", group.name, exc)
-            return False
-
     async def _forward_for(
         self, conn: RespConnection, group: SlotGroup, args: list[bytes], deadline: float | None = None
     ) -> None:
         """Relay the leader's reply; to a read that may block (until ``deadline``, -1: its own
         timeout), answer or wait (``node.replicated.blocking``)."""
         request = KeysRequest(0, conn.account.name, conn.db, 0, args, conn.writer.version)
-        reply = await self._forward(group, request)
+        reply = await self.forward(group, request)
         if deadline is not None:
             answer_or_wait(conn, reply, deadline)
         elif reply:
             conn.reply(reply)
-
-    def _submit(self, group: SlotGroup, records: bytes) -> Answer:
-        """Propose a change made here, at once: a group's entries keep the order of these calls,
-        which is the order the changes were made in. Await the answer for the outcome: the reply
-        given to it once committed, else the cluster's error (and the change is taken back)."""
-        machine = self.machines[group.name]
-        sequence, data = machine.begin(records)
-        local = self.replicas.groups.get(group.name)
-        failure: ProposalError | None = None
-        proposal = None
-        try:
-            if local is None:
-                raise ProposalError("the group is not running here")
-            proposal = local.submit(data)
-            self._latest[group.name] = (local, proposal)
-        except ProposalError as exc:
-            failure = exc
-
-        async def answer(reply: bytes) -> bytes:
-            try:
-                if local is None or proposal is None:
-                    raise failure or ProposalError("not proposed")
-                await local.outcome(proposal)
-                return reply
-            except ProposalError as exc:
-                log.warning("Group %s: a write was not committed: %s", group.name, exc)
-                if machine.forget(sequence):
-                    self._spoiled(group.name)
-                return error(CLUSTERDOWN)
-            finally:
-                if self._latest.get(group.name, (None, None))[1] is proposal:
-                    del self._latest[group.name]  # (the last change made here is settled)
-
-        return answer
 
     # -- what captures use ------------------------------------------------------------------------
 
@@ -500,7 +465,7 @@ class KeyRouter:
     def commit(self, key: bytes, records: bytes) -> Awaitable[str | None]:
         """Propose records of changes made here to keys of ``key``'s group, at once; await None
         once committed, else the error's text."""
-        answer = self._submit(self.layout.group_of(key), records)
+        answer = self.proposals.submit(self.layout.group_of(key), records)
 
         async def outcome() -> str | None:
             reply = await answer(b"")
@@ -531,17 +496,17 @@ class KeyRouter:
             if records and self._nursery is not None:
                 for name, removals in _by_group(self.layout, records).items():
                     group = next(g for g in led if g.name == name)
-                    self._nursery.start_soon(self._submit(group, removals), b"")
+                    self._nursery.start_soon(self.proposals.submit(group, removals), b"")
 
     # -- forwarding ------------------------------------------------------------------------------
 
-    async def _forward(self, group: SlotGroup, request: KeysRequest) -> bytes:
+    async def forward(self, group: SlotGroup, request: KeysRequest) -> bytes:
         """Have the group's leader carry out the command; its reply (or the cluster's error, once
         no leader answered within an election and a proposal's time)."""
         config = self.replicas.config
         with trio.move_on_after(2 * config.election_ticks * config.tick + self.timeout):
             while True:
-                to = self._leader(group)
+                to = self.leader(group)
                 if to == self.node:
                     if self._quiet.holds(group.name):
                         await self._quiet.wait(group.name)
@@ -564,7 +529,7 @@ class KeyRouter:
         leader = local.status().leader
         return leader is not None and leader != than
 
-    def _leader(self, group: SlotGroup) -> str | None:
+    def leader(self, group: SlotGroup) -> str | None:
         """Whom to send a command of ``group`` to: its leader if known, else (if this node holds
         no replica of it) its first voter, which knows. None (wait) while no leader is known,
         while this node, just elected, has not applied the entries of earlier leaders yet, and
@@ -582,7 +547,7 @@ class KeyRouter:
         and commit what it changed."""
         watched, args = split_watched(request.args)
         command = find_command(args)
-        if not (command is None or command.writes) and not await self._barrier(group):
+        if not (command is None or command.writes) and not await self.proposals.barrier(group):
             return error(CLUSTERDOWN)
         if command is not None and command.key == b"watch":
             database = self.keyspaces.database(request.account, request.db)
@@ -591,6 +556,10 @@ class KeyRouter:
             answered = self.watching.checked(watched, args, request.protocol)
             if answered is not None:
                 return answered
+        return await self._run(group, request, args)
+
+    def _run(self, group: SlotGroup, request: KeysRequest, args: list[bytes]) -> Awaitable[bytes]:
+        """Run a forwarded command here, now: await its reply once what it changed is committed."""
         self.capture.take()
         self._inside = True
         self._serving = frozenset((group.name,))
@@ -606,33 +575,27 @@ class KeyRouter:
         if self.keyspaces.ready:  # (readers blocked here that the write woke: after the take)
             self.keyspaces.serve_ready()
         if not records:
-            return await self._settled(group, reply)
-        return await self._submit(group, records)(reply)
+            return self.proposals.settled(group, reply)
+        return self.proposals.submit(group, records)(reply)
 
     def receive(self, peer: str, frame: KeysRequest | KeysReply) -> None:
-        """A KEYS or KEYR frame from the route peer ``peer``."""
+        """A KEYS or KEYR frame from the route peer ``peer`` (``node.replicated.arrivals``)."""
         if isinstance(frame, KeysReply):
             self._asking.answered(frame)
-            return
-        if frame.args[0].lower() == b"unwatch":
+        elif frame.args[0].lower() == b"unwatch":
             self.watching.kept.release(frame.args[1:])
-            return
-        if self._nursery is not None:
-            self._nursery.start_soon(self._serve, peer, frame)
-
-    async def _serve(self, peer: str, request: KeysRequest) -> None:
-        slots = {hash_slot(key) for key in request_keys(request.args)}
-        watched, args = split_watched(request.args)
-        if watched and len(args) == 1:  # (an empty transaction: the watches' maker answers)
-            reply = self.watching.checked(watched, args, request.protocol) or b""
-        elif len(slots) > 1:
-            reply = error(CROSSSLOT)
         else:
-            group = self.layout.group_of_slot(slots.pop() if slots else 0)
-            reply = await self._forward(group, request)
-        if len(reply) > self.max_carried:
-            reply = error(REPLY_TOO_LARGE % self.max_carried)
-        self._send(peer, KeysReply(request.id, reply))
+            self.arrivals.receive(peer, frame)
+
+    # -- what arrivals ask of the path -------------------------------------------------------------
+
+    def holds(self, group: SlotGroup) -> bool:
+        """Whether the group's commands wait while its leader snapshots (``node.replicated.quiet``)."""
+        return self._quiet.holds(group.name)
+
+    def run_forwarded(self, group: SlotGroup, request: KeysRequest) -> Awaitable[bytes]:
+        """Run a forwarded command here, now (``_run``)."""
+        return self._run(group, request, request.args)
 
 
 def _request_bytes(conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> int:

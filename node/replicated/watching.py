@@ -142,7 +142,7 @@ class Watched:
 
 
 Forward = Callable[[SlotGroup, KeysRequest], Awaitable[bytes]]
-"""Has a group's leader carry out a request: its reply (``KeyRouter._forward``)."""
+"""Has a group's leader carry out a request: its reply (``KeyRouter.forward``)."""
 
 
 class Watching:

@@ -1,0 +1,182 @@
+"""Forwarded requests arriving from other nodes (``KEYS`` frames), carried out in the order they came.
+
+A node that leads a group runs a forwarded write the moment its frame arrives (``run_now``), so a
+peer's writes run in the order the peer sent them (a client's pipeline of writes, which its node
+sends at once: ``KeyRouter._pipelined``), and each reply (``KEYR``) goes once committed. A write
+that cannot run at once (this node is not the group's leader yet, or holds the group while it
+snapshots, or must pass the write on to the leader) waits in its peer's backlog, and everything
+from that peer after it waits too, until it ran. A request that only reads is answered on its own
+(its client waits for its answer, so nothing of the client's comes after it), once its read
+barrier passed. Without a leader within an election and a proposal's time, a waiting write is
+answered ``-CLUSTERDOWN``. A reply larger than ``max_carried`` becomes an error.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable
+from typing import Protocol
+
+import trio
+
+from cluster.frames import KeysReply, KeysRequest
+from cluster.placement import Layout, SlotGroup, hash_slot
+from node.replicated.asking import Send
+from node.replicated.forwarded import (
+    CLUSTERDOWN,
+    CROSSSLOT,
+    find_command,
+    request_keys,
+    split_watched,
+)
+from node.replicated.watching import Watching
+from node.resp.writer import error
+
+__all__ = ["REPLY_TOO_LARGE", "Arrivals", "Leading"]
+
+REPLY_TOO_LARGE = "-ERR reply of more than %d bytes: too large to carry from the keys' leader"
+
+
+class Leading(Protocol):
+    """What arrivals ask of the command path (``node.replicated.path.KeyRouter``)."""
+
+    def leader(self, group: SlotGroup) -> str | None:
+        """Whom to send a command of ``group`` to (None: wait)."""
+        ...
+
+    def holds(self, group: SlotGroup) -> bool:
+        """Whether the group's commands wait while its leader snapshots."""
+        ...
+
+    def run_forwarded(self, group: SlotGroup, request: KeysRequest) -> Awaitable[bytes]:
+        """Run a forwarded command here, now: its reply, once what it changed is committed."""
+        ...
+
+    async def forward(self, group: SlotGroup, request: KeysRequest) -> bytes:
+        """Have the group's leader (this node, or another) carry out the request: its reply."""
+        ...
+
+
+class Arrivals:
+    """This node's side of the requests other nodes forward to it.
+
+    Args:
+        node: this node's server name.
+        layout: the keys' placement.
+        path: the command path that runs or passes on what arrives.
+        watching: answers an empty transaction that counts on watches.
+        send: sends a frame to a route peer by server name.
+        max_carried: the largest reply sent back.
+        patience: seconds a write may wait for a leader before it is answered ``-CLUSTERDOWN``.
+        tick: seconds between two looks for a leader meanwhile.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        layout: Layout,
+        path: Leading,
+        watching: Watching,
+        send: Send,
+        *,
+        max_carried: int,
+        patience: float,
+        tick: float,
+    ) -> None:
+        self.node = node
+        self.layout = layout
+        self._path = path
+        self._watching = watching
+        self._send = send
+        self.max_carried = max_carried
+        self._patience = patience
+        self._tick = tick
+        self.nursery: trio.Nursery | None = None
+        """Where requests are carried out (set once the path runs)."""
+        self._backlogs: dict[str, deque[KeysRequest]] = {}
+        """Per route peer, its requests waiting for a write before them to run."""
+
+    def receive(self, peer: str, request: KeysRequest) -> None:
+        """A request from the route peer ``peer``."""
+        if self.nursery is None:
+            return
+        backlog = self._backlogs.get(peer)
+        if backlog is None:
+            if self._run_now(peer, request):
+                return
+            if not _writes(request):
+                self.nursery.start_soon(self._serve, peer, request)
+                return
+            backlog = self._backlogs[peer] = deque()
+            self.nursery.start_soon(self._in_turn, peer, backlog)
+        backlog.append(request)
+
+    def _run_now(self, peer: str, request: KeysRequest) -> bool:
+        """Run a forwarded write at once if this node leads its group and may run it now (its
+        reply goes once committed); False: it must wait, or go elsewhere, or is no plain write."""
+        group = self._group_of(request)
+        if (
+            self.nursery is None
+            or group is None
+            or not _writes(request)
+            or self._path.leader(group) != self.node
+            or self._path.holds(group)
+        ):
+            return False
+        outcome = self._path.run_forwarded(group, request)
+        self.nursery.start_soon(self._reply_once, peer, request.id, outcome)
+        return True
+
+    async def _in_turn(self, peer: str, backlog: deque[KeysRequest]) -> None:
+        """Carry out a peer's requests that had to wait, in order: a write once it ran (here, or
+        where it was passed on), and what came after it only then; a read on its own."""
+        assert self.nursery is not None
+        try:
+            while backlog:
+                request = backlog.popleft()
+                if not _writes(request):
+                    self.nursery.start_soon(self._serve, peer, request)
+                    continue
+                with trio.move_on_after(self._patience):
+                    while not self._run_now(peer, request):
+                        group = self._group_of(request)
+                        to = self._path.leader(group) if group is not None else None
+                        if group is None or (to is not None and to != self.node):
+                            await self._serve(peer, request)  # (passed on, or refused: whole)
+                            break
+                        await trio.sleep(self._tick)
+                    continue
+                self._reply(peer, request.id, error(CLUSTERDOWN))
+        finally:
+            del self._backlogs[peer]
+
+    def _group_of(self, request: KeysRequest) -> SlotGroup | None:
+        """The group of the keys a request names (None: none, or in several slots)."""
+        slots = {hash_slot(key) for key in request_keys(request.args)}
+        return self.layout.group_of_slot(slots.pop()) if len(slots) == 1 else None
+
+    async def _serve(self, peer: str, request: KeysRequest) -> None:
+        slots = {hash_slot(key) for key in request_keys(request.args)}
+        watched, args = split_watched(request.args)
+        if watched and len(args) == 1:  # (an empty transaction: the watches' maker answers)
+            reply = self._watching.checked(watched, args, request.protocol) or b""
+        elif len(slots) > 1:
+            reply = error(CROSSSLOT)
+        else:
+            group = self.layout.group_of_slot(slots.pop() if slots else 0)
+            reply = await self._path.forward(group, request)
+        self._reply(peer, request.id, reply)
+
+    async def _reply_once(self, peer: str, request_id: int, outcome: Awaitable[bytes]) -> None:
+        self._reply(peer, request_id, await outcome)
+
+    def _reply(self, peer: str, request_id: int, reply: bytes) -> None:
+        if len(reply) > self.max_carried:
+            reply = error(REPLY_TOO_LARGE % self.max_carried)
+        self._send(peer, KeysReply(request_id, reply))
+
+
+def _writes(request: KeysRequest) -> bool:
+    """Whether a forwarded request is one plain command that writes (no transaction, no WATCH)."""
+    command = find_command(request.args)
+    return command is not None and command.writes
