@@ -7,8 +7,9 @@ that cannot run at once (this node is not the group's leader yet, or holds the g
 snapshots, or must pass the write on to the leader) waits in its peer's backlog, and everything
 from that peer after it waits too, until it ran. A request that only reads is answered on its own
 (its client waits for its answer, so nothing of the client's comes after it), once its read
-barrier passed. Without a leader within an election and a proposal's time, a waiting write is
-answered ``-CLUSTERDOWN``. A reply larger than ``max_carried`` becomes an error.
+barrier passed. A write still waiting an election and a proposal's time after it arrived is
+answered ``-CLUSTERDOWN`` without running (its sender gave up on it by then), and so is one that
+finds ``MOST_WAITING`` before it. A reply larger than ``max_carried`` becomes an error.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from node.replicated.forwarded import (
 from node.replicated.watching import Watching
 from node.resp.writer import error
 
-__all__ = ["REPLY_TOO_LARGE", "Arrivals", "Leading"]
+__all__ = ["MOST_WAITING", "REPLY_TOO_LARGE", "Arrivals", "Leading"]
+
+MOST_WAITING = 65_536
+"""Requests of one peer that may wait in its backlog."""
 
 REPLY_TOO_LARGE = "-ERR reply of more than %d bytes: too large to carry from the keys' leader"
 
@@ -93,8 +97,9 @@ class Arrivals:
         self._tick = tick
         self.nursery: trio.Nursery | None = None
         """Where requests are carried out (set once the path runs)."""
-        self._backlogs: dict[str, deque[KeysRequest]] = {}
-        """Per route peer, its requests waiting for a write before them to run."""
+        self._backlogs: dict[str, deque[tuple[float, KeysRequest]]] = {}
+        """Per route peer, its requests waiting for a write before them to run (and when each
+        arrived)."""
 
     def receive(self, peer: str, request: KeysRequest) -> None:
         """A request from the route peer ``peer``."""
@@ -109,7 +114,10 @@ class Arrivals:
                 return
             backlog = self._backlogs[peer] = deque()
             self.nursery.start_soon(self._in_turn, peer, backlog)
-        backlog.append(request)
+        if len(backlog) >= MOST_WAITING:
+            self._reply(peer, request.id, error(CLUSTERDOWN))
+            return
+        backlog.append((trio.current_time(), request))
 
     def _run_now(self, peer: str, request: KeysRequest) -> bool:
         """Run a forwarded write at once if this node leads its group and may run it now (its
@@ -127,28 +135,36 @@ class Arrivals:
         self.nursery.start_soon(self._reply_once, peer, request.id, outcome)
         return True
 
-    async def _in_turn(self, peer: str, backlog: deque[KeysRequest]) -> None:
+    async def _in_turn(self, peer: str, backlog: deque[tuple[float, KeysRequest]]) -> None:
         """Carry out a peer's requests that had to wait, in order: a write once it ran (here, or
         where it was passed on), and what came after it only then; a read on its own."""
         assert self.nursery is not None
         try:
             while backlog:
-                request = backlog.popleft()
+                arrived, request = backlog.popleft()
                 if not _writes(request):
                     self.nursery.start_soon(self._serve, peer, request)
                     continue
-                with trio.move_on_after(self._patience):
-                    while not self._run_now(peer, request):
-                        group = self._group_of(request)
-                        to = self._path.leader(group) if group is not None else None
-                        if group is None or (to is not None and to != self.node):
-                            await self._serve(peer, request)  # (passed on, or refused: whole)
-                            break
-                        await trio.sleep(self._tick)
-                    continue
-                self._reply(peer, request.id, error(CLUSTERDOWN))
+                if not await self._write_in_turn(peer, arrived, request):
+                    self._reply(peer, request.id, error(CLUSTERDOWN))
         finally:
             del self._backlogs[peer]
+
+    async def _write_in_turn(self, peer: str, arrived: float, request: KeysRequest) -> bool:
+        """Run a write that waited once this node may (or pass it on, whole): True once it ran or
+        was answered; False when it waited past its patience."""
+        deadline = arrived + self._patience
+        with trio.move_on_at(deadline):
+            while trio.current_time() < deadline:
+                if self._run_now(peer, request):
+                    return True
+                group = self._group_of(request)
+                to = self._path.leader(group) if group is not None else None
+                if group is None or (to is not None and to != self.node):
+                    await self._serve(peer, request)  # (passed on, or refused)
+                    return True
+                await trio.sleep(self._tick)
+        return False
 
     def _group_of(self, request: KeysRequest) -> SlotGroup | None:
         """The group of the keys a request names (None: none, or in several slots)."""
