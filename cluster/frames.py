@@ -503,20 +503,35 @@ def _decode(obj: Any) -> Frame:
 
 
 def _keys_args(value: Any) -> list[Any]:
-    """A KEYS frame's arguments: an array, or (past ``MAX_ARRAY`` of them) one binary packing it."""
+    """A KEYS frame's arguments: an array, or (past ``MAX_ARRAY`` of them) one binary holding a
+    msgpack array of binaries, read here by hand so that nothing in it can make the reader
+    allocate more than the binary's own size (a nested array, a length past the end)."""
     if not isinstance(value, bytes):
         return _list(value)
-    size = len(value)
-    try:
-        unpacked = msgpack.unpackb(
-            value, raw=False, use_list=True, max_array_len=size,
-            max_map_len=0, max_str_len=0, max_bin_len=size, max_ext_len=0,
-        )  # fmt: skip
-    except Exception as exc:  # (msgpack's errors have no common base: any is a bad frame)
-        raise LinkError(f"undecodable KEYS arguments: {exc}") from None
-    if not isinstance(unpacked, list):
-        raise LinkError("KEYS arguments that are no array")
-    return unpacked
+    head = value[:1]
+    if head == b"\xdc":
+        count, at = int.from_bytes(value[1:3]), 3
+    elif head == b"\xdd":
+        count, at = int.from_bytes(value[1:5]), 5
+    else:
+        raise LinkError("KEYS arguments packed in something else than an array")
+    if not MAX_ARRAY < count <= len(value):
+        raise LinkError(f"KEYS arguments packed as {count} (more than {MAX_ARRAY} only)")
+    args: list[bytes] = []
+    for _ in range(count):
+        kind = value[at : at + 1]
+        width = {b"\xc4": 1, b"\xc5": 2, b"\xc6": 4}.get(kind)
+        if width is None:
+            raise LinkError("a packed KEYS argument that is no binary")
+        start = at + 1 + width
+        end = start + int.from_bytes(value[at + 1 : start])
+        if end > len(value) or start > len(value):
+            raise LinkError("a packed KEYS argument past the end of its frame")
+        args.append(value[start:end])
+        at = end
+    if at != len(value):
+        raise LinkError("bytes after the packed KEYS arguments")
+    return args
 
 
 @attrs.frozen

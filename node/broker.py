@@ -143,6 +143,11 @@ class KeyRouting(Protocol):
         """Answer a CLUSTER subcommand describing the placement; False: not one it describes."""
         ...
 
+    def holds_back(self, conn: Any, command: Any, args: list[bytes]) -> bool:
+        """Whether the command waits for writes its connection sent to other nodes (then it
+        runs once they are answered)."""
+        ...
+
     def watch(self, conn: Any, keys: list[bytes]) -> bool:
         """Whether a WATCH of ``keys`` was answered (or sent on) without watching them here."""
         ...

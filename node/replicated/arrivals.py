@@ -2,14 +2,20 @@
 
 A node that leads a group runs a forwarded write the moment its frame arrives (``run_now``), so a
 peer's writes run in the order the peer sent them (a client's pipeline of writes, which its node
-sends at once: ``KeyRouter._pipelined``), and each reply (``KEYR``) goes once committed. A write
-that cannot run at once (this node is not the group's leader yet, or holds the group while it
-snapshots, or must pass the write on to the leader) waits in its peer's backlog, and everything
-from that peer after it waits too, until it ran. A request that only reads is answered on its own
-(its client waits for its answer, so nothing of the client's comes after it), once its read
-barrier passed. A write still waiting an election and a proposal's time after it arrived is
-answered ``-CLUSTERDOWN`` without running (its sender gave up on it by then), and so is one that
-finds ``MOST_WAITING`` before it. A reply larger than ``max_carried`` becomes an error.
+sends at once: ``node.replicated.pipelines``), and each reply (``KEYR``) goes once committed. A
+write that cannot run at once (this node is not the group's leader yet, or holds the group while
+it snapshots, or must pass the write on to the leader) waits in the backlog of its peer and group,
+and everything from that peer for that group after it waits too, until it ran. A request that only
+reads is answered on its own (its client waits for its answer, so nothing of the client's comes
+after it), once its read barrier passed.
+
+A pipelined write (sent with ``MOST_HOPS``) that finds another node leading is answered
+``-CLUSTERDOWN`` without running, not passed on: its sender may have given up on it and sent later
+writes to the new leader, which must not see it after them. A write still waiting an election and
+a proposal's time after it arrived is answered ``-CLUSTERDOWN`` without running here (its sender
+gave up on it by then; one passed on meanwhile may still run there), and so is one that finds
+``MOST_WAITING`` before it. A reply larger than ``max_carried`` becomes an error that says the
+command ran.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import trio
 
 from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
-from node.replicated.asking import Send
+from node.replicated.asking import MOST_HOPS, Send
 from node.replicated.forwarded import (
     CLUSTERDOWN,
     CROSSSLOT,
@@ -38,7 +44,9 @@ __all__ = ["MOST_WAITING", "REPLY_TOO_LARGE", "Arrivals", "Leading"]
 MOST_WAITING = 65_536
 """Requests of one peer that may wait in its backlog."""
 
-REPLY_TOO_LARGE = "-ERR reply of more than %d bytes: too large to carry from the keys' leader"
+REPLY_TOO_LARGE = (
+    "-ERR reply of more than %d bytes: too large to carry from the keys' leader (the command ran)"
+)
 
 
 class Leading(Protocol):
@@ -97,23 +105,26 @@ class Arrivals:
         self._tick = tick
         self.nursery: trio.Nursery | None = None
         """Where requests are carried out (set once the path runs)."""
-        self._backlogs: dict[str, deque[tuple[float, KeysRequest]]] = {}
-        """Per route peer, its requests waiting for a write before them to run (and when each
-        arrived)."""
+        self._backlogs: dict[tuple[str, str], deque[tuple[float, KeysRequest]]] = {}
+        """Per route peer and group, its requests waiting for a write before them to run (and when
+        each arrived); a group waiting for a leader holds up no other."""
 
     def receive(self, peer: str, request: KeysRequest) -> None:
-        """A request from the route peer ``peer``."""
+        """A request from the route peer ``peer``: run now, or after the writes before it of the
+        same group and peer."""
         if self.nursery is None:
             return
-        backlog = self._backlogs.get(peer)
+        group = self._group_of(request)
+        key = (peer, group.name if group is not None else "")
+        backlog = self._backlogs.get(key)
         if backlog is None:
             if self._run_now(peer, request):
                 return
             if not _writes(request):
                 self.nursery.start_soon(self._serve, peer, request)
                 return
-            backlog = self._backlogs[peer] = deque()
-            self.nursery.start_soon(self._in_turn, peer, backlog)
+            backlog = self._backlogs[key] = deque()
+            self.nursery.start_soon(self._in_turn, peer, key, backlog)
         if len(backlog) >= MOST_WAITING:
             self._reply(peer, request.id, error(CLUSTERDOWN))
             return
@@ -135,7 +146,9 @@ class Arrivals:
         self.nursery.start_soon(self._reply_once, peer, request.id, outcome)
         return True
 
-    async def _in_turn(self, peer: str, backlog: deque[tuple[float, KeysRequest]]) -> None:
+    async def _in_turn(
+        self, peer: str, key: tuple[str, str], backlog: deque[tuple[float, KeysRequest]]
+    ) -> None:
         """Carry out a peer's requests that had to wait, in order: a write once it ran (here, or
         where it was passed on), and what came after it only then; a read on its own."""
         assert self.nursery is not None
@@ -148,7 +161,7 @@ class Arrivals:
                 if not await self._write_in_turn(peer, arrived, request):
                     self._reply(peer, request.id, error(CLUSTERDOWN))
         finally:
-            del self._backlogs[peer]
+            del self._backlogs[key]
 
     async def _write_in_turn(self, peer: str, arrived: float, request: KeysRequest) -> bool:
         """Run a write that waited once this node may (or pass it on, whole): True once it ran or
@@ -160,7 +173,11 @@ class Arrivals:
                     return True
                 group = self._group_of(request)
                 to = self._path.leader(group) if group is not None else None
-                if group is None or (to is not None and to != self.node):
+                elsewhere = to is not None and to != self.node
+                if elsewhere and request.hops >= MOST_HOPS:  # (pipelined: refused, not passed on)
+                    self._reply(peer, request.id, error(CLUSTERDOWN))
+                    return True
+                if group is None or elsewhere:
                     await self._serve(peer, request)  # (passed on, or refused)
                     return True
                 await trio.sleep(self._tick)

@@ -24,10 +24,15 @@ from cluster.frames import KeysReply, KeysRequest
 from node.replicated.forwarded import CLUSTERDOWN
 from node.resp.writer import error
 
-__all__ = ["FORGET_AFTER", "Asked", "Asking", "Send"]
+__all__ = ["FORGET_AFTER", "MOST_HOPS", "Asked", "Asking", "Send"]
 
 Send = Callable[[str, KeysRequest | KeysReply], bool]
 """Sends a frame to a route peer by server name (False: no route to it)."""
+MOST_HOPS = 2
+"""Times a request may be passed on (by a node that does not lead its keys). A pipelined write is
+sent with this many already, so a node that no longer leads refuses it rather than passing it on:
+its sender may have given up on it meanwhile and sent later writes to the new leader, which must
+not see this one after them."""
 FORGET_AFTER = 600.0
 """Seconds after which a request nobody waits for is forgotten (its reply, if any, dropped)."""
 

@@ -42,17 +42,18 @@ to ``KeyRouter.route`` before it runs, and to ``ran`` after:
   command's account, database and RESP version would (a read once its read barrier passed) and
   proposes it alike (``node.replicated.arrivals``), and its reply comes back in a ``KEYR`` frame.
   A write for a leader this node knows is sent at once and its reply taken in turn while the
-  connection goes on (``_pipelined``): the leader runs a peer's writes in the order they came, so
-  a pipeline of writes travels as one. Anything else waits for its reply before the connection
-  goes on. EXEC travels as one request that carries its queued commands, run there as one
-  transaction and committed as one entry (``node.replicated.forwarded``), with the tokens of the
-  watches the leader keeps for the connection (``node.replicated.watching``); one that would abort
-  anyway is answered here. A read that may block (``XREAD``/``XREADGROUP ... BLOCK``) asks the
-  leader, which answers at once, and waits, if it must, on this node's replica of its keys,
-  asking again at each write applied there (``node.replicated.blocking``); without a replica here
-  to wait on, it is refused. Without an answer in ``propose_timeout`` (plus one election), or once
-  this node's replica of the group names another leader than the one asked (it died, or was cut
-  off), the command is answered ``-CLUSTERDOWN The cluster is down``: never a silent success.
+  connection goes on (``node.replicated.pipelines``): the leader runs a peer's writes in the
+  order they came, so a pipeline of writes travels as one. Anything else waits for its reply
+  before the connection goes on. EXEC travels as one request that carries its queued commands,
+  run there as one transaction and committed as one entry (``node.replicated.forwarded``), with
+  the tokens of the watches the leader keeps for the connection (``node.replicated.watching``);
+  one that would abort anyway is answered here. A read that may block (``XREAD``/``XREADGROUP
+  ... BLOCK``) asks the leader, which answers at once, and waits, if it must, on this node's
+  replica of its keys, asking again at each write applied there (``node.replicated.blocking``);
+  without a replica here to wait on, it is refused. Without an answer in ``propose_timeout``
+  (plus one election), or once this node's replica of the group names another leader than the one
+  asked (it died, or was cut off), the command is answered ``-CLUSTERDOWN The cluster is down``:
+  never a silent success.
 
 CLUSTER SLOTS and the other subcommands that describe the placement, and CLUSTER FAILOVER, are
 answered by ``view`` (``node.replicated.topology``), through ``cluster``.
@@ -97,7 +98,7 @@ from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
 from node.data.store.replay import Execute
 from node.replicated.arrivals import Arrivals
-from node.replicated.asking import Asked, Asking, Send
+from node.replicated.asking import MOST_HOPS, Asking, Send
 from node.replicated.blocking import answer_or_wait, block_at, carry_out_request
 from node.replicated.capture import Capture
 from node.replicated.forwarded import (
@@ -109,6 +110,7 @@ from node.replicated.forwarded import (
     split_watched,
 )
 from node.replicated.machine import KeyspaceMachine
+from node.replicated.pipelines import Pipelines
 from node.replicated.proposals import Proposals
 from node.replicated.quiet import Quiet
 from node.replicated.topology import ClusterView
@@ -124,7 +126,6 @@ log = logging.getLogger("pubmesh")
 
 SCRIPT_NOT_LOCAL = "Script attempted to access a non local key in a cluster node"
 SCRIPT_CROSSSLOT = "Script attempted to access keys that do not hash to the same slot"
-_MOST_HOPS = 2
 _BLOCKING = frozenset([b"xread", b"xreadgroup"])
 EXPIRY_SWEEP = 0.1
 """Seconds between two sweeps for expired keys of the groups a node leads."""
@@ -208,6 +209,10 @@ class KeyRouter:
         self.watching = Watching(node, layout, send, self._leads, self.forward)
         """WATCH of keys led elsewhere (both sides)."""
         patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
+        self.pipelines = Pipelines(
+            layout, replicas, self._asking, self._leads, self._led_elsewhere, patience
+        )
+        """Writes this node's connections pipelined to other nodes."""
         self.arrivals = Arrivals(
             node, layout, self, self.watching, send,
             max_carried=max_carried, patience=patience, tick=replicas.config.tick,
@@ -320,32 +325,17 @@ class KeyRouter:
         if blocking:  # (no replica here to wait on)
             conn.reject(command, "ERR a blocking read of keys led by another node")
             return True
-        if command.writes and self._pipelined(conn, group, args):
+        if self.pipelines.send(conn, command, args):
             return True
         conn.awaiting = partial(self._forward_for, conn, group, list(args))
         return True
 
-    def _pipelined(self, conn: RespConnection, group: SlotGroup, args: list[bytes]) -> bool:
-        """Send a write to the leader this node's replica knows at once, and take its reply in
-        turn while the connection goes on: a pipeline of writes travels as one (the leader runs
-        a peer's forwarded writes in the order they came). False: no leader known, or no route."""
-        local = self.replicas.groups.get(group.name)
-        to = local.leader if local is not None else None
-        if to is None or to == self.node:
-            return False
-        request = KeysRequest(0, conn.account.name, conn.db, 0, list(args), conn.writer.version)
-        asked = self._asking.send(to, request)
-        if asked is None:
-            return False
-        conn.reply_later(partial(self._relay, group, to, asked), b"")
-        return True
-
-    async def _relay(self, group: SlotGroup, to: str, asked: Asked, _: bytes) -> bytes:
-        """The reply to a write sent to ``to`` (or the cluster's error, once another leads)."""
-        config = self.replicas.config
-        with trio.move_on_after(2 * config.election_ticks * config.tick + self.timeout):
-            return await self._asking.wait(asked, partial(self._led_elsewhere, group, to))
-        return error(CLUSTERDOWN)
+    def holds_back(
+        self, conn: RespConnection, command: Command[RespConnection], args: list[bytes]
+    ) -> bool:
+        """Whether a command waits for the writes its connection pipelined to another node
+        (``node.replicated.pipelines``)."""
+        return self.pipelines.holds_back(conn, command, args)
 
     def watch(self, conn: RespConnection, keys: list[bytes]) -> bool:
         """WATCH: False when this node leads the keys (watched here); else their leader watches
@@ -403,7 +393,7 @@ class KeyRouter:
         reply = conn.release_output()
         if not records:
             if group is not None and self.proposals.pending(group.name):  # (it may have read them)
-                conn.reply_later(partial(self.proposals.settled, group), reply)
+                conn.reply_later(self.proposals.settled(group), reply)
             else:
                 conn.send(reply)
             return
@@ -512,7 +502,7 @@ class KeyRouter:
                         await self._quiet.wait(group.name)
                         continue
                     return await self._carry_out(group, request)
-                if to is not None and request.hops < _MOST_HOPS:
+                if to is not None and request.hops < MOST_HOPS:
                     passed = attrs.evolve(request, hops=request.hops + 1)
                     gone = partial(self._led_elsewhere, group, to)
                     reply = await self._asking.ask(to, passed, gone)
@@ -575,7 +565,7 @@ class KeyRouter:
         if self.keyspaces.ready:  # (readers blocked here that the write woke: after the take)
             self.keyspaces.serve_ready()
         if not records:
-            return self.proposals.settled(group, reply)
+            return self.proposals.settled(group)(reply)
         return self.proposals.submit(group, records)(reply)
 
     def receive(self, peer: str, frame: KeysRequest | KeysReply) -> None:

@@ -89,19 +89,24 @@ class Proposals:
 
         return answer
 
-    async def settled(self, group: SlotGroup, reply: bytes) -> bytes:
-        """``reply`` to a command that changed nothing, once every change this node made to the
-        group's keys before it ran is committed (it may have seen them): a change that is not
-        committed in the end must not have been seen. Else the cluster's error."""
+    def settled(self, group: SlotGroup) -> Answer:
+        """For a command that changed nothing, which just ran: its reply once every change this
+        node made to the group's keys before it is committed (it may have seen them; a change
+        that is not committed in the end must not have been seen), else the cluster's error.
+        What it waits for is taken now, not when the answer is awaited."""
         latest = self._latest.get(group.name)
-        if latest is None:
+
+        async def answer(reply: bytes) -> bytes:
+            if latest is None:
+                return reply
+            local, proposal = latest
+            try:
+                await local.outcome(proposal)  # (committed: so is every entry before it)
+            except ProposalError:
+                return error(CLUSTERDOWN)
             return reply
-        local, proposal = latest
-        try:
-            await local.outcome(proposal)  # (committed: so is every entry before it)
-        except ProposalError:
-            return error(CLUSTERDOWN)
-        return reply
+
+        return answer
 
     async def barrier(self, group: SlotGroup) -> bool:
         """Whether a read of ``group``'s keys here is linearizable now (else: the cluster's error)."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from time import perf_counter_ns
 from typing import Final
 
@@ -338,9 +339,12 @@ class RespConnection(Connection):
                 transaction.queue(args, command.denyoom)
                 self.reply(b"+QUEUED\r\n")
                 return
+            keys = self.broker.key_router
+            if keys is not None and keys.holds_back(self, command, args):
+                return  # (it runs once the writes pipelined before it are answered)
             self.last_command = command.name
             self._request = args
-            router = self.broker.key_router if top.on_keys else None  # (node.replicated.path)
+            router = keys if top.on_keys else None  # (node.replicated.path)
             if router is not None:
                 queued = transaction.queued
                 if router.route(self, command, args):
@@ -532,7 +536,10 @@ class RespConnection(Connection):
 
     def reply_later(self, settle: Settle, reply: bytes) -> None:
         """Send ``reply`` once ``settle`` answered; what the connection sends meanwhile waits
-        behind it, and its next requests run (``in_order``; the I/O side calls ``drain``)."""
+        behind it, and its next requests run (``in_order``; the I/O side calls ``drain``). A
+        reply CLIENT REPLY silences now stays silent, whatever ``settle`` answers."""
+        if self._reply_off or self._skip:
+            settle = partial(_silent, settle)
         self.in_order.defer(settle, reply)
         self.on_awaiting()
 
@@ -789,3 +796,9 @@ class RespConnection(Connection):
 Handler = Callable[[RespConnection, list[bytes]], None]
 """A command's implementation: the connection and the request's arguments (the name first), its
 arity already checked; it answers through ``RespConnection.reply`` and ``RespConnection.error``."""
+
+
+async def _silent(settle: Settle, reply: bytes) -> bytes:
+    """What a silenced reply sends once ``settle`` answered: nothing."""
+    await settle(reply)
+    return b""

@@ -186,7 +186,12 @@ def test_a_forwarded_command_of_more_arguments_than_an_array_holds_travels_whole
     request = KeysRequest(3, "$G", 0, 1, args, 3)
     (frame,) = decode_all(encode(request))
     assert frame == request
-    for packed in (b"\xc1", msgpack.packb({"a": 1}), msgpack.packb([1, 2]), msgpack.packb([])):
+    nested = b"\xdd" + (1 << 20).to_bytes(4) + b"\x90" * (1 << 20)  # (a million empty arrays)
+    too_many = b"\xdd" + (1 << 30).to_bytes(4) + b"\xc4\x00" * 5000
+    cut = msgpack.packb([b"x"] * 5000)[:-1]
+    few = b"\xdc" + (3).to_bytes(2) + b"\xc4\x01a" * 3  # (what an array holds: no packing)
+    packings = (b"\xc1", msgpack.packb({"a": 1}), msgpack.packb([]), nested, too_many, cut, few)
+    for packed in (*packings, msgpack.packb([b"x"] * 5000) + b"\x00"):
         with pytest.raises(LinkError):
             decode_all(msgpack.packb(["KEYS", 7, "$G", 1, 0, packed, 2]))
 

@@ -64,3 +64,48 @@ async def test_writes_pipelined_through_a_follower_run_in_order(
     assert [parse_id(i) for i in ids] == sorted(parse_id(i) for i in ids)  # (run as sent)
     for handle in nodes.values():
         await until(lambda h=handle: entries(h, stream) == [parse_id(i) for i in ids])  # type: ignore[misc]
+
+
+async def test_a_pipeline_keeps_its_order_across_a_change_of_leader(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A follower's client pipelines INCRs without pause while a third node takes the group over:
+    the writes in flight to the old leader are passed on to the new one, those sent after reach it
+    directly, and still every INCR runs in the order sent (the replies rise, none twice)."""
+    nodes = await start_nodes(nursery, tmp_path)
+    leader, tag = await a_led_key(nodes)
+    follower, third = (name for name in NAMES if name != leader)
+    counter, total = b"{%s}n" % tag, 4000
+
+    def run() -> list[bytes]:
+        lines: list[bytes] = []
+        with socket.create_connection(
+            ("127.0.0.1", nodes[follower].redis_port or 0), timeout=30
+        ) as sock:
+            sock.settimeout(30)
+            data = b""
+            for batch in range(total // 100):
+                sock.sendall(command(b"INCR", counter) * 100)
+                if batch == 10:
+                    with socket.create_connection(("127.0.0.1", nodes[third].redis_port or 0)) as t:
+                        t.sendall(command(b"CLUSTER", b"FAILOVER"))
+                        assert t.recv(100) == b"+OK\r\n"
+                time.sleep(0.005)
+                while len(lines) < (batch - 5) * 100:  # (keep a few batches in flight)
+                    data += sock.recv(1 << 16)
+                    *whole, data = data.split(b"\r\n")
+                    lines += whole
+            while len(lines) < total:
+                chunk = sock.recv(1 << 16)
+                assert chunk
+                data += chunk
+                *whole, data = data.split(b"\r\n")
+                lines += whole
+        return lines
+
+    lines = await trio.to_thread.run_sync(run)
+    errors = [line for line in lines if line.startswith(b"-")]
+    assert all(b"CLUSTERDOWN" in e for e in errors)  # (one whose leader changed: may have run)
+    values = [int(line[1:]) for line in lines if line.startswith(b":")]
+    assert values == sorted(set(values))  # (run in the order sent, none twice)
+    assert len(values) + len(errors) == total
