@@ -39,7 +39,7 @@ class RaftConfig:
     """Entry data one append carries at most, unless its first entry alone is larger (so that a
     follower far behind is sent what a link holds, not all it lacks at once)."""
     max_inflight_appends: int = 256
-    max_inflight_bytes: int = 8 * 1024 * 1024
+    max_inflight_bytes: int = 4 * 1024 * 1024
     """Appends (and their bytes of data) sent to one follower and not acknowledged yet, at most."""
 
     def __attrs_post_init__(self) -> None:

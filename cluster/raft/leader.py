@@ -191,7 +191,7 @@ class Leadership:
         progress = self.progress[message.sender]
         progress.recent_active = True
         progress.paused = False
-        progress.free_one()
+        progress.heartbeat_answered(self._config.max_inflight_appends, self._config.max_inflight_bytes)
         if progress.state is ProgressState.SNAPSHOT:
             # The snapshot may have been lost: probe again, which resends it if still needed.
             progress.become_probe()

@@ -6,8 +6,9 @@ Each follower's ``Progress`` is in one of three states (as in etcd's raft):
   the answer (or the next heartbeat response) before sending another;
 * **replicate**: it matches up to ``match``; stream appends optimistically, ``next`` runs ahead,
   as long as what was sent and not acknowledged yet (``inflight``) stays within the configured
-  bounds (a follower far behind is sent what a link holds, then more as it acknowledges; a
-  heartbeat's answer frees the oldest, in case an append was lost);
+  bounds (a follower far behind is sent what a link holds, then more as it acknowledges; when the
+  window is full and a heartbeat's answer shows no progress since the last, the oldest is freed,
+  in case an append was lost);
 * **snapshot**: it needs entries we compacted; a snapshot is on its way, appends wait.
 
 ``recent_active`` records whether the voter answered since the last check-quorum round.
@@ -41,6 +42,9 @@ class Progress:
     inflight: deque[tuple[int, int]] = attrs.Factory(deque)
     """Appends sent in the replicate state and not acknowledged: (last index, bytes of data)."""
     inflight_bytes: int = 0
+    beaten_at: int = -1
+    """``match`` when the last heartbeat was answered (a full window that did not move since: an
+    append may have been lost)."""
 
     def become_probe(self) -> None:
         if self.state is ProgressState.SNAPSHOT:
@@ -78,10 +82,12 @@ class Progress:
         while self.inflight and self.inflight[0][0] <= index:
             self.inflight_bytes -= self.inflight.popleft()[1]
 
-    def free_one(self) -> None:
-        """Forget the oldest append in flight (a heartbeat answered: appends may have been lost)."""
-        if self.inflight:
+    def heartbeat_answered(self, most_appends: int, most_bytes: int) -> None:
+        """A heartbeat was answered: if the window is full and nothing was acknowledged since the
+        last answer, forget the oldest append in flight (it may have been lost)."""
+        if self.inflight and self.match == self.beaten_at and self.full(most_appends, most_bytes):
             self.inflight_bytes -= self.inflight.popleft()[1]
+        self.beaten_at = self.match
 
     def full(self, most_appends: int, most_bytes: int) -> bool:
         """Whether no more appends may go out until some are acknowledged."""

@@ -213,6 +213,8 @@ class Replicas:
                 self.on_unknown(peer, frame.group)
             return
         if isinstance(message, SnapshotPart):
+            if peer not in group.spec.voters:
+                raise LinkError(f"a snapshot part from {peer[:64]!r}, no voter of {frame.group}")
             assembly = self._assemblies.setdefault((peer, frame.group), Assembly())
             whole = assembly.add(message)
             if whole is None:

@@ -9,7 +9,8 @@ voters), its whole size and where the part's bytes go. ``Transfers`` sends them,
 group and follower, each part only once the bytes waiting on the link to the follower are below
 ``ROOM``; it stops when the link goes, or when a newer snapshot for the follower supersedes it. The
 leader asks again at every heartbeat while the follower has not installed the snapshot: a transfer
-of that snapshot under way is not started twice.
+of that snapshot under way, or sent in full in the last ``AGAIN_AFTER`` seconds (the follower may
+be installing it), is not started again.
 
 On the follower's node, ``Assembly`` joins the parts one peer sends for one group, in order, into
 the ``InstallSnapshot`` they make; a part that does not continue what it holds (a link lost
@@ -28,12 +29,14 @@ from cluster.frames import RaftFrame
 from cluster.raft.messages import InstallSnapshot, Snapshot
 from cluster.replication.wire import SnapshotPart
 
-__all__ = ["PART", "ROOM", "Assembly", "Transfers", "parts"]
+__all__ = ["AGAIN_AFTER", "PART", "ROOM", "Assembly", "Transfers", "parts"]
 
 PART = 1024 * 1024
 """Bytes of snapshot data per part; a snapshot up to this size goes whole, as one message."""
 ROOM = 4 * PART
 """Bytes that may wait on the link to a follower before the next part is sent."""
+AGAIN_AFTER = 2.0
+"""Seconds after a snapshot was sent in full before the same one is sent to the follower again."""
 _PAUSE = 0.005
 
 SendFrame = Callable[[str, RaftFrame], bool]
@@ -94,11 +97,17 @@ class Transfers:
         self._pending = pending
         self._running: dict[tuple[str, str], int] = {}
         """The snapshot index being sent, by group and follower."""
+        self._sent: dict[tuple[str, str], tuple[int, float]] = {}
+        """The snapshot index last sent in full, and when, by group and follower."""
 
     def start(self, nursery: trio.Nursery, group: str, message: InstallSnapshot) -> None:
-        """Send ``message`` in parts, in the background (unless that snapshot is on its way)."""
+        """Send ``message`` in parts, in the background (unless that snapshot is on its way, or
+        just arrived)."""
         key, index = (group, message.to), message.snapshot.index
-        if self._running.get(key) == index:
+        sent = self._sent.get(key)
+        if self._running.get(key) == index or (
+            sent is not None and sent[0] == index and trio.current_time() < sent[1] + AGAIN_AFTER
+        ):
             return
         self._running[key] = index
         nursery.start_soon(self._transfer, key, group, message)
@@ -119,6 +128,7 @@ class Transfers:
                 if not self._send(message.to, RaftFrame(group, part)):
                     return
                 await trio.lowlevel.checkpoint()
+            self._sent[key] = (index, trio.current_time())
         finally:
             if self._running.get(key) == index:
                 del self._running[key]

@@ -65,7 +65,7 @@ MAX_ENTRIES = 4096
 MAX_INDEX = (1 << 63) - 1
 GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 """A replica group's name: also its directory's name under the node's store."""
-MAX_SNAPSHOT = 1 << 40
+MAX_SNAPSHOT = 1 << 36
 """The largest snapshot a peer may announce in parts (what is held grows only with parts that came)."""
 _KINDS = {EntryKind.COMMAND: 0, EntryKind.NOOP: 1, EntryKind.CONFIG: 2}
 

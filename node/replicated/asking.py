@@ -14,7 +14,6 @@ once ``FORGET_AFTER`` seconds old, when later ones are sent.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 
 import attrs
@@ -61,7 +60,7 @@ class Asking:
 
     def send(self, to: str, request: KeysRequest) -> Asked | None:
         """Send ``request`` to ``to`` now (None: no route to it); ``wait`` for its reply."""
-        now = time.monotonic()
+        now = trio.current_time()
         while self._waiting:  # (the oldest first: forget those nobody waits for)
             oldest = next(iter(self._waiting))
             if now - self._waiting[oldest][0] < FORGET_AFTER:

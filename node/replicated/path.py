@@ -340,6 +340,9 @@ class KeyRouter:
     def watch(self, conn: RespConnection, keys: list[bytes]) -> bool:
         """WATCH: False when this node leads the keys (watched here); else their leader watches
         them for the client."""
+        if sum(map(len, keys)) > self.max_carried:
+            conn.error(TOO_LARGE % self.max_carried)
+            return True
         return self.watching.watch(conn, keys)
 
     def _run_here(self, conn: RespConnection, group: SlotGroup, slot: int) -> None:

@@ -41,11 +41,11 @@ COMMANDS = {
     "ldm": signal.SIGUSR2,
     "stepdown": signal.SIGRTMIN,
 }
-STEP_DOWN = COMMANDS["stepdown"]
-"""The signal that makes a node hand over the replica groups it leads (Linux's first real-time
-signal: the classic ones all mean something already)."""
 """``--signal`` commands and what they send (nats-server's ``CommandToSignal``, and ``stepdown``:
 hand the replica groups the node leads to other voters, before maintenance)."""
+STEP_DOWN = COMMANDS["stepdown"]
+"""The signal that makes a node hand over the replica groups it leads (Linux's first real-time
+signal: the classic ones all mean something already; a node of a release without it stops)."""
 
 
 class SignalError(Exception):

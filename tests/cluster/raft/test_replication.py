@@ -221,7 +221,10 @@ def test_a_heartbeat_answer_frees_an_append_that_may_be_lost() -> None:
     first = [m for m in of_type(ack(leader, "b", 1), AppendEntries) if m.to == "b"]
     assert first  # (the window is full now: nothing acknowledged)
     assert not [m for m in of_type(flush(leader), AppendEntries) if m.to == "b"]
-    leader.step(HeartbeatResponse(sender="b", to="a", term=leader.term))
+    beat = HeartbeatResponse(sender="b", to="a", term=leader.term)
+    leader.step(beat)  # (the first answer since the window filled: no stall seen yet)
+    assert not [m for m in of_type(flush(leader), AppendEntries) if m.to == "b"]
+    leader.step(beat)  # (and again with no progress: the oldest append is taken as lost)
     again = [m for m in of_type(flush(leader), AppendEntries) if m.to == "b"]
     assert again
     assert again[0].entries[0].index > first[-1].entries[-1].index

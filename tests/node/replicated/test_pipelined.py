@@ -109,3 +109,22 @@ async def test_a_pipeline_keeps_its_order_across_a_change_of_leader(
     values = [int(line[1:]) for line in lines if line.startswith(b":")]
     assert values == sorted(set(values))  # (run in the order sent, none twice)
     assert len(values) + len(errors) == total
+
+
+async def test_writes_silenced_by_client_reply_stay_silent_when_pipelined(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    nodes = await start_nodes(nursery, tmp_path)
+    leader, tag = await a_led_key(nodes)
+    follower = next(name for name in NAMES if name != leader)
+    key = b"{%s}quiet" % tag
+    requests = [
+        command(b"CLIENT", b"REPLY", b"OFF"),
+        *[command(b"INCR", key)] * 50,
+        command(b"CLIENT", b"REPLY", b"SKIP"),
+        command(b"INCR", key),
+        command(b"CLIENT", b"REPLY", b"ON"),
+        command(b"GET", key),
+    ]
+    lines = await trio.to_thread.run_sync(pipeline, nodes[follower].redis_port or 0, requests, 3)
+    assert lines == [b"+OK", b"$2", b"51"]
