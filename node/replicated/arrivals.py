@@ -28,6 +28,7 @@ import trio
 
 from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
+from cluster.replication.transfer import PART, ROOM, Pending
 from node.replicated.asking import MOST_HOPS, Send
 from node.replicated.forwarded import (
     CLUSTERDOWN,
@@ -78,6 +79,8 @@ class Arrivals:
         path: the command path that runs or passes on what arrives.
         watching: answers an empty transaction that counts on watches.
         send: sends a frame to a route peer by server name.
+        pending: the bytes waiting on the link to a route peer (None: no link): a reply over
+            ``PART`` bytes waits until they are under ``ROOM``.
         max_carried: the largest reply sent back.
         patience: seconds a write may wait for a leader before it is answered ``-CLUSTERDOWN``.
         tick: seconds between two looks for a leader meanwhile.
@@ -90,6 +93,7 @@ class Arrivals:
         path: Leading,
         watching: Watching,
         send: Send,
+        pending: Pending,
         *,
         max_carried: int,
         patience: float,
@@ -100,6 +104,7 @@ class Arrivals:
         self._path = path
         self._watching = watching
         self._send = send
+        self._pending = pending
         self.max_carried = max_carried
         self._patience = patience
         self._tick = tick
@@ -198,10 +203,17 @@ class Arrivals:
         else:
             group = self.layout.group_of_slot(slots.pop() if slots else 0)
             reply = await self._path.forward(group, request)
-        self._reply(peer, request.id, reply)
+        await self._answer(peer, request.id, reply)
 
     async def _reply_once(self, peer: str, request_id: int, outcome: Awaitable[bytes]) -> None:
-        self._reply(peer, request_id, await outcome)
+        await self._answer(peer, request_id, await outcome)
+
+    async def _answer(self, peer: str, request_id: int, reply: bytes) -> None:
+        """Send a reply; a large one once the link to the peer has room (as snapshot parts)."""
+        if len(reply) > PART:
+            while (waiting := self._pending(peer)) is not None and waiting > ROOM:  # noqa: ASYNC110 (a link announces nothing as it drains)
+                await trio.sleep(self._tick / 10)
+        self._reply(peer, request_id, reply)
 
     def _reply(self, peer: str, request_id: int, reply: bytes) -> None:
         if len(reply) > self.max_carried:

@@ -94,6 +94,7 @@ from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
 from cluster.replication.group import GroupSpec
 from cluster.replication.replicas import Replicas
+from cluster.replication.transfer import Pending
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
 from node.data.store.replay import Execute
@@ -154,6 +155,8 @@ class KeyRouter:
         max_carried: the bytes a request (a write: one entry of a group's log) and a reply carried
             between nodes may have: larger ones are refused (a route holds only so much for a
             peer).
+        pending: the bytes waiting on the link to a route peer (None: no link), which paces what
+            is sent: pipelined writes, and large replies.
     """
 
     def __init__(
@@ -166,6 +169,7 @@ class KeyRouter:
         send: Send,
         *,
         max_carried: int = MAX_CARRIED,
+        pending: Pending = lambda peer: 0,
     ) -> None:
         self.node = node
         self.max_carried = max_carried
@@ -210,11 +214,11 @@ class KeyRouter:
         """WATCH of keys led elsewhere (both sides)."""
         patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
         self.pipelines = Pipelines(
-            layout, replicas, self._asking, self._leads, self._led_elsewhere, patience
+            layout, replicas, self._asking, self._leads, self._led_elsewhere, patience, pending
         )
         """Writes this node's connections pipelined to other nodes."""
         self.arrivals = Arrivals(
-            node, layout, self, self.watching, send,
+            node, layout, self, self.watching, send, pending,
             max_carried=max_carried, patience=patience, tick=replicas.config.tick,
         )  # fmt: skip
         """Requests other nodes forward here."""

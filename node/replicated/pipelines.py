@@ -7,8 +7,9 @@ leader, is sent to it at once (``send``) and its reply taken in turn while the c
 the connection's next command runs only if it is another such write to the same leader and group
 (``holds_back``); anything else (a read, another group, a write once the leader changed, a command
 on no keys) waits until they are answered, so a connection's commands never run out of order, even
-when the leader changes midway. A write larger than ``MOST_BYTES`` is not pipelined (it travels
-alone, as anything else does, so a route never holds many of them at once).
+when the leader changes midway. A write larger than ``MOST_BYTES``, or one for a leader whose link
+already holds ``ROOM`` bytes waiting, is not pipelined (it waits for its reply, as anything else
+does), so a pipeline never floods a route.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import trio
 from cluster.frames import KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
 from cluster.replication.replicas import Replicas
+from cluster.replication.transfer import ROOM, Pending
 from node.replicated.asking import MOST_HOPS, Asked, Asking
 from node.replicated.blocking import block_at
 from node.replicated.forwarded import CLUSTERDOWN
@@ -58,6 +60,8 @@ class Pipelines:
         leads: whether this node leads a group and may run its commands now.
         led_elsewhere: whether this node's replica of a group knows another leader than a node.
         patience: seconds a reply may take before the write is answered ``-CLUSTERDOWN``.
+        pending: the bytes waiting on the link to a route peer: past ``ROOM``, writes are not
+            pipelined to it (each then waits for its reply), so a pipeline never floods a link.
     """
 
     def __init__(
@@ -68,8 +72,10 @@ class Pipelines:
         leads: Callable[[SlotGroup], bool],
         led_elsewhere: Callable[[SlotGroup, str], bool],
         patience: float,
+        pending: Pending,
     ) -> None:
         self._layout = layout
+        self._pending = pending
         self._replicas = replicas
         self._asking = asking
         self._leads = leads
@@ -84,6 +90,9 @@ class Pipelines:
         if found is None:
             return False
         group, to = found
+        waiting = self._pending(to)
+        if waiting is None or waiting > ROOM:
+            return False
         request = KeysRequest(
             0, conn.account.name, conn.db, MOST_HOPS, list(args), conn.writer.version
         )  # (not to be passed on: ``MOST_HOPS``)

@@ -89,6 +89,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
                 node.keys = KeyRouter(
                     config.server_name, plan, node.replicas, broker.keyspaces, executor,
                     node.routes.send_raft, max_carried=config.cluster.frame_room // 2,
+                    pending=node.routes.raft_pending,
                 )  # fmt: skip
                 broker.key_router = node.keys
                 if node.captures is not None:

@@ -59,7 +59,9 @@ async def run(path: Path, requests: list[KeysRequest], then: float) -> list[Keys
         return True
 
     watching = Watching("a", LAYOUT, send, lambda group: False, path.forward)
-    arrivals = Arrivals("a", LAYOUT, path, watching, send, max_carried=1 << 20, patience=5, tick=0.1)
+    arrivals = Arrivals(
+        "a", LAYOUT, path, watching, send, lambda peer: 0, max_carried=1 << 20, patience=5, tick=0.1
+    )
     async with trio.open_nursery() as nursery:
         arrivals.nursery = nursery
         for frame in requests:

@@ -84,3 +84,26 @@ async def test_what_a_route_cannot_carry_is_refused_and_the_routes_stay_up(
     assert await trio.to_thread.run_sync(read_own_replica) == 2
     assert "slow consumer" not in caplog.text.lower()
     assert "protocol error" not in caplog.text.lower()
+
+
+async def test_many_large_replies_at_once_wait_for_the_links_room(
+    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Eight clients of a follower read a 10 MiB value at once: 80 MiB of replies, more than a link
+    holds, sent as it drains."""
+    nodes = await start_nodes(nursery, tmp_path)
+    leader, tag = await a_led_key(nodes)
+    follower = next(name for name in NAMES if name != leader)
+    key, size = b"{%s}wide" % tag, 10 * VALUE
+    assert await call(nodes[leader], "SET", key, b"v" * size) is True
+
+    def read(got: list[int]) -> None:
+        with client(nodes[follower]) as c:
+            got.append(len(c.get(key) or b""))
+
+    got: list[int] = []
+    async with trio.open_nursery() as readers:
+        for _ in range(8):
+            readers.start_soon(trio.to_thread.run_sync, read, got)
+    assert got == [size] * 8
+    assert "slow consumer" not in caplog.text.lower()
