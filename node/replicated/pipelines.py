@@ -1,15 +1,15 @@
 """Writes pipelined through a node that does not lead their keys: sent at once, answered in turn.
 
 A connection's write of keys another node leads, when this node's replica of their group knows the
-leader, is sent to it at once (``send``) and its reply taken in turn while the connection goes on
-(``RespConnection.reply_later``): the leader runs a peer's forwarded writes in the order they came
-(``node.replicated.arrivals``), so a pipeline of writes travels as one. While some are unanswered,
-the connection's next command runs only if it is another such write to the same leader and group
-(``holds_back``); anything else (a read, another group, a write once the leader changed, a command
-on no keys) waits until they are answered, so a connection's commands never run out of order, even
-when the leader changes midway. A write larger than ``MOST_BYTES``, or one for a leader whose link
-already holds ``ROOM`` bytes waiting, is not pipelined (it waits for its reply, as anything else
-does), so a pipeline never floods a route.
+leader (or the group has a single voter), is sent to it at once (``send``) and its reply taken in
+turn while the connection goes on (``RespConnection.reply_later``): the leader runs a peer's
+forwarded writes in the order they came (``node.replicated.arrivals``), so a pipeline of writes
+travels as one. While some are unanswered, the connection's next command runs only if it is
+another such write to the same leader and group (``holds_back``); anything else (a read, another
+group, a write once the leader changed, a command on no keys) waits until they are answered, so a
+connection's commands never run out of order, even when the leader changes midway. A write larger
+than ``MOST_BYTES``, or one for a leader whose link already holds ``ROOM`` bytes waiting, is not
+pipelined (it waits for its reply, as anything else does), so a pipeline never floods a route.
 """
 
 from __future__ import annotations
@@ -136,7 +136,8 @@ class Pipelines:
             return None
         group = self._layout.group_of_slot(slots.pop())
         local = self._replicas.groups.get(group.name)
-        to = local.leader if local is not None else None
+        single = group.voters[0] if len(group.voters) == 1 else None  # (its only possible leader)
+        to = local.leader if local is not None else single
         if to is None or self._leads(group) or to == self._replicas.node:
             return None
         return group, to
