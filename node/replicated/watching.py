@@ -189,6 +189,9 @@ class Watching:
         if token is None:
             conn.reply(reply if reply.startswith(b"-") else error(CLUSTERDOWN))
             return
+        if conn.closing is not None:  # (the client left meanwhile: nothing will use the watch)
+            self.release([token])
+            return
         transaction = conn.transaction
         remote = transaction.remote
         if not isinstance(remote, Watched):
