@@ -14,7 +14,6 @@ pipelined (it waits for its reply, as anything else does), so a pipeline never f
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from functools import partial
 
@@ -81,7 +80,6 @@ class Pipelines:
         self._leads = leads
         self._led_elsewhere = led_elsewhere
         self._patience = patience
-        self._open: weakref.WeakKeyDictionary[RespConnection, _Pipeline] = weakref.WeakKeyDictionary()
 
     def send(self, conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> bool:
         """Send a write at once to the leader of its keys this node's replica knows, its reply
@@ -99,9 +97,9 @@ class Pipelines:
         asked = self._asking.send(to, request)
         if asked is None:
             return False
-        pipeline = self._open.get(conn)
-        if pipeline is None or not pipeline.unanswered:
-            pipeline = self._open[conn] = _Pipeline(group.name, to)
+        pipeline = conn.pipelined
+        if not isinstance(pipeline, _Pipeline) or not pipeline.unanswered:
+            pipeline = conn.pipelined = _Pipeline(group.name, to)
         pipeline.unanswered += 1
         deadline = trio.current_time() + self._patience
         conn.reply_later(partial(self._relay, pipeline, group, asked, deadline), b"")
@@ -112,8 +110,8 @@ class Pipelines:
     ) -> bool:
         """Whether the command must wait for the connection's unanswered writes (then it runs
         once they are answered)."""
-        pipeline = self._open.get(conn)
-        if pipeline is None or not pipeline.unanswered:
+        pipeline = conn.pipelined
+        if not isinstance(pipeline, _Pipeline) or not pipeline.unanswered:
             return False
         found = self._target(command, args)
         if found is not None and (found[0].name, found[1]) == (pipeline.group, pipeline.to):

@@ -154,6 +154,10 @@ class RespConnection(Connection):
         self.readonly = False
         """READONLY: its reads of replicated keys run on this node's replica as it is (possibly
         stale), as on a Redis Cluster replica (``node.replicated.path``)."""
+        self.pipelined: object | None = None
+        """The writes it sent to another node and has not had answered yet, where keys are
+        replicated (``node.replicated.pipelines``; kept here: a compiled connection takes no weak
+        reference)."""
         self._request: list[bytes] = []
         """The request running (or the last one)."""
         self._from_inline = False
