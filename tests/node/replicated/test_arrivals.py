@@ -12,6 +12,7 @@ import trio.testing
 from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import SlotGroup, layout
 from node.replicated.arrivals import Arrivals
+from node.replicated.asking import MOST_HOPS
 from node.replicated.forwarded import CLUSTERDOWN
 from node.replicated.watching import Watching
 
@@ -42,7 +43,7 @@ class Path:
         return committed()
 
     async def forward(self, group: SlotGroup, request: KeysRequest) -> bytes:
-        self.events.append(("read", request.args[-1]))
+        self.events.append(("forwarded", request.args[-1]))
         return b"$1\r\nx\r\n"
 
 
@@ -84,7 +85,7 @@ async def test_writes_that_wait_for_a_leader_keep_their_order(
     assert [e for e in path.events if e[0] == "ran"] == [("ran", b"1"), ("ran", b"3")]
     # The read runs after every write that came before it (its client waits for its answer,
     # so what came after it is another client's, and may run first).
-    assert path.events.index(("read", b"k")) > path.events.index(("ran", b"1"))
+    assert path.events.index(("forwarded", b"k")) > path.events.index(("ran", b"1"))
     assert sorted(r.id for r in replies) == [1, 2, 3]
 
 
@@ -96,3 +97,16 @@ async def test_a_write_that_waited_too_long_is_refused_unrun(
     assert path.events == []
     refused = b"%s\r\n" % CLUSTERDOWN.encode()
     assert [(r.id, r.reply) for r in replies] == [(1, refused), (2, refused)]
+
+
+async def test_a_pipelined_write_for_a_node_that_no_longer_leads_is_refused_not_passed_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """(Its sender may have given up on it and sent later writes to the new leader.)"""
+    path = Path()
+    path.leading = "b"
+    pipelined = KeysRequest(1, "$G", 0, MOST_HOPS, [b"SET", b"k", b"1"])
+    replies = await run(path, [pipelined, request(2, b"SET", b"k", b"2")], then=0.5)
+    assert path.events == [("forwarded", b"2")]  # (only the other write was passed on to "b")
+    refused = b"%s\r\n" % CLUSTERDOWN.encode()
+    assert sorted((r.id, r.reply) for r in replies) == [(1, refused), (2, b"$1\r\nx\r\n")]
