@@ -46,7 +46,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.timeout(600)]
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
 SECRET = "fuzz-secret"
 QUIET = 0.15
-"""Seconds of silence after which a connection the node keeps open counts as processed normally."""
+"""Seconds of silence after which a connection the node keeps open counts as processed normally
+(once the node said anything: a slow start under load is not silence)."""
 MEMORY_GROWTH = 32 * 1024 * 1024
 """How much the process (the node runs in it) may grow over a round of the heaviest attacks."""
 
@@ -323,8 +324,8 @@ async def attack(target: Target, case: Case) -> Outcome:
                         outcome.closed = True
                         break
                     outcome.received += chunk
-                if quiet.cancelled_caught and sent.is_set():
-                    break
+                if quiet.cancelled_caught and sent.is_set() and outcome.received:
+                    break  # (the node speaks first, a CHALLENGE: silence before it is no verdict)
             cancel.cancel()
 
         sent = trio.Event()
