@@ -127,7 +127,6 @@ log = logging.getLogger("pubmesh")
 
 SCRIPT_NOT_LOCAL = "Script attempted to access a non local key in a cluster node"
 SCRIPT_CROSSSLOT = "Script attempted to access keys that do not hash to the same slot"
-_BLOCKING = frozenset([b"xread", b"xreadgroup"])
 EXPIRY_SWEEP = 0.1
 """Seconds between two sweeps for expired keys of the groups a node leads."""
 MAX_CARRIED = 16 * 1024 * 1024
@@ -212,14 +211,15 @@ class KeyRouter:
         """The connection whose read passed its group's read barrier and now runs."""
         self.watching = Watching(node, layout, send, self._leads, self.forward)
         """WATCH of keys led elsewhere (both sides)."""
-        patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
+        self.patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
+        """Seconds a request to another node may take: an election and a proposal's time."""
         self.pipelines = Pipelines(
-            layout, replicas, self._asking, self._leads, self._led_elsewhere, patience, pending
+            layout, replicas, self._asking, self._leads, self._led_elsewhere, self.patience, pending
         )
         """Writes this node's connections pipelined to other nodes."""
         self.arrivals = Arrivals(
             node, layout, self, self.watching, send, pending,
-            max_carried=max_carried, patience=patience, tick=replicas.config.tick,
+            max_carried=max_carried, patience=self.patience, tick=replicas.config.tick,
         )  # fmt: skip
         """Requests other nodes forward here."""
 
@@ -299,7 +299,7 @@ class KeyRouter:
             conn.hold_output()
             return False  # (READONLY: this node's replica as it is, possibly stale)
         retry = conn.blocking.retry_deadline
-        blocking = command.key in _BLOCKING and block_at(args) > 0
+        blocking = block_at(args) > 0  # (an XREAD/XREADGROUP with BLOCK)
         if blocking and not self._leads(group) and group.name in self.replicas.groups:
             conn.awaiting = partial(self._forward_for, conn, group, list(args), retry)
             return True  # (a read that may block, of keys led elsewhere, or woken here: ask)
@@ -501,7 +501,7 @@ class KeyRouter:
         """Have the group's leader carry out the command; its reply (or the cluster's error, once
         no leader answered within an election and a proposal's time)."""
         config = self.replicas.config
-        with trio.move_on_after(2 * config.election_ticks * config.tick + self.timeout):
+        with trio.move_on_after(self.patience):
             while True:
                 to = self.leader(group)
                 if to == self.node:

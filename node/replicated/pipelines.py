@@ -36,7 +36,6 @@ __all__ = ["MOST_BYTES", "Pipelines"]
 
 MOST_BYTES = 1024 * 1024
 """The largest write (bytes of arguments) pipelined; a larger one travels alone."""
-_BLOCKING = frozenset([b"xread", b"xreadgroup"])
 
 
 @attrs.define
@@ -127,7 +126,7 @@ class Pipelines:
         lead but whose leader its replica knows, and not too large."""
         if not command.writes or command.key == b"exec" or sum(map(len, args)) > MOST_BYTES:
             return None
-        if command.key in _BLOCKING and block_at(args) > 0:
+        if block_at(args) > 0:  # (a read that may block: it waits, there is no pipelining it)
             return None
         slots = {hash_slot(key) for key in command_keys(command, args)}
         if len(slots) != 1:
