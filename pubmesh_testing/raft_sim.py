@@ -10,7 +10,8 @@ The network (``SimNetwork``) mirrors ``cluster.network.MemoryNetwork``'s faults 
 nodes (``cut``/``heal``/``heal_all``), at the level of single messages: each may be lost,
 duplicated or delayed (which reorders them). A node can ``crash``, losing everything it had not
 persisted (optionally between persisting a ``Ready`` and sending its messages, or before
-persisting it), and ``restart`` from what its ``MemoryStorage`` holds. ``spares`` nodes run from
+persisting it), and ``restart`` from what its ``MemoryStorage`` holds, or lose that store
+(``Wipe``: a disk lost, within what the group tolerates). ``spares`` nodes run from
 the start outside the founding voters; ``ChangeVoters`` has the leader add a node as a voter or
 remove it, one change at a time, so voters are replaced while faults go on.
 """
@@ -27,6 +28,7 @@ import msgpack
 
 from cluster.raft import (
     AddVoter,
+    ChangeEntry,
     ConfigChange,
     Entry,
     EntryKind,
@@ -61,6 +63,7 @@ __all__ = [
     "SimNode",
     "Simulation",
     "Transfer",
+    "Wipe",
 ]
 
 
@@ -109,6 +112,15 @@ class Reboot:
 
 
 @attrs.frozen
+class Wipe:
+    """Crash ``node`` and start it again on an empty store (its disk lost or replaced). Done only
+    while no node recovers (``cluster.raft.recovery``) and every node counts three voters or
+    more: the failures a group tolerates; otherwise it is a ``Reboot``."""
+
+    node: str
+
+
+@attrs.frozen
 class SetFaults:
     faults: Faults
 
@@ -127,7 +139,7 @@ class ChangeVoters:
     node: str
 
 
-Action = Cut | Isolate | Heal | Crash | Restart | Reboot | SetFaults | Transfer | ChangeVoters
+Action = Cut | Isolate | Heal | Crash | Restart | Reboot | Wipe | SetFaults | Transfer | ChangeVoters
 
 
 class MemoryStorage:
@@ -151,7 +163,19 @@ class MemoryStorage:
             self.hard_state = persist.hard_state
 
     def load(self) -> Persisted:
-        return Persisted(self.hard_state, self.snapshot, tuple(self.entries))
+        fresh = self.hard_state == HardState() and self.snapshot is None and not self.entries
+        return Persisted(self.hard_state, self.snapshot, tuple(self.entries), fresh)
+
+
+def _voters(node: SimNode) -> frozenset[str]:
+    """The voters ``node`` counts (if crashed: as it would on restarting from its store)."""
+    if node.raft is not None:
+        return node.raft.voters
+    store = node.storage
+    changes = [e for e in store.entries if e.kind is EntryKind.CONFIG]
+    if changes:
+        return ChangeEntry.decode(changes[-1].data).voters
+    return store.snapshot.voters if store.snapshot else node.config.voters
 
 
 def encode_state(commands: dict[int, bytes]) -> bytes:
@@ -277,6 +301,8 @@ class Simulation:
         """Pending read-index requests: the highest committed index when each was asked."""
         self.reads_answered = 0
         self._counter = 0
+        self.wipes = 0
+        """Stores lost so far (``Wipe``)."""
 
     # -- driving --------------------------------------------------------------------------
 
@@ -411,8 +437,11 @@ class Simulation:
                 self.nodes[action.node].crash_point = action.point
         elif isinstance(action, Restart):
             self.restart(action.node)
-        elif isinstance(action, Reboot):
+        elif isinstance(action, Reboot | Wipe):
             self.crash(action.node)
+            if isinstance(action, Wipe) and self.may_wipe(action.node):
+                self.nodes[action.node].storage = MemoryStorage()
+                self.wipes += 1
             self.restart(action.node)
         elif isinstance(action, SetFaults):
             self.network.faults = action.faults
@@ -441,12 +470,23 @@ class Simulation:
             Restart(a),
             Restart(b),
             Reboot(a),
+            Wipe(b),
             SetFaults(faults),
             Transfer(b),
         ]
         if len(self.nodes) > len(self.nodes[a].config.voters):
             choices.append(ChangeVoters(rng.choice(sorted(self.nodes))))
         return rng.choice(choices)
+
+    def may_wipe(self, node_id: str) -> bool:
+        """Whether losing ``node_id``'s store stays within what its group tolerates: no node is
+        recovering (a recovering node counts as failed) and no node counts fewer than three
+        voters (in a group of two, the other voter cannot be elected without the lost node's vote,
+        which it gives only once a leader has caught it up: ``cluster.raft.recovery``)."""
+        stores = [node.storage for node in self.nodes.values()]
+        if any(store.hard_state.recovering or store.load().fresh for store in stores):
+            return False
+        return all(len(_voters(node)) >= 3 for node in self.nodes.values())
 
     def isolate(self, node_id: str) -> None:
         for other in self.nodes:

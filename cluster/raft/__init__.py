@@ -11,6 +11,7 @@ from cluster.raft.errors import (
     RaftError,
     Refusal,
     UnknownPeer,
+    VotersRecovering,
 )
 from cluster.raft.membership import AddVoter, ChangeEntry, ConfigChange, RemoveVoter
 from cluster.raft.messages import Entry, EntryKind, Message, Snapshot
@@ -42,4 +43,5 @@ __all__ = [
     "Snapshot",
     "SoftState",
     "UnknownPeer",
+    "VotersRecovering",
 ]

@@ -56,6 +56,7 @@ from cluster.raft.messages import (
     VoteResponse,
 )
 from cluster.raft.ready import HardState, Persist, Persisted, ReadState, Ready, Role, SoftState
+from cluster.raft.recovery import ELECTIONS_TO_WAIT, may_vote, new_recovery
 from cluster.raft.tracker import Progress, has_quorum
 
 __all__ = ["Raft"]
@@ -72,6 +73,10 @@ def _names_future_term(message: Message) -> bool:
 
 
 class Raft:
+    """One node of a replica group, rebuilt from what its host ``persisted`` (a node whose store
+    is ``fresh`` recovers first: ``cluster.raft.recovery``). Without ``persisted``, a node with
+    an empty log that is not recovering (as tests build the nodes of a running group)."""
+
     def __init__(self, config: RaftConfig, persisted: Persisted | None = None) -> None:
         self.config = config
         self.id = config.id
@@ -84,6 +89,11 @@ class Raft:
         )
         self.term = hard.term
         self.vote = hard.vote
+        fresh = persisted is not None and persisted.fresh
+        self.recovering = new_recovery(config.rng) if fresh else hard.recovering
+        """Nonzero while this node recovers from an empty store (``cluster.raft.recovery``)."""
+        self._alive = 0
+        """Ticks since this ``Raft`` was made (a recovery lasts some elections at least)."""
         self.role = Role.FOLLOWER
         self.leader: str | None = None
         self._lead: Leadership | None = None
@@ -102,6 +112,7 @@ class Raft:
 
     def tick(self) -> None:
         self._election_elapsed += 1
+        self._alive += 1
         if self._lead is not None:
             if not self._lead.tick():
                 self._become_follower(self.term, None)
@@ -192,7 +203,7 @@ class Raft:
     # -- outputs --------------------------------------------------------------------------
 
     def ready(self) -> Ready:
-        hard = HardState(self.term, self.vote, self.log.committed)
+        hard = self.hard_state
         soft = SoftState(self.leader, self.role)
         outbox, self._outbox = self._outbox, []
         reads, self._read_states = self._read_states, []
@@ -237,7 +248,7 @@ class Raft:
 
     @property
     def hard_state(self) -> HardState:
-        return HardState(self.term, self.vote, self.log.committed)
+        return HardState(self.term, self.vote, self.log.committed, self.recovering)
 
     # -- roles ----------------------------------------------------------------------------
 
@@ -295,6 +306,7 @@ class Raft:
             self._become_follower(self.term, None)
 
     def _become_leader(self) -> None:
+        self.recovering = 0  # (only a group forming elects a recovering node: rule 1)
         self.role = Role.LEADER
         self.leader = self.id
         self._votes = {}
@@ -310,6 +322,8 @@ class Raft:
         still decided by a majority of the voters in force; such a leader commits the change with
         its first entry and then retires (``_maybe_retire``).
         """
+        if self.recovering and self.log.last_index:
+            return False  # (it may lack what it acknowledged before: rule 1)
         return self.id in self.voters or self.id in self.log.members.at(self.log.committed)
 
     def _in_lease(self) -> bool:
@@ -345,7 +359,11 @@ class Raft:
             or (self.vote is None and self.leader is None)
             or (message.pre and message.term > self.term)
         )
-        if can_vote and self.log.is_up_to_date(message.last_index, message.last_term):
+        if (
+            can_vote
+            and may_vote(self.recovering, self.log.last_index, message.last_index)
+            and self.log.is_up_to_date(message.last_index, message.last_term)
+        ):
             self._send(
                 VoteResponse(
                     sender=self.id, to=message.sender, term=message.term, granted=True, pre=message.pre
@@ -354,6 +372,7 @@ class Raft:
             if not message.pre:
                 self._election_elapsed = 0
                 self.vote = message.sender
+                self.recovering = 0  # (a vote for an empty log: the group is forming, rule 1)
         else:
             self._send(
                 VoteResponse(
@@ -395,9 +414,15 @@ class Raft:
             self._on_append(message)
         elif isinstance(message, Heartbeat):
             self.log.commit_to(message.commit)
+            if self.recovering and message.recovered == self.recovering:
+                self._end_recovery()
             self._send(
                 HeartbeatResponse(
-                    sender=self.id, to=message.sender, term=self.term, read_seq=message.read_seq
+                    sender=self.id,
+                    to=message.sender,
+                    term=self.term,
+                    read_seq=message.read_seq,
+                    recovering=self.recovering,
                 )
             )
         elif isinstance(message, InstallSnapshot):
@@ -406,16 +431,13 @@ class Raft:
             self._campaign(pre=False, transfer=True)
 
     def _on_append(self, message: AppendEntries) -> None:
-        reply = AppendResponse(
-            sender=self.id, to=message.sender, term=self.term, index=self.log.committed
-        )
         if message.prev_index < self.log.committed:
-            self._send(reply)
+            self._acknowledge(message.sender, self.log.committed)
             return
         last = self.log.maybe_append(message.prev_index, message.prev_term, message.entries)
         if last is not None:
             self.log.commit_to(min(message.commit, last))
-            self._send(AppendResponse(sender=self.id, to=message.sender, term=self.term, index=last))
+            self._acknowledge(message.sender, last)
             return
         hint_index, hint_term = self.log.find_conflict_by_term(message.prev_index, message.prev_term)
         self._send(
@@ -427,6 +449,7 @@ class Raft:
                 reject=True,
                 hint_index=hint_index,
                 hint_term=hint_term,
+                recovering=self.recovering,
             )
         )
 
@@ -438,9 +461,23 @@ class Raft:
             else:
                 self.log.restore(snapshot)
                 self._snapshot_to_persist = self._snapshot_to_install = snapshot
+        self._acknowledge(message.sender, self.log.committed)
+
+    def _acknowledge(self, leader: str, index: int) -> None:
         self._send(
-            AppendResponse(sender=self.id, to=message.sender, term=self.term, index=self.log.committed)
+            AppendResponse(
+                sender=self.id, to=leader, term=self.term, index=index, recovering=self.recovering
+            )
         )
+
+    def _end_recovery(self) -> None:
+        """The leader holds this node whole: its recovery ends, once it has run long enough
+        (``cluster.raft.recovery``, rule 3)."""
+        if self._alive < ELECTIONS_TO_WAIT * self.config.election_ticks:
+            return
+        self.recovering = 0
+        if self.vote is None:
+            self.vote = self.leader
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ __all__ = [
     "RaftError",
     "Refusal",
     "UnknownPeer",
+    "VotersRecovering",
 ]
 
 
@@ -46,7 +47,15 @@ class ChangePending:
     index: int
 
 
-Refusal = NotLeader | LeadershipTransferring | ChangePending
+@attrs.frozen
+class VotersRecovering:
+    """No membership change that would leave the voters not known to recover from an empty store
+    short of a majority (``cluster.raft.recovery``): ``voters`` are those that may be."""
+
+    voters: frozenset[str]
+
+
+Refusal = NotLeader | LeadershipTransferring | ChangePending | VotersRecovering
 
 
 class RaftError(Exception):

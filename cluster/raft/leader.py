@@ -21,7 +21,12 @@ from collections.abc import Callable
 import attrs
 
 from cluster.raft.config import RaftConfig
-from cluster.raft.errors import ChangePending, LeadershipTransferring, UnknownPeer
+from cluster.raft.errors import (
+    ChangePending,
+    LeadershipTransferring,
+    UnknownPeer,
+    VotersRecovering,
+)
 from cluster.raft.log import RaftLog
 from cluster.raft.membership import ChangeEntry, ConfigChange, apply_change
 from cluster.raft.messages import (
@@ -36,7 +41,8 @@ from cluster.raft.messages import (
     TimeoutNow,
 )
 from cluster.raft.ready import ReadState
-from cluster.raft.tracker import Progress, ProgressState, committed_index, has_quorum
+from cluster.raft.recovery import heard, recovered
+from cluster.raft.tracker import Progress, ProgressState, committed_index, has_quorum, quorum
 
 __all__ = ["Leadership"]
 
@@ -104,7 +110,9 @@ class Leadership:
         self.broadcast_append(send_if_empty=False)
         return entry.index
 
-    def propose_change(self, change: ConfigChange) -> int | LeadershipTransferring | ChangePending:
+    def propose_change(
+        self, change: ConfigChange
+    ) -> int | LeadershipTransferring | ChangePending | VotersRecovering:
         """Append a membership change, in force at once (raises ``InvalidChange`` if senseless)."""
         if self.transferee is not None:
             return LeadershipTransferring(self.transferee)
@@ -112,6 +120,9 @@ class Leadership:
         if self._log.committed < waiting_for:
             return ChangePending(waiting_for)
         voters = apply_change(self._log.voters, change)
+        doubtful = frozenset(voter for voter in voters if self._may_recover(voter))
+        if len(voters) - len(doubtful) < quorum(voters):
+            return VotersRecovering(doubtful)
         entry = Entry(
             self._log.last_index + 1, self.term, ChangeEntry(change, voters).encode(), EntryKind.CONFIG
         )
@@ -129,7 +140,8 @@ class Leadership:
     def successor(self) -> str | None:
         """A voter whose log is complete, to hand over to when retiring (None if none is)."""
         for voter in sorted(self._log.voters):
-            if self.progress[voter].match == self._log.last_index:
+            progress = self.progress[voter]
+            if progress.match == self._log.last_index and not progress.recovering:
                 return voter
         return None
 
@@ -162,6 +174,8 @@ class Leadership:
 
     def on_append_response(self, message: AppendResponse) -> None:
         progress = self.progress[message.sender]
+        if not heard(progress, message.recovering, self._log.last_index):
+            return
         progress.recent_active = True
         if message.reject:
             probe_at = message.hint_index
@@ -189,6 +203,8 @@ class Leadership:
 
     def on_heartbeat_response(self, message: HeartbeatResponse) -> None:
         progress = self.progress[message.sender]
+        if not heard(progress, message.recovering, self._log.last_index):
+            return
         progress.recent_active = True
         progress.paused = False
         progress.heartbeat_answered(self._config.max_inflight_appends, self._config.max_inflight_bytes)
@@ -254,10 +270,16 @@ class Leadership:
         read_seq = self._reads[-1].seq if self._reads else 0
         for voter in sorted(self.progress):
             if voter != self._id:
-                commit = min(self.progress[voter].match, self._log.committed)
+                progress = self.progress[voter]
+                commit = min(progress.match, self._log.committed)
                 self._send(
                     Heartbeat(
-                        sender=self._id, to=voter, term=self.term, commit=commit, read_seq=read_seq
+                        sender=self._id,
+                        to=voter,
+                        term=self.term,
+                        commit=commit,
+                        read_seq=read_seq,
+                        recovered=recovered(progress),
                     )
                 )
 
@@ -287,15 +309,23 @@ class Leadership:
         """Give each of ``voters`` a ``Progress`` (probing from the entry about to be appended,
         so it is sent at once), and forget the others."""
         for voter in voters - self.progress.keys():
-            self.progress[voter] = Progress(next=self._log.last_index + 1)
+            self.progress[voter] = Progress(next=self._log.last_index + 1, unheard=True)
         for gone in self.progress.keys() - voters - {self._id}:
             del self.progress[gone]
+
+    def _may_recover(self, voter: str) -> bool:
+        """Whether ``voter`` may be recovering from an empty store (``cluster.raft.recovery``):
+        it said so, or this leader has not heard from it yet."""
+        progress = self.progress.get(voter)
+        return voter != self._id and (progress is None or progress.unheard or progress.recovering)
 
     def _maybe_hand_over(self) -> None:
         to = self.transferee
         if to is None:
             return
-        if self.progress[to].match == self._log.last_index:
+        progress = self.progress[to]
+        if progress.match == self._log.last_index and not progress.recovering:
+            # (A recovering node could not win: only recovering voters vote for it.)
             self._send(TimeoutNow(sender=self._id, to=to, term=self.term))
         else:
             self.send_append(to)

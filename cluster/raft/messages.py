@@ -107,6 +107,8 @@ class AppendResponse:
     reject: bool = False
     hint_index: int = 0
     hint_term: int = 0
+    recovering: int = 0
+    """The follower's recovery (``cluster.raft.recovery``), 0 once it is over or if it never began."""
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +120,8 @@ class Heartbeat:
     """The leader's commit, capped at what the follower is known to hold."""
     read_seq: int = 0
     """The newest read-index request this heartbeat confirms leadership for (0: none)."""
+    recovered: int = 0
+    """The follower's recovery the leader holds complete (``cluster.raft.recovery``; 0: none)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -126,6 +130,8 @@ class HeartbeatResponse:
     to: str
     term: int
     read_seq: int = 0
+    recovering: int = 0
+    """As in ``AppendResponse``."""
 
 
 @attrs.frozen(kw_only=True)

@@ -46,11 +46,13 @@ class Role(enum.Enum):
 
 @attrs.frozen
 class HardState:
-    """What must survive a crash besides the log: the term, the vote in it, the commit mark."""
+    """What must survive a crash besides the log: the term, the vote in it, the commit mark, and
+    whether the node is recovering from an empty store (``cluster.raft.recovery``; its nonce)."""
 
     term: int = 0
     vote: str | None = None
     commit: int = 0
+    recovering: int = 0
 
 
 @attrs.frozen
@@ -108,3 +110,6 @@ class Persisted:
     hard_state: HardState
     snapshot: Snapshot | None
     entries: tuple[Entry, ...]
+    fresh: bool = False
+    """Nothing was ever stored: a first start, or a store that was lost. The node then recovers
+    (``cluster.raft.recovery``) before its vote counts."""

@@ -45,6 +45,14 @@ class Progress:
     beaten_at: int = -1
     """``match`` when the last heartbeat was answered (a full window that did not move since: an
     append may have been lost)."""
+    recovery: int = 0
+    """The follower's last recovery heard of (``cluster.raft.recovery``; 0: none)."""
+    unheard: bool = False
+    """Not heard from since this leader was elected or made it a voter (it may be recovering)."""
+    recovering: bool = False
+    """Its last response carried that recovery."""
+    floor: int = 0
+    """What it must hold before it is told its recovery is complete."""
 
     def become_probe(self) -> None:
         if self.state is ProgressState.SNAPSHOT:
@@ -67,6 +75,13 @@ class Progress:
         self.pending_snapshot = index
         self.paused = False
         self._forget_inflight()
+
+    def forget(self, next: int) -> None:
+        """The follower lost its log: nothing it acknowledged counts; probe it from ``next``."""
+        self.match = 0
+        self.beaten_at = -1
+        self.become_probe()
+        self.next = next
 
     def _forget_inflight(self) -> None:
         self.inflight.clear()

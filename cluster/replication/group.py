@@ -73,6 +73,7 @@ from cluster.raft import (
     Ready,
     Refusal,
     Role,
+    VotersRecovering,
 )
 from cluster.replication.storage import RaftStorage, StorageFailed
 
@@ -161,6 +162,8 @@ class PeerStatus:
     """The last index the leader knows the peer holds."""
     lag: int
     """Entries the peer is behind the leader's log."""
+    recovering: bool = False
+    """It says it recovers from an empty store (``cluster.raft.recovery``)."""
 
 
 @attrs.frozen
@@ -178,6 +181,9 @@ class GroupStatus:
     """Each other voter's progress (known on the leader only)."""
     disk_failure: str | None
     """Why the group cannot save (and so acknowledges nothing), if it cannot."""
+    recovering: bool = False
+    """This node recovers from an empty store: it votes for no one until its leader says it holds
+    what the group committed (``cluster.raft.recovery``)."""
 
 
 class _Waiter:
@@ -377,7 +383,7 @@ class Group:
             return GroupStatus(self.name, self.node, "starting", None, 0, 0, 0, 0, 0, (), None)
         last = raft.log.last_index
         peers = tuple(
-            PeerStatus(name, progress.match, last - progress.match)
+            PeerStatus(name, progress.match, last - progress.match, progress.recovering)
             for name, progress in sorted(raft.progress.items())
             if name != self.node
         )
@@ -393,6 +399,7 @@ class Group:
             snapshot_index=raft.log.snapshot.index,
             peers=peers,
             disk_failure=self.storage.failure,
+            recovering=bool(raft.recovering),
         )
 
     # -- the group's task ---------------------------------------------------------------------
@@ -495,6 +502,13 @@ class Group:
             elif isinstance(index, ChangePending):
                 waiter.finish(
                     error=ChangeRefused(f"group {self.name}: a change is pending at {index.index}")
+                )
+            elif isinstance(index, VotersRecovering):
+                waiter.finish(
+                    error=ChangeRefused(
+                        f"group {self.name}: {', '.join(sorted(index.voters))} may still be "
+                        "recovering from an empty store, and too few voters would be left"
+                    )
                 )
             else:
                 waiter.term = raft.term

@@ -11,7 +11,8 @@ record's body is a msgpack array:
 
 * ``["E", index, term, kind, data]``: a log entry; it replaces the stored entry at its index and
   every one after it (how a conflicting tail is truncated);
-* ``["H", term, vote, commit]``: the hard state (the last one wins);
+* ``["H", term, vote, commit]``, or ``["H", term, vote, commit, recovering]`` while the node
+  recovers from an empty store (``cluster.raft.recovery``): the hard state (the last one wins);
 * ``["S", index, term]``: the snapshot at (index, term) is now the log's base: entries after it
   stay only if the entry at its index has its term, otherwise the whole log goes.
 
@@ -89,7 +90,8 @@ def _entry_record(entry: Entry) -> bytes:
 
 
 def _hard_record(hard: HardState) -> bytes:
-    return frame(_pack(["H", hard.term, hard.vote, hard.commit]))
+    recovering = [hard.recovering] if hard.recovering else []
+    return frame(_pack(["H", hard.term, hard.vote, hard.commit, *recovering]))
 
 
 def _marker_record(snapshot: Snapshot) -> bytes:
@@ -138,8 +140,10 @@ class _Replay:
                 _, index, term, kind, data = obj
                 self._entry(offset, Entry(int(index), int(term), bytes(data), _KIND_OF[kind]))
             elif op == "H":
-                _, term, vote, commit = obj
-                self.hard = HardState(int(term), None if vote is None else str(vote), int(commit))
+                _, term, vote, commit, *recovering = obj
+                self.hard = HardState(
+                    int(term), None if vote is None else str(vote), int(commit), *map(int, recovering)
+                )
             elif op == "S":
                 _, index, term = obj
                 self.rebase(int(index), int(term))
@@ -225,7 +229,8 @@ class RaftStorage:
             replay.rebase(self.snapshot.index, self.snapshot.term)  # (saved just before a crash)
         self.size = os.fstat(self._fd).st_size
         self.hard, self.entries = replay.hard, replay.entries
-        return Persisted(self.hard, self.snapshot, tuple(self.entries))
+        fresh = self.snapshot is None and not self.entries and self.hard == HardState()
+        return Persisted(self.hard, self.snapshot, tuple(self.entries), fresh)
 
     def _read_snapshot(self) -> Snapshot:
         data = self.snapshot_path.read_bytes()

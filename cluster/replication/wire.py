@@ -13,8 +13,11 @@ Message layouts (after the type name): ``sender to term`` and then
 * ``VOTE last_index last_term pre transfer`` / ``VOTED granted pre``
 * ``APPEND prev_index prev_term [[index term kind data], ...] commit`` (a membership change
   entry's data must decode as a ``ChangeEntry`` within the voter bounds)
-* ``APPENDED index reject hint_index hint_term``
-* ``BEAT commit read_seq`` / ``BEATEN read_seq`` / ``TIMEOUT``
+* ``APPENDED index reject hint_index hint_term [recovering]``
+* ``BEAT commit read_seq [recovered]`` / ``BEATEN read_seq [recovering]`` / ``TIMEOUT``
+
+(The bracketed fields are ``cluster.raft.recovery``'s, sent only when set: a recovery's nonce,
+1 to ``MAX_NONCE``.)
 * ``SNAP index term [voter, ...] data``
 * ``PART index term [voter, ...] total offset data``: a piece of a snapshot too large for one frame
   (``SnapshotPart``: the ``total`` bytes of its data from ``offset`` on, ``cluster.replication.
@@ -63,6 +66,8 @@ MAX_VOTERS = 64
 MAX_ENTRIES = 4096
 """Entries one APPEND may carry (the sender's ``max_entries_per_append`` is far below)."""
 MAX_INDEX = (1 << 63) - 1
+MAX_NONCE = (1 << 62) - 1
+"""A recovery's nonce (``cluster.raft.recovery.new_recovery``) at most."""
 GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 """A replica group's name: also its directory's name under the node's store."""
 MAX_SNAPSHOT = 1 << 36
@@ -110,11 +115,11 @@ def pack(message: Message | SnapshotPart) -> list[Any]:
         return ["APPEND", *head, message.prev_index, message.prev_term, entries, message.commit]
     if isinstance(message, AppendResponse):
         return ["APPENDED", *head, message.index, message.reject, message.hint_index,
-                message.hint_term]  # fmt: skip
+                message.hint_term, *_recovery(message.recovering)]  # fmt: skip
     if isinstance(message, Heartbeat):
-        return ["BEAT", *head, message.commit, message.read_seq]
+        return ["BEAT", *head, message.commit, message.read_seq, *_recovery(message.recovered)]
     if isinstance(message, HeartbeatResponse):
-        return ["BEATEN", *head, message.read_seq]
+        return ["BEATEN", *head, message.read_seq, *_recovery(message.recovering)]
     if isinstance(message, VoteRequest):
         return ["VOTE", *head, message.last_index, message.last_term, message.pre, message.transfer]
     if isinstance(message, VoteResponse):
@@ -123,6 +128,17 @@ def pack(message: Message | SnapshotPart) -> list[Any]:
         snap = message.snapshot
         return ["SNAP", *head, snap.index, snap.term, sorted(snap.voters), snap.data]
     return ["TIMEOUT", *head]
+
+
+def _recovery(value: int) -> list[int]:
+    """A recovery field (``cluster.raft.recovery``) is sent only when set, so that nodes of an
+    earlier version, which know messages without it, keep understanding the others."""
+    return [value] if value else []
+
+
+def _nonce(obj: list[Any], position: int) -> int:
+    """The optional recovery nonce at ``position`` (0 if the message ends before it)."""
+    return integer(obj[position], 1, MAX_NONCE) if len(obj) > position else 0
 
 
 def _index(value: Any) -> int:
@@ -179,15 +195,20 @@ def unpack(value: Any) -> Message | SnapshotPart:
             sender=sender, to=to, term=term, prev_index=prev_index, prev_term=_index(obj[5]),
             entries=entries, commit=_index(obj[7]),
         )  # fmt: skip
-    if op == "APPENDED" and n == 8:
+    if op == "APPENDED" and n in (8, 9):
         return AppendResponse(
             sender=sender, to=to, term=term, index=_index(obj[4]), reject=_flag(obj[5]),
-            hint_index=_index(obj[6]), hint_term=_index(obj[7]),
+            hint_index=_index(obj[6]), hint_term=_index(obj[7]), recovering=_nonce(obj, 8),
         )  # fmt: skip
-    if op == "BEAT" and n == 6:
-        return Heartbeat(sender=sender, to=to, term=term, commit=_index(obj[4]), read_seq=_index(obj[5]))
-    if op == "BEATEN" and n == 5:
-        return HeartbeatResponse(sender=sender, to=to, term=term, read_seq=_index(obj[4]))
+    if op == "BEAT" and n in (6, 7):
+        return Heartbeat(
+            sender=sender, to=to, term=term, commit=_index(obj[4]), read_seq=_index(obj[5]),
+            recovered=_nonce(obj, 6),
+        )  # fmt: skip
+    if op == "BEATEN" and n in (5, 6):
+        return HeartbeatResponse(
+            sender=sender, to=to, term=term, read_seq=_index(obj[4]), recovering=_nonce(obj, 5)
+        )
     if op == "VOTE" and n == 8:
         return VoteRequest(
             sender=sender, to=to, term=term, last_index=_index(obj[4]), last_term=_index(obj[5]),

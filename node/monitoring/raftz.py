@@ -4,7 +4,9 @@ has no such endpoint; its /jsz ``raft=true`` is the nearest, and the shape here 
 Per group: this node's ``role``, the ``leader`` (a server name; empty when none is known), the
 ``term``, the ``commit`` and ``applied`` indexes, the log's ``last_index`` and the index of its
 ``snapshot``, ``disk_error`` (why the group cannot save and so acknowledges nothing; empty when it
-can) and, on the leader, each other voter's ``match`` index and ``lag`` in entries.
+can), ``recovering`` (the node started on an empty store and votes for no one until its leader says
+it holds what the group committed) and, on the leader, each other voter's ``match`` index, ``lag``
+in entries and whether it is ``recovering``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ def _group(status: GroupStatus) -> dict[str, Any]:
         "last_index": status.last_index,
         "snapshot": status.snapshot_index,
         "disk_error": status.disk_failure or "",
-        "peers": [{"name": p.name, "match": p.match, "lag": p.lag} for p in status.peers],
+        "recovering": status.recovering,
+        "peers": [
+            {"name": p.name, "match": p.match, "lag": p.lag, "recovering": p.recovering}
+            for p in status.peers
+        ],
     }
 
 

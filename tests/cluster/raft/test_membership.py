@@ -45,9 +45,11 @@ def change_entry(index: int, term: int, change: AddVoter | RemoveVoter, voters: 
 
 
 def settled_leader(voters: tuple[str, ...] = ("a", "b", "c")) -> Raft:
-    """Leader "a" whose first entry (index 1) is committed, so it may change membership."""
+    """Leader "a" whose first entry (index 1) is committed and held by every voter, so it may
+    change membership (it has heard from them all: none of them is recovering)."""
     leader = leader_of(voters=voters)
-    ack(leader, "b", 1)
+    for voter in voters[1:]:
+        ack(leader, voter, 1)
     assert leader.log.committed == 1
     return leader
 
@@ -102,6 +104,7 @@ def test_a_new_leader_changes_nothing_before_an_entry_of_its_term_commits() -> N
     leader = leader_of()
     assert leader.propose_change(AddVoter("d")) == ChangePending(1)
     ack(leader, "b", 1)
+    ack(leader, "c", 1)
     assert leader.propose_change(AddVoter("d")) == 2
 
 
@@ -142,22 +145,24 @@ def test_a_removed_voter_is_no_longer_replicated_to_or_heard() -> None:
 
 
 def test_check_quorum_counts_an_added_voter() -> None:
-    raft = alone()
-    ticks(raft, 30)
-    assert raft.role is Role.LEADER, "alone, it is its own quorum"
-    raft.propose_change(AddVoter("b"))
+    raft = settled_leader()
+    assert raft.propose_change(AddVoter("d")) == 2
     flush(raft)
-    ticks(raft, raft.config.election_ticks)
-    assert (raft.role, raft.leader) == (Role.FOLLOWER, None), "b never answered: no quorum"
+    for _ in range(2 * raft.config.election_ticks):  # (a whole check-quorum round after c's ack)
+        raft.tick()
+        raft.step(HeartbeatResponse(sender="b", to="a", term=raft.term))
+    assert (raft.role, raft.leader) == (Role.FOLLOWER, None), "c and d never answered: no quorum"
 
 
 def test_a_read_needs_the_added_voter() -> None:
-    raft = alone()
-    raft.propose_change(AddVoter("b"))
+    raft = settled_leader()
+    raft.propose_change(AddVoter("d"))
     flush(raft)
     raft.read_index(b"r")
     assert not raft.ready().read_states
     raft.step(HeartbeatResponse(sender="b", to="a", term=raft.term, read_seq=1))
+    assert not raft.ready().read_states, "a and b are no majority of four"
+    raft.step(HeartbeatResponse(sender="d", to="a", term=raft.term, read_seq=1))
     assert [s.context for s in raft.ready().read_states] == [b"r"]
 
 

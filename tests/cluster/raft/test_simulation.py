@@ -28,6 +28,7 @@ from pubmesh_testing.raft_sim import (
     SetFaults,
     Simulation,
     Transfer,
+    Wipe,
 )
 
 LIVENESS_BOUND = 400
@@ -51,6 +52,7 @@ def actions(size: int, spares: int = 0) -> st.SearchStrategy[Action]:
         st.builds(Crash, nodes, st.sampled_from([None, "before-persist", "before-send"])),
         st.builds(Restart, nodes),
         st.builds(Reboot, nodes),
+        st.builds(Wipe, nodes),
         st.builds(SetFaults, faults),
         st.builds(Transfer, nodes),
     )

@@ -77,6 +77,13 @@ class Net:
         leaders = [g for g in self.groups.values() if not g.stopped and g.role.value == "leader"]
         return leaders[0] if len(leaders) == 1 else None
 
+    def formed(self) -> Group | None:
+        """The leader, once no member recovers from its first start (``cluster.raft.recovery``):
+        from then on the group outlives the loss of any one of them."""
+        leader = self.leader()
+        running = [g for g in self.groups.values() if not g.stopped]
+        return None if leader is None or any(g.status().recovering for g in running) else leader
+
 
 class SyncedSizes:
     """Fsyncs that remember how much of each file they made durable: a crash loses the rest."""

@@ -21,7 +21,7 @@ async def test_a_leader_cut_off_from_its_followers_confirms_no_read(
     net = Net(nursery, tmp_path)
     for name in NAMES:
         await net.start(name)
-    old = await until(net.leader)
+    old = await until(net.formed)
     await old.propose(b"before")
     await old.read_barrier()
     net.cut.add(old.node)
@@ -46,7 +46,7 @@ async def test_a_new_leader_reads_only_once_it_applied_every_committed_entry(
     net = Net(nursery, tmp_path)
     for name in NAMES:
         await net.start(name)
-    old = await until(net.leader)
+    old = await until(net.formed)
     written = [b"%d" % n for n in range(20)]
     for data in written:
         await old.propose(data)
@@ -69,7 +69,7 @@ async def test_a_follower_refuses_a_read_barrier_and_a_stopped_group_too(
     net = Net(nursery, tmp_path)
     for name in NAMES:
         await net.start(name)
-    leader = await until(net.leader)
+    leader = await until(net.formed)
     follower = next(g for g in net.groups.values() if g is not leader)
     with pytest.raises(NotLeaderError, match=f"the leader is {leader.node}"):
         await follower.read_barrier()

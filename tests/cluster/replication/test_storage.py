@@ -47,12 +47,31 @@ def reopen(path: Path) -> Persisted:
 
 async def test_a_save_survives_a_crash_before_anything_was_sent(tmp_path: Path) -> None:
     storage = RaftStorage(tmp_path)
-    assert storage.load() == Persisted(HardState(), None, ())
+    assert storage.load() == Persisted(HardState(), None, (), fresh=True)
     hard = HardState(term=3, vote="b", commit=0)
     await storage.save(Persist(hard_state=hard, entries=entries(1, 3, 2)))
     # The process dies here, before the vote's message leaves: the disk as it is now.
     assert crash_copy(tmp_path) == Persisted(hard, None, entries(1, 3, 2))
     storage.close()
+
+
+async def test_a_store_is_fresh_until_something_is_saved_and_a_recovery_survives_restarts(
+    tmp_path: Path,
+) -> None:
+    storage = RaftStorage(tmp_path)
+    assert storage.load().fresh
+    storage.close()
+    assert reopen(tmp_path).fresh, "an empty log file is nothing stored"
+    storage = RaftStorage(tmp_path)
+    storage.load()
+    await storage.save(Persist(hard_state=HardState(recovering=5)))
+    storage.close()
+    assert reopen(tmp_path) == Persisted(HardState(recovering=5), None, ())
+    storage = RaftStorage(tmp_path)
+    storage.load()
+    await storage.save(Persist(hard_state=HardState(term=2, vote="a")))
+    storage.close()
+    assert reopen(tmp_path).hard_state == HardState(term=2, vote="a"), "the recovery ended"
 
 
 async def test_a_conflicting_tail_is_truncated_on_disk(tmp_path: Path) -> None:

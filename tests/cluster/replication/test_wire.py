@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 from cluster.frames import FrameDecoder, LinkError, RaftFrame, encode
 from cluster.raft import AddVoter, ChangeEntry, RemoveVoter
 from cluster.raft import messages as m
-from cluster.replication.wire import MAX_NAME, SnapshotPart, pack, unpack
+from cluster.replication.wire import MAX_NAME, MAX_NONCE, MAX_SNAPSHOT, SnapshotPart, pack, unpack
 
 NAME = st.text(min_size=1, max_size=12)
 INDEX = st.integers(0, 2**63 - 1)
+NONCE = st.just(0) | st.integers(1, MAX_NONCE)
+"""A recovery field: absent (0), or a recovery's nonce."""
 CHANGE = st.builds(
     ChangeEntry,
     st.builds(AddVoter, NAME) | st.builds(RemoveVoter, NAME),
@@ -47,9 +49,11 @@ MESSAGES = st.one_of(
     st.builds(m.VoteResponse, sender=NAME, to=NAME, term=INDEX, granted=st.booleans(),
               pre=st.booleans()),
     st.builds(m.AppendResponse, sender=NAME, to=NAME, term=INDEX, index=INDEX,
-              reject=st.booleans(), hint_index=INDEX, hint_term=INDEX),
-    st.builds(m.Heartbeat, sender=NAME, to=NAME, term=INDEX, commit=INDEX, read_seq=INDEX),
-    st.builds(m.HeartbeatResponse, sender=NAME, to=NAME, term=INDEX, read_seq=INDEX),
+              reject=st.booleans(), hint_index=INDEX, hint_term=INDEX, recovering=NONCE),
+    st.builds(m.Heartbeat, sender=NAME, to=NAME, term=INDEX, commit=INDEX, read_seq=INDEX,
+              recovered=NONCE),
+    st.builds(m.HeartbeatResponse, sender=NAME, to=NAME, term=INDEX, read_seq=INDEX,
+              recovering=NONCE),
     st.builds(m.InstallSnapshot, sender=NAME, to=NAME, term=INDEX,
               snapshot=st.builds(m.Snapshot, INDEX, INDEX, st.frozensets(NAME, max_size=5),
                                  st.binary(max_size=50))),
@@ -58,7 +62,8 @@ MESSAGES = st.one_of(
         **head, offset=offset, total=offset + len(data) + extra, data=data),
         st.fixed_dictionaries({"sender": NAME, "to": NAME, "term": INDEX, "index": INDEX,
                                "snap_term": INDEX, "voters": st.frozensets(NAME, max_size=5)}),
-        st.binary(min_size=1, max_size=50), st.integers(0, 2**40), st.integers(0, 2**20)),
+        st.binary(min_size=1, max_size=50), st.integers(0, MAX_SNAPSHOT - 2**21),
+        st.integers(0, 2**20)),
 )  # fmt: skip
 GROUP = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", fullmatch=True)
 
@@ -128,3 +133,16 @@ def test_bounds_are_enforced() -> None:
         change = attrs.evolve(gap, prev_index=6, entries=(m.Entry(7, 1, data, m.EntryKind.CONFIG),))
         with pytest.raises(LinkError):
             unpack(pack(change))
+
+
+def test_recovery_fields_are_sent_only_when_set_and_bounded() -> None:
+    """Nodes of an earlier version send (and understand) messages without them."""
+    beaten = m.HeartbeatResponse(sender="a", to="b", term=1, read_seq=0)
+    assert pack(beaten) == ["BEATEN", "a", "b", 1, 0]
+    assert unpack(pack(beaten)) == beaten
+    recovering = attrs.evolve(beaten, recovering=7)
+    assert pack(recovering) == ["BEATEN", "a", "b", 1, 0, 7]
+    assert unpack(pack(recovering)) == recovering
+    for nonce in (0, -1, MAX_NONCE + 1, True):
+        with pytest.raises(LinkError):
+            unpack(["BEATEN", "a", "b", 1, 0, nonce])

@@ -1,0 +1,94 @@
+"""A node whose store is lost comes back empty under its own name: three ``pubmesh serve``
+processes, writes acknowledged by two of them while the third is paused (so it lacks them), then
+the store of one of the two deleted and the other SIGKILLed.
+
+What must hold: the node back on an empty store votes for no one (``/raftz`` says it recovers), so
+the lagging node cannot be elected with its vote and lead without the writes (plain Raft would let
+it, and the writes would be overwritten everywhere once their last holder returned); once that
+holder returns, it leads again, the emptied node catches up and its recovery ends, and every
+acknowledged write is read back, with its ID, from every node's own replica.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from cluster.placement import layout
+from tests.cluster.replication.jepsen import Node, keys_by_group, leaders, wait
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+NAMES = ("a", "b", "c")
+WRITES = 40
+
+
+def recovering(node: Node) -> bool | None:
+    """Whether some group of ``node`` recovers from an empty store (None: no answer)."""
+    groups = node.raftz()
+    return None if groups is None else any(group["recovering"] for group in groups.values())
+
+
+def leads_any(node: Node) -> bool:
+    groups = node.raftz()
+    return groups is not None and any(group["role"] == "leader" for group in groups.values())
+
+
+def formed(nodes: list[Node], groups: int) -> Callable[[], bool]:
+    """Every group led, and no node recovering (each survives the loss of any one node)."""
+    return lambda: leaders(nodes, groups) is not None and not any(map(recovering, nodes))
+
+
+def stop_all(nodes: list[Node]) -> None:
+    for node in nodes:
+        if node.process is not None:
+            node.kill()
+
+
+def test_a_lost_store_costs_no_acknowledged_write(tmp_path: Path) -> None:
+    plan = layout(NAMES, 3)
+    nodes = {name: Node(name, tmp_path) for name in NAMES}
+    everyone = list(nodes.values())
+    with ExitStack() as stack:
+        stack.callback(stop_all, everyone)
+        for node in everyone:
+            node.configure(NAMES, [n.route_port for n in everyone], "50ms")
+            node.start()
+        wait(formed(everyone, len(plan.groups)), "every group to form")
+        key = keys_by_group(plan, "s", 1)[0]
+        led = wait(lambda: leaders(everyone, len(plan.groups)), "the leaders")
+        holder = nodes[led[plan.group_of(key.encode()).name]]
+        lost, lagging = (node for node in everyone if node is not holder)
+
+        lagging.pause()
+        client = holder.redis()
+        ids = [client.execute_command("XADD", key, "*", "n", n) for n in range(WRITES)]
+        client.close()
+        lost.kill()
+        shutil.rmtree(lost.store)  # (its disk, gone: it comes back under its name, empty)
+        lost.store.mkdir()
+        holder.kill()
+        lagging.resume()
+        lost.start()
+        wait(lambda: recovering(lost), "the emptied node to say it recovers")
+        time.sleep(3.0)  # (some elections' worth: 0.5 to 1 s each)
+        assert not leads_any(lagging), "the lagging node was elected without the writes"
+        assert not leads_any(lost)
+        assert recovering(lost)
+
+        holder.start()
+        wait(formed(everyone, len(plan.groups)), "the holder to lead and the emptied node to recover")
+        for node in everyone:
+            client = node.redis()
+            client.execute_command("READONLY")
+            wait(lambda: client.xlen(key) == WRITES, f"{node.name}'s replica to hold every write")  # noqa: B023
+            got = [entry[0] for entry in client.execute_command("XRANGE", key, "-", "+")]
+            client.close()
+            assert got == ids, node.name
+        codes = {node.name: node.stop() for node in everyone}
+    assert all(code == 0 for code in codes.values()), codes
