@@ -197,7 +197,7 @@ class Arrivals:
         slots = {hash_slot(key) for key in request_keys(request.args)}
         watched, args = split_watched(request.args)
         if watched and len(args) == 1:  # (an empty transaction: the watches' maker answers)
-            reply = self._watching.checked(watched, args, request.protocol) or b""
+            reply = await self._watching.settle(watched, request.protocol)
         elif len(slots) > 1:
             reply = error(CROSSSLOT)
         else:

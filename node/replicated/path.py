@@ -209,7 +209,10 @@ class KeyRouter:
         """Answers CLUSTER SLOTS and the like (set once the node's routes are known)."""
         self._cleared: RespConnection | None = None
         """The connection whose read passed its group's read barrier and now runs."""
-        self.watching = Watching(node, layout, send, self._leads, self.forward)
+        self.watching = Watching(
+            node, layout, send=send, leads=self._leads, forward=self.forward, ask=self.ask,
+            barrier=self.proposals.barrier,
+        )  # fmt: skip
         """WATCH of keys led elsewhere (both sides)."""
         self.patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
         """Seconds a request to another node may take: an election and a proposal's time."""
@@ -516,6 +519,14 @@ class KeyRouter:
                     if reply is not None:
                         return reply
                 await trio.sleep(config.tick)
+        return error(CLUSTERDOWN)
+
+    async def ask(self, to: str, request: KeysRequest) -> bytes:
+        """Have node ``to`` answer ``request`` itself (the cluster's error if it cannot in time)."""
+        with trio.move_on_after(self.patience):
+            reply = await self._asking.ask(to, request, lambda: False)
+            if reply is not None:
+                return reply
         return error(CLUSTERDOWN)
 
     def _led_elsewhere(self, group: SlotGroup, than: str) -> bool:

@@ -11,6 +11,10 @@ changed. Either way the tokens are used up. UNWATCH, DISCARD, RESET, an EXEC ans
 client's node and the client's leaving release them: an ``UNWATCH token ...`` request to the node
 that made them, which answers nothing.
 
+An empty transaction (MULTI then EXEC, nothing queued) names no key to route by: its EXEC goes
+to the node that made the tokens, which answers the empty array only if it still leads their keys
+(confirmed by its group, as for a read) and none of them changed, else null.
+
 A leader that is replaced between WATCH and EXEC never saw the tokens its successor is asked for:
 the EXEC is answered null (the client retries, as after any change), never run unchecked. Tokens
 are random, so a token from before a restart matches nothing. A node keeps at most
@@ -28,7 +32,13 @@ from cluster.frames import KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
 from node.data.keyspace import Database
 from node.replicated.asking import Send
-from node.replicated.forwarded import CLUSTERDOWN, CROSSSLOT, pack_transaction, request_keys
+from node.replicated.forwarded import (
+    CLUSTERDOWN,
+    CROSSSLOT,
+    pack_transaction,
+    request_keys,
+    split_watched,
+)
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import OK, RESP2, RESP3, error
@@ -106,6 +116,11 @@ class RemoteWatches:
             if watch is not None:
                 watch.drop()
 
+    def key_of(self, token: bytes) -> bytes | None:
+        """A key the watch named watches (None: no such watch here)."""
+        watch = self._watches.get(token)
+        return watch.keys[0] if watch is not None else None
+
 
 def token_of(reply: bytes) -> bytes | None:
     """The token in a leader's answer to a forwarded WATCH (None: the answer is not one)."""
@@ -143,6 +158,10 @@ class Watched:
 
 Forward = Callable[[SlotGroup, KeysRequest], Awaitable[bytes]]
 """Has a group's leader carry out a request: its reply (``KeyRouter.forward``)."""
+Ask = Callable[[str, KeysRequest], Awaitable[bytes]]
+"""Has one node, by server name, answer a request itself: its reply (``KeyRouter.ask``)."""
+Barrier = Callable[[SlotGroup], Awaitable[bool]]
+"""Whether this node still leads a group, confirmed by a majority of it (a read barrier)."""
 
 
 class Watching:
@@ -154,16 +173,28 @@ class Watching:
         send: sends a frame to a route peer by server name.
         leads: whether this node leads a group and may run its commands now.
         forward: has a group's leader carry out a request.
+        ask: has one node answer a request (an empty transaction: the watches' maker).
+        barrier: confirms this node still leads a group.
     """
 
     def __init__(
-        self, node: str, layout: Layout, send: Send, leads: Callable[[SlotGroup], bool], forward: Forward
+        self,
+        node: str,
+        layout: Layout,
+        *,
+        send: Send,
+        leads: Callable[[SlotGroup], bool],
+        forward: Forward,
+        ask: Ask,
+        barrier: Barrier,
     ) -> None:
         self.node = node
         self.layout = layout
         self._send = send
         self._leads = leads
         self._forward = forward
+        self._ask = ask
+        self._barrier = barrier
         self.kept = RemoteWatches(node)
         """Keys watched here for clients of other nodes."""
 
@@ -218,15 +249,25 @@ class Watching:
         if transaction.watching or not remote.group or (group and group.name != remote.group):
             conn.reject(command, WATCH_ELSEWHERE)
             return True
-        group = group or next(g for g in self.layout.groups if g.name == remote.group)
-        args = pack_transaction(transaction.queued, remote.take())
+        tokens = remote.take()
+        args = pack_transaction(transaction.queued, tokens)
         transaction.discard()
         request = KeysRequest(0, conn.account.name, conn.db, 0, args, conn.writer.version)
-        conn.awaiting = partial(self._exec_at_leader, conn, group, request)
+        if group is None:  # (an empty transaction: the node that made the watches answers)
+            conn.awaiting = partial(self._exec_at_maker, conn, creator(tokens[0]), request)
+        else:
+            conn.awaiting = partial(self._exec_at_leader, conn, group, request)
         return True
 
     async def _exec_at_leader(self, conn: RespConnection, group: SlotGroup, exec: KeysRequest) -> None:
         conn.reply(await self._forward(group, exec))
+
+    async def _exec_at_maker(self, conn: RespConnection, maker: str, exec: KeysRequest) -> None:
+        if maker == self.node:
+            watched, _ = split_watched(exec.args)
+            conn.reply(await self.settle(watched, exec.protocol))
+        else:
+            conn.reply(await self._ask(maker, exec))
 
     def release(self, tokens: list[bytes]) -> None:
         """Have the nodes that made the tokens forget their watches."""
@@ -242,6 +283,17 @@ class Watching:
     def keep(self, database: Database, keys: list[bytes]) -> bytes:
         """A forwarded WATCH: watch the keys here for the client; the reply names the watch."""
         return b"+%s\r\n" % self.kept.watch(database, keys)
+
+    async def settle(self, watched: list[bytes], protocol: int) -> bytes:
+        """EXEC of an empty transaction that counts on watches made here: the array of no
+        replies if this node still leads their keys (confirmed by its group, as for a read) and
+        none of them changed; else null, as for any EXEC once the leader changed."""
+        key = self.kept.key_of(watched[0]) if watched else None
+        group = self.layout.group_of(key) if key is not None else None
+        if group is None or not self._leads(group) or not await self._barrier(group):
+            self.release(watched)
+            return (RESP3 if protocol == 3 else RESP2).null_array
+        return self.checked(watched, [b"EXEC"], protocol) or b""
 
     def checked(self, watched: list[bytes], args: list[bytes], protocol: int) -> bytes | None:
         """The answer to a forwarded EXEC that counts on watches, which it uses up (None: run

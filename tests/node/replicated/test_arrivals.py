@@ -59,7 +59,13 @@ async def run(path: Path, requests: list[KeysRequest], then: float) -> list[Keys
         replies.append(frame)
         return True
 
-    watching = Watching("a", LAYOUT, send, lambda group: False, path.forward)
+    async def confirmed(group: object) -> bool:
+        return False
+
+    watching = Watching(
+        "a", LAYOUT, send=send, leads=lambda group: False, forward=path.forward,
+        ask=lambda to, request: path.forward(LAYOUT.groups[0], request), barrier=confirmed,
+    )  # fmt: skip
     arrivals = Arrivals(
         "a", LAYOUT, path, watching, send, lambda peer: 0, max_carried=1 << 20, patience=5, tick=0.1
     )

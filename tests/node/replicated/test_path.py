@@ -33,6 +33,7 @@ async def start_member(
     seed: NodeHandle | None,
     streams: tuple[StreamConfig, ...] = (),
     replication: ReplicationConfig = RAFT,
+    replicas: int = 3,
 ) -> NodeHandle:
     config = Config(
         server_name=name,
@@ -40,7 +41,7 @@ async def start_member(
         store_dir=str(tmp_path / name),
         cluster=ROUTES.evolve(seeds=(f"nats://127.0.0.1:{seed.cluster_port}",) if seed else ()),
         replication=replication,
-        redis=RedisConfig(host="127.0.0.1", port=0, replicas=3),
+        redis=RedisConfig(host="127.0.0.1", port=0, replicas=replicas),
     )
     return await start_node(nursery, config)
 
@@ -50,10 +51,13 @@ async def start_nodes(
     tmp_path: Path,
     streams: tuple[StreamConfig, ...] = (),
     replication: ReplicationConfig = RAFT,
+    replicas: int = 3,
 ) -> dict[str, NodeHandle]:
     nodes: dict[str, NodeHandle] = {}
     for name in NAMES:
-        nodes[name] = await start_member(nursery, tmp_path, name, nodes.get("a"), streams, replication)
+        nodes[name] = await start_member(
+            nursery, tmp_path, name, nodes.get("a"), streams, replication, replicas
+        )
     return nodes
 
 

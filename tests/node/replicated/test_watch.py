@@ -14,7 +14,7 @@ import trio
 from node.data.keyspaces import Keyspaces
 from node.replicated.path import CROSSSLOT, WATCH_ELSEWHERE, KeyRouter
 from node.replicated.watching import RemoteWatches, Watched, creator, token_of
-from tests.node.replicated.test_path import NAMES, a_led_key, key_of, start_nodes
+from tests.node.replicated.test_path import NAMES, a_led_key, key_of, leaders, start_nodes
 from tests.support import until
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -115,6 +115,33 @@ async def test_watch_on_a_follower_behaves_as_on_redis_server(
     router = nodes[leader].node.keys
     assert isinstance(router, KeyRouter)
     await until(lambda: len(router.watching.kept) == 0)  # (every watch used up or released)
+
+
+@pytest.mark.slow
+async def test_watch_on_a_node_without_a_replica_behaves_as_on_redis_server(
+    nursery: trio.Nursery, tmp_path: Path, reference: int
+) -> None:
+    """With two replicas per key, the watcher's node holds none of the key's group, whose leader
+    is its second voter (a node without a replica sends to the first, which passes requests on):
+    every command, an empty transaction's EXEC included, is answered as by redis-server."""
+    nodes = await start_nodes(nursery, tmp_path, replicas=2)
+    router = nodes["a"].node.keys
+    assert isinstance(router, KeyRouter)
+    group = router.layout.groups[0]
+    first, second = group.voters
+    if (await until(lambda: leaders(nodes)))[group.name] != second:
+        port = nodes[second].redis_port or 0
+        await trio.to_thread.run_sync(
+            lambda: redis.Redis(port=port).execute_command("CLUSTER", "FAILOVER")
+        )
+        await until(lambda: (led := leaders(nodes)) is not None and led[group.name] == second)
+    (watcher,) = set(NAMES) - set(group.voters)
+    tag = next(b"t%d" % n for n in range(10_000) if router.layout.group_of(b"{t%d}" % n) == group)
+    key = b"{%s}k" % tag
+    expected = await trio.to_thread.run_sync(scenario, reference, reference, key)
+    ports = {name: handle.redis_port or 0 for name, handle in nodes.items()}
+    got = await trio.to_thread.run_sync(scenario, ports[watcher], ports[first], key)
+    assert got == expected
 
 
 @pytest.mark.slow
