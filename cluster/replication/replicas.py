@@ -6,7 +6,10 @@ from that peer's name and for this node; anything else is a ``LinkError`` and cl
 Messages for a group this node has not formed (yet) are dropped (``on_unknown`` hears of them):
 Raft resends. Messages for a peer
 with no route up are dropped likewise. A snapshot larger than a frame travels in parts, paced by
-the link's room (``cluster.replication.transfer``).
+the link's room (``cluster.replication.transfer``); an append carrying more than a part (a large
+entry) is dropped while the link to its follower holds more than ``ROOM`` bytes waiting, and Raft
+sends it again as for any message lost (else a large entry, sent again at each heartbeat while
+the link is still carrying it, would pile up on the link until it cut the follower).
 
 ``start_group`` forms this node's side of a group from a ``GroupSpec`` (its name and fixed
 voters) and the state machine it replicates; the group's Raft state lives in
@@ -36,10 +39,10 @@ from cluster.checks import LinkError
 from cluster.config import ReplicationConfig
 from cluster.frames import RaftFrame
 from cluster.raft import Message
-from cluster.raft.messages import InstallSnapshot
+from cluster.raft.messages import AppendEntries, InstallSnapshot
 from cluster.replication.group import Group, GroupSpec, GroupStatus, StateMachine
 from cluster.replication.storage import RaftStorage
-from cluster.replication.transfer import PART, Assembly, Pending, Transfers
+from cluster.replication.transfer import PART, ROOM, Assembly, Pending, Transfers
 from cluster.replication.wire import GROUP_NAME, SnapshotPart
 from transport.records import DISK, Disk
 
@@ -83,6 +86,7 @@ class Replicas:
         self.config = config
         self._send_frame = send
         self.transfers = Transfers(send, pending)
+        self._pending = pending
         self._assemblies: dict[tuple[str, str], Assembly] = {}
         """Snapshot parts coming in, by sender and group."""
         self._disk = disk
@@ -193,6 +197,10 @@ class Replicas:
             if self._nursery is not None:
                 self.transfers.start(self._nursery, group, message)
             return
+        if isinstance(message, AppendEntries) and sum(len(e.data) for e in message.entries) > PART:
+            waiting = self._pending(to)
+            if waiting is not None and waiting > ROOM:
+                return  # (lost, as a message may be: Raft sends it again while the peer lacks it)
         self._send_frame(to, RaftFrame(group, message))
 
     def receive(self, peer: str, frame: RaftFrame) -> None:

@@ -29,7 +29,7 @@ from cluster.frames import RaftFrame
 from cluster.raft.messages import InstallSnapshot, Snapshot
 from cluster.replication.wire import SnapshotPart
 
-__all__ = ["AGAIN_AFTER", "PART", "ROOM", "Assembly", "Transfers", "parts"]
+__all__ = ["AGAIN_AFTER", "PART", "ROOM", "Assembly", "Transfers", "parts", "room"]
 
 PART = 1024 * 1024
 """Bytes of snapshot data per part; a snapshot up to this size goes whole, as one message."""
@@ -42,6 +42,19 @@ _PAUSE = 0.005
 SendFrame = Callable[[str, RaftFrame], bool]
 Pending = Callable[[str], int | None]
 """Bytes waiting on the link to a peer (None: no link to it)."""
+
+
+async def room(pending: Pending, peer: str, size: int) -> None:
+    """Return once a message of ``size`` bytes may go to ``peer``: at once if it is no larger than
+    a part, else once the link to the peer holds ``ROOM`` bytes or fewer waiting (or is gone:
+    sending then fails as it would). Returning does not give up the task's turn, so a message sent
+    right after is waiting on the link before another task asks: many large messages at once
+    leave one after the other, as the link drains (what replies and requests to other nodes
+    larger than a part wait for)."""
+    if size <= PART:
+        return
+    while (waiting := pending(peer)) is not None and waiting > ROOM:  # noqa: ASYNC110 (a link announces nothing as it drains)
+        await trio.sleep(_PAUSE)
 
 
 def parts(message: InstallSnapshot, size: int = PART) -> Iterator[SnapshotPart]:

@@ -28,7 +28,7 @@ import trio
 
 from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
-from cluster.replication.transfer import PART, ROOM, Pending
+from cluster.replication.transfer import Pending, room
 from node.replicated.asking import MOST_HOPS, Send
 from node.replicated.forwarded import (
     CLUSTERDOWN,
@@ -79,8 +79,8 @@ class Arrivals:
         path: the command path that runs or passes on what arrives.
         watching: answers an empty transaction that counts on watches.
         send: sends a frame to a route peer by server name.
-        pending: the bytes waiting on the link to a route peer (None: no link): a reply over
-            ``PART`` bytes waits until they are under ``ROOM``.
+        pending: the bytes waiting on the link to a route peer (None: no link): a large reply
+            waits for the link's room (``cluster.replication.transfer.room``).
         max_carried: the largest reply sent back.
         patience: seconds a write may wait for a leader before it is answered ``-CLUSTERDOWN``.
         tick: seconds between two looks for a leader meanwhile.
@@ -210,9 +210,7 @@ class Arrivals:
 
     async def _answer(self, peer: str, request_id: int, reply: bytes) -> None:
         """Send a reply; a large one once the link to the peer has room (as snapshot parts)."""
-        if len(reply) > PART:
-            while (waiting := self._pending(peer)) is not None and waiting > ROOM:  # noqa: ASYNC110 (a link announces nothing as it drains)
-                await trio.sleep(self._tick / 10)
+        await room(self._pending, peer, len(reply))
         self._reply(peer, request_id, reply)
 
     def _reply(self, peer: str, request_id: int, reply: bytes) -> None:

@@ -94,7 +94,7 @@ from cluster.frames import KeysReply, KeysRequest
 from cluster.placement import Layout, SlotGroup, hash_slot
 from cluster.replication.group import GroupSpec
 from cluster.replication.replicas import Replicas
-from cluster.replication.transfer import Pending
+from cluster.replication.transfer import Pending, room
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import COMMIT, RecordReader, encode
 from node.data.store.replay import Execute
@@ -155,7 +155,7 @@ class KeyRouter:
             between nodes may have: larger ones are refused (a route holds only so much for a
             peer).
         pending: the bytes waiting on the link to a route peer (None: no link), which paces what
-            is sent: pipelined writes, and large replies.
+            is sent: pipelined writes, large requests and large replies.
     """
 
     def __init__(
@@ -172,6 +172,7 @@ class KeyRouter:
     ) -> None:
         self.node = node
         self.max_carried = max_carried
+        self._pending = pending
         self.layout = layout
         self.replicas = replicas
         self.keyspaces = keyspaces
@@ -513,6 +514,7 @@ class KeyRouter:
                         continue
                     return await self._carry_out(group, request)
                 if to is not None and request.hops < MOST_HOPS:
+                    await room(self._pending, to, sum(map(len, request.args)))
                     passed = attrs.evolve(request, hops=request.hops + 1)
                     gone = partial(self._led_elsewhere, group, to)
                     reply = await self._asking.ask(to, passed, gone)

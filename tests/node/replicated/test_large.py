@@ -107,3 +107,27 @@ async def test_many_large_replies_at_once_wait_for_the_links_room(
             readers.start_soon(trio.to_thread.run_sync, read, got)
     assert got == [size] * 8
     assert "slow consumer" not in caplog.text.lower()
+
+
+async def test_many_large_requests_at_once_wait_for_the_links_room(
+    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Eight clients of a follower write a 10 MiB value each at once: 80 MiB of requests for the
+    leader, more than a link holds, sent as it drains."""
+    nodes = await start_nodes(nursery, tmp_path)
+    leader, tag = await a_led_key(nodes)
+    follower = next(name for name in NAMES if name != leader)
+    size = 10 * VALUE
+
+    def write(n: int, done: list[bool]) -> None:
+        with client(nodes[follower]) as c:
+            done.append(c.set(b"{%s}wide%d" % (tag, n), b"v" * size) is True)
+
+    done: list[bool] = []
+    async with trio.open_nursery() as writers:
+        for n in range(8):
+            writers.start_soon(trio.to_thread.run_sync, write, n, done)
+    assert done == [True] * 8
+    for n in range(8):
+        await until(lambda: held_bytes(nodes[leader], b"{%s}wide%d" % (tag, n)) == size)  # noqa: B023
+    assert "slow consumer" not in caplog.text.lower()
