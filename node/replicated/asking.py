@@ -58,6 +58,14 @@ class Asking:
         asked = self.send(to, request)
         return None if asked is None else await self.wait(asked, gone)
 
+    async def answer(self, to: str, request: KeysRequest, *, within: float) -> bytes:
+        """``to``'s own reply to ``request`` (the cluster's error without one in ``within`` seconds)."""
+        with trio.move_on_after(within):
+            reply = await self.ask(to, request, lambda: False)
+            if reply is not None:
+                return reply
+        return error(CLUSTERDOWN)
+
     def send(self, to: str, request: KeysRequest) -> Asked | None:
         """Send ``request`` to ``to`` now (None: no route to it); ``wait`` for its reply."""
         now = trio.current_time()

@@ -11,9 +11,10 @@ remove them when that DEL is applied (``KeyRouter``: a replica's clock never dec
 
 from __future__ import annotations
 
-from node.data.store.records import encode
+from cluster.placement import Layout
+from node.data.store.records import COMMIT, RecordReader, encode
 
-__all__ = ["Capture"]
+__all__ = ["Capture", "by_group"]
 
 
 class Capture:
@@ -56,3 +57,12 @@ class Capture:
 
     def commit(self) -> None:
         """Nothing: the group that commits the records makes them durable."""
+
+
+def by_group(layout: Layout, records: bytes) -> dict[str, bytes]:
+    """Records (each on one key, as removals are) by the group that holds their key."""
+    parts: dict[str, list[bytes]] = {}
+    for record in RecordReader().feed(records + COMMIT):
+        name = layout.group_of(record.args[1]).name
+        parts.setdefault(name, []).append(encode(record.account, record.db, record.args))
+    return {name: b"".join(part) for name, part in parts.items()}

@@ -33,6 +33,8 @@ __all__ = [
     "carry_out",
     "find_command",
     "pack_transaction",
+    "queued_keys",
+    "request_bytes",
     "request_keys",
     "split_watched",
     "unpack_transaction",
@@ -128,3 +130,19 @@ def find_command(args: list[bytes]) -> Command[RespConnection] | None:
     if command is not None and command.subcommands is not None and len(args) > 1:
         command = command.subcommands.get(args[1].lower())
     return command
+
+
+def request_bytes(conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> int:
+    """The bytes of a client's request's arguments (the queued commands' for EXEC)."""
+    if command.key == _EXEC:
+        return sum(len(arg) for queued in conn.transaction.queued or () for arg in queued)
+    return sum(map(len, args))
+
+
+def queued_keys(
+    conn: RespConnection, command: Command[RespConnection], args: list[bytes]
+) -> list[bytes]:
+    """The keys a client's request names (the queued commands' for EXEC)."""
+    if command.key == _EXEC:
+        return [key for queued in conn.transaction.queued or () for key in request_keys(queued)]
+    return command_keys(command, args)

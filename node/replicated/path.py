@@ -96,17 +96,19 @@ from cluster.replication.group import GroupSpec
 from cluster.replication.replicas import Replicas
 from cluster.replication.transfer import Pending, room
 from node.data.keyspaces import Keyspaces
-from node.data.store.records import COMMIT, RecordReader, encode
+from node.data.store.records import COMMIT, RecordReader
 from node.data.store.replay import Execute
 from node.replicated.arrivals import Arrivals
 from node.replicated.asking import MOST_HOPS, Asking, Send
 from node.replicated.blocking import answer_or_wait, block_at, carry_out_request
-from node.replicated.capture import Capture
+from node.replicated.capture import Capture, by_group
 from node.replicated.forwarded import (
     CLUSTERDOWN,
     CROSSSLOT,
     find_command,
     pack_transaction,
+    queued_keys,
+    request_bytes,
     request_keys,
     split_watched,
 )
@@ -116,7 +118,6 @@ from node.replicated.proposals import Proposals
 from node.replicated.quiet import Quiet
 from node.replicated.topology import ClusterView
 from node.replicated.watching import WATCH_ELSEWHERE, Watching
-from node.resp.commands.introspection import command_keys
 from node.resp.connection import RespConnection
 from node.resp.dispatch import Command
 from node.resp.writer import error
@@ -210,13 +211,14 @@ class KeyRouter:
         """Answers CLUSTER SLOTS and the like (set once the node's routes are known)."""
         self._cleared: RespConnection | None = None
         """The connection whose read passed its group's read barrier and now runs."""
+        self.patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
+        """Seconds a request to another node may take: an election and a proposal's time."""
         self.watching = Watching(
-            node, layout, send=send, leads=self._leads, forward=self.forward, ask=self.ask,
+            node, layout, send=send, leads=self._leads, forward=self.forward,
+            ask=partial(self._asking.answer, within=self.patience),
             barrier=self.proposals.barrier,
         )  # fmt: skip
         """WATCH of keys led elsewhere (both sides)."""
-        self.patience = 2 * replicas.config.election_ticks * replicas.config.tick + self.timeout
-        """Seconds a request to another node may take: an election and a proposal's time."""
         self.pipelines = Pipelines(
             layout, replicas, self._asking, self._leads, self._led_elsewhere, self.patience, pending
         )
@@ -285,12 +287,12 @@ class KeyRouter:
         self._group = None
         self._serving = frozenset()
         self._script_slot = None
-        if _request_bytes(conn, command, args) > self.max_carried:
+        if request_bytes(conn, command, args) > self.max_carried:
             conn.reject(command, TOO_LARGE % self.max_carried)
             return True
         if command.key == b"exec" and conn.transaction.remote is not None:
             return self.watching.exec(conn, command)
-        slots = {hash_slot(key) for key in _keys(conn, command, args)}
+        slots = {hash_slot(key) for key in queued_keys(conn, command, args)}
         if not slots:
             conn.hold_output()
             return False  # (a change it makes anyway goes by its records' keys: see ``ran``)
@@ -495,7 +497,7 @@ class KeyRouter:
                 self._serving = frozenset()
             records = self.capture.take()
             if records and self._nursery is not None:
-                for name, removals in _by_group(self.layout, records).items():
+                for name, removals in by_group(self.layout, records).items():
                     group = next(g for g in led if g.name == name)
                     self._nursery.start_soon(self.proposals.submit(group, removals), b"")
 
@@ -521,14 +523,6 @@ class KeyRouter:
                     if reply is not None:
                         return reply
                 await trio.sleep(config.tick)
-        return error(CLUSTERDOWN)
-
-    async def ask(self, to: str, request: KeysRequest) -> bytes:
-        """Have node ``to`` answer ``request`` itself (the cluster's error if it cannot in time)."""
-        with trio.move_on_after(self.patience):
-            reply = await self._asking.ask(to, request, lambda: False)
-            if reply is not None:
-                return reply
         return error(CLUSTERDOWN)
 
     def _led_elsewhere(self, group: SlotGroup, than: str) -> bool:
@@ -606,26 +600,3 @@ class KeyRouter:
     def run_forwarded(self, group: SlotGroup, request: KeysRequest) -> Awaitable[bytes]:
         """Run a forwarded command here, now (``_run``)."""
         return self._run(group, request, request.args)
-
-
-def _request_bytes(conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> int:
-    """The bytes of a request's arguments (the queued commands' for EXEC)."""
-    if command.key == b"exec":
-        return sum(len(arg) for queued in conn.transaction.queued or () for arg in queued)
-    return sum(map(len, args))
-
-
-def _keys(conn: RespConnection, command: Command[RespConnection], args: list[bytes]) -> list[bytes]:
-    """The keys a request names (the queued commands' for EXEC)."""
-    if command.key == b"exec":
-        return [key for queued in conn.transaction.queued or () for key in request_keys(queued)]
-    return command_keys(command, args)
-
-
-def _by_group(layout: Layout, records: bytes) -> dict[str, bytes]:
-    """Records (each on one key, as removals are) by the group that holds their key."""
-    parts: dict[str, list[bytes]] = {}
-    for record in RecordReader().feed(records + COMMIT):
-        name = layout.group_of(record.args[1]).name
-        parts.setdefault(name, []).append(encode(record.account, record.db, record.args))
-    return {name: b"".join(part) for name, part in parts.items()}
