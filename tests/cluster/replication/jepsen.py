@@ -174,13 +174,17 @@ class Node:
 
 
 def leaders(nodes: list[Node], groups: int) -> dict[str, str] | None:
-    """Each group's leader, once every live, running node names the same one for each group."""
+    """Each group's leader, once every live, running node names the same one for each group and
+    none recovers from a first start (``cluster.raft.recovery``: a group then outlives the loss of
+    any one of its nodes)."""
     seen: dict[str, set[str]] = {}
     for node in nodes:
         if not node.alive or node.paused:
             continue
         status = node.raftz()
         if status is None or len(status) != groups:
+            return None
+        if any(group["recovering"] for group in status.values()):
             return None
         for name, group in status.items():
             seen.setdefault(name, set()).add(group["leader"])

@@ -68,11 +68,15 @@ async def stop(handle: NodeHandle) -> None:
 
 
 def leaders(nodes: dict[str, NodeHandle]) -> dict[str, str] | None:
-    """Each group's leader, once every group has one all its live members agree on."""
+    """Each group's leader, once every group has one all its live members agree on and none of
+    them recovers from its first start (``cluster.raft.recovery``: from then on a group outlives
+    the loss of any one member, and each member may take over)."""
     found: dict[str, set[str | None]] = {}
     for handle in nodes.values():
         assert handle.node.replicas is not None
         for status in handle.node.replicas.status():
+            if status.recovering:
+                return None
             found.setdefault(status.name, set()).add(status.leader)
     if len(found) != len(NAMES) or any(len(s) != 1 or None in s for s in found.values()):
         return None
