@@ -67,6 +67,10 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+if not __package__:  # (run as a script: the repository's root makes ``deploy`` importable)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from deploy.chaos_streams import Streams, group_disagreements
+
 SINGLE_FAULTS = ("disconnect", "pause", "kill")
 PAIR_FAULTS = ("disconnect-two", "pause-two")
 GATEWAY_FAULT = "gateway-cut"
@@ -100,6 +104,7 @@ class Node:
     container: str
     client_port: int
     http_port: int
+    redis_port: int = 0
 
     @property
     def url(self) -> str:
@@ -121,6 +126,10 @@ class Cycle:
     during_sent: int = 0
     during_received: int = 0
     duplicates: int = 0
+    stream_acked: int = 0
+    """Stream writes acknowledged while the fault lasted (``deploy/chaos_streams.py``)."""
+    stream_unknown: int = 0
+    """Stream writes whose outcome is unknown (an error or a lost connection)."""
     converged_after: float | None = None
     """Seconds from the heal until the monitoring endpoints agreed (None: not within the bound)."""
     traffic_ok: bool = False
@@ -192,6 +201,7 @@ def discover(project: str, skip: frozenset[str] = frozenset()) -> tuple[list[Nod
             info["Id"][:12],
             _host_port(info, "4222/tcp"),
             _host_port(info, "8222/tcp"),
+            _host_port(info, "6379/tcp"),
         )
         for service, info in containers(project).items()
         if service not in skip
@@ -333,6 +343,7 @@ def disagreements(nodes: list[Node]) -> list[str]:
         varz = {n.service: n.get("/varz") for n in nodes}
         routez = {n.service: n.get("/routez?subs=detail") for n in nodes}
         gatewayz = {n.service: n.get("/gatewayz?accs=1&subs=detail") for n in nodes}
+        problems += group_disagreements(nodes)
     except (OSError, ValueError) as exc:
         return [f"monitoring not answering: {exc}"]
     by_id = {routez[n.service]["server_id"]: n for n in nodes}
@@ -588,6 +599,8 @@ async def run(
         )
     clusters = deployment.clusters
     faults = FAULTS if len(clusters) > 1 else (*SINGLE_FAULTS, *PAIR_FAULTS)
+    streams = Streams(run_id)
+    holders = Streams.holders(deployment.nodes)
     report = []
     for number in range(1, cycles + 1):
         fault, struck = pick(rng, deployment, faults)
@@ -598,6 +611,9 @@ async def run(
         stop, settled = asyncio.Event(), asyncio.Event()
         traffic = asyncio.create_task(
             during(deployment.nodes, cycle, f"{prefix}.during", stop, settled, rng)
+        )
+        writing = asyncio.create_task(
+            streams.write([n for n in deployment.nodes if n.service in holders], stop)
         )
         try:
             await asyncio.sleep(0.5)
@@ -611,11 +627,13 @@ async def run(
             converged, problems = await converge(deployment.nodes)
             settled.set()
             await traffic
+            cycle.stream_acked, cycle.stream_unknown = await writing
         finally:
             stop.set()
             settled.set()
-            if not traffic.done():
-                traffic.cancel()
+            for task in (traffic, writing):
+                if not task.done():
+                    task.cancel()
         cycle.converged_after = None if converged is None else round(time.monotonic() - healed, 2)
         cycle.problems += problems[:5]
         if cycle.duplicates:
@@ -630,6 +648,10 @@ async def run(
                 cycle.traffic_ok = await check_traffic(deployment.nodes, cycle, f"{prefix}.check")
             except (OSError, TimeoutError, nats.errors.Error) as exc:  # a node refusing clients
                 cycle.problems.append(f"traffic check failed: {exc!r}")
+            if holders:
+                cycle.problems += await streams.judge(
+                    [n for n in deployment.nodes if n.service in holders]
+                )
         report.append(cycle)
     return report
 
@@ -638,14 +660,16 @@ def table(report: list[Cycle], seed: int) -> str:
     lines = [
         f"chaos, seed {seed}: {sum(c.ok for c in report)} of {len(report)} cycles healed cleanly",
         "",
-        "| cycle | fault | node | s | sent / received during | converged after (s) | traffic | result |",
-        "|---:|---|---|---:|---:|---:|---|---|",
+        "| cycle | fault | node | s | sent / received during | stream writes acked / unknown "
+        "| converged after (s) | traffic | result |",
+        "|---:|---|---|---:|---:|---:|---:|---|---|",
     ]
     for c in report:
         after = "never" if c.converged_after is None else f"{c.converged_after:.1f}"
         lines.append(
             f"| {c.number} | {c.fault} | {c.node} | {c.seconds} | {c.during_sent} / {c.during_received} "
-            f"| {after} | {'ok' if c.traffic_ok else 'FAILED'} | {'ok' if c.ok else 'VIOLATION'} |"
+            f"| {c.stream_acked} / {c.stream_unknown} | {after} "
+            f"| {'ok' if c.traffic_ok else 'FAILED'} | {'ok' if c.ok else 'VIOLATION'} |"
         )
     for c in report:
         lines += [f"- cycle {c.number}: {p}" for p in c.problems]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from deploy.chaos import Node, disagreements, go_seconds
+from deploy.chaos_streams import Writes, replica_problems
 
 Sub = tuple[str, str, str]
 NOW = "2026-11-23T15:00:10.5Z"
@@ -40,6 +41,10 @@ LOCAL: dict[str, set[Sub]] = {
 CLUSTERS = {"east": ["east1", "east2"], "west": ["west1"]}
 DIALS = {"east1": "west1", "east2": "west1", "west1": "east2"}
 """Where each node's outbound gateway goes."""
+
+
+GROUP = {"name": "keys-0-abc", "leader": "east1", "recovering": False}
+"""The one replica group of east's nodes, as /raftz shows it."""
 
 
 def sid(name: str) -> str:
@@ -78,6 +83,7 @@ def documents() -> dict[str, dict[str, dict[str, Any]]]:
             docs[name] = {
                 "/subsz": {"subscriptions_list": detail(LOCAL[name])},
                 "/varz": {"cluster": {"pool_size": 2}},
+                "/raftz": {"groups": [GROUP] if cluster == "east" else []},
                 "/routez": {"server_id": sid(name), "now": NOW, "routes": routes},
                 "/gatewayz": {
                     "server_id": sid(name),
@@ -171,3 +177,48 @@ def test_missing_links_are_disagreements(broken: Any, problems: list[str]) -> No
     docs = copy.deepcopy(documents())
     broken(docs)
     assert judge(docs) == problems
+
+
+def test_replica_groups_without_one_leader_or_with_a_member_recovering_are_disagreements() -> None:
+    docs = documents()
+    docs["east2"]["/raftz"]["groups"] = [GROUP | {"leader": "east2"}]
+    assert judge(docs) == ["group keys-0-abc has no leader all its members name: ['east1', 'east2']"]
+    docs = documents()
+    docs["east2"]["/raftz"]["groups"] = [GROUP | {"recovering": True}]
+    assert judge(docs) == ["east2 recovers its replica of keys-0-abc"]
+
+
+S = b"chaos:{r-0}"
+A1, A2, B1 = (b"1-0", b"east1", b"1"), (b"1-1", b"east1", b"3"), (b"2-0", b"east2", b"2")
+"""Entries: (ID, writer, sequence number)."""
+
+
+def written(
+    *acked: tuple[bytes, bytes, bytes], unknown: tuple[bytes, bytes] = (b"east2", b"9")
+) -> Writes:
+    sent = {(writer, seq) for _, writer, seq in acked} | {unknown}
+    return Writes({S: list(acked)}, 1, sent)
+
+
+def test_replicas_holding_every_acknowledged_write_once_are_fine() -> None:
+    unknown_made = (b"3-0", b"east2", b"9")  # (a write whose answer was lost may be there)
+    held = {node: {S: [A1, B1, unknown_made, A2]} for node in ("east1", "east2", "east3")}
+    assert replica_problems(held, written(A1, B1, A2)) == []
+
+
+def test_lost_duplicated_renumbered_or_invented_entries_and_replicas_that_differ() -> None:
+    writes = written(A1, B1, A2)
+    held = {
+        "east1": {S: [A1, B1, A2]},
+        "east2": {S: [A1, B1, B1, A2]},  # (twice)
+        "east3": {S: [A1, (b"9-9", b"east2", b"2"), (b"9-10", b"west1", b"1")]},
+    }
+    problems = replica_problems(held, writes)
+    assert problems == [
+        "chaos:{r-0}: east2's replica differs from east1's (4 and 3 entries)",
+        "chaos:{r-0}: east3's replica differs from east1's (3 and 3 entries)",
+        "chaos:{r-0} on east2: twice ['east2#2']",
+        "chaos:{r-0} on east3: entries no writer sent ['west1#1']",
+        "chaos:{r-0} on east3: 2 acknowledged entries missing or under another ID: "
+        "['east2#2 (2-0)', 'east1#3 (1-1)']",
+    ]

@@ -194,6 +194,38 @@ def deliveries(pubsub: Any, count: int, deadline: float) -> list[tuple[bytes, by
 
 @pytest.mark.slow
 @pytest.mark.timeout(SETUP_TIMEOUT + 120)
+def test_east_replicates_its_keys_on_its_three_nodes(deployment: tuple[str, list[Node]]) -> None:
+    """A stream written through east2 is read through east3, and from each east node's own replica
+    (READONLY); /raftz shows each node in every group of the keys, each group with one leader."""
+    _, nodes = deployment
+    east = [node for node in nodes if node.cluster == "east"]
+    key = f"compose-{secrets.token_hex(4)}"
+    writer = redis_client(next(node for node in east if node.service == "east2"))
+    ids = [writer.execute_command("XADD", key, "*", "n", n) for n in range(5)]
+    writer.close()
+    reader = redis_client(next(node for node in east if node.service == "east3"))
+    assert [entry[0] for entry in reader.execute_command("XRANGE", key, "-", "+")] == ids
+    reader.close()
+    for node in east:
+        client = redis_client(node)
+        client.execute_command("READONLY")
+        deadline = time.monotonic() + 10
+        while client.xlen(key) < len(ids):
+            assert time.monotonic() < deadline, f"{node.service}'s replica lacks the writes"
+            time.sleep(0.1)
+        assert [entry[0] for entry in client.execute_command("XRANGE", key, "-", "+")] == ids
+        client.close()
+    leaders: dict[str, set[str]] = {}
+    for node in east:
+        groups = node.get("/raftz")["groups"]
+        assert len(groups) == 3, node.service
+        for group in groups:
+            leaders.setdefault(group["name"], set()).add(group["leader"])
+    assert all(len(named) == 1 and "" not in named for named in leaders.values()), leaders
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SETUP_TIMEOUT + 120)
 def test_redis_clients_meet_across_routes_and_gateways(deployment: tuple[str, list[Node]]) -> None:
     """A PUBLISH on east1 reaches Redis subscribers on east2 (over a route) and on west2 (over the
     gateway), on a channel that is a subject and on one that is not; a NATS publish on east3 reaches
@@ -382,4 +414,5 @@ def test_a_seeded_chaos_run_heals_every_cycle(
     if int(cycles) >= 8:
         assert len(kinds) == len(FAULTS)  # seed 36: every kind of fault (or its stand-in) by cycle 8
     assert all(c["converged_after"] is not None and c["traffic_ok"] for c in report["cycles"])
+    assert sum(c["stream_acked"] for c in report["cycles"]) > 0, "no stream write met the faults"
     assert "cycles healed cleanly" in run.stdout
