@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import redis.asyncio
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 __all__ = ["Entry", "Streams", "Writes", "group_disagreements", "replica_problems"]
 
@@ -136,9 +138,11 @@ class Streams:
             while not stop.is_set():
                 if client is None:
                     client = redis.asyncio.Redis(
-                        port=node.redis_port, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT,
-                        retry_on_timeout=False,
-                    )  # fmt: skip
+                        port=node.redis_port,
+                        socket_timeout=TIMEOUT,
+                        socket_connect_timeout=TIMEOUT,
+                        retry=Retry(NoBackoff(), 0),
+                    )  # fmt: skip  (redis-py resends a command by default: a duplicate of its own)
                 self._seq += 1
                 key, number = self.keys[self._seq % len(self.keys)], b"%d" % self._seq
                 try:
