@@ -32,6 +32,15 @@ persisted in its hard state (a restart does not end a recovery). While recoverin
    cannot give a second vote in a term in which its first one can still count. From then on it
    is an ordinary follower (its vote in the current term set to the leader that told it).
 
+**Not covered yet: a stale leader.** The recovering node has forgotten its term too, so it takes
+appends from any leader whose term is above zero, and the leader counts its acknowledgements once
+they are real. A leader that was frozen or cut off while the others elected a successor (with the
+lost disk's vote) and committed entries, and that comes back while that successor is down, finds
+the recovering node its only follower: together they are a majority, and the entries they commit
+can conflict with the successor's. Closing it means counting a recovering node in no majority
+(commit, read index, check-quorum) and telling it its recovery is over only after a round of
+heartbeats that a majority of sound voters answered (as a read index confirms leadership).
+
 A recovering node counts as a failed one in the group's tolerance: a group of three elects only
 while two nodes that are not recovering can talk. One node losing its disk loses nothing
 acknowledged and keeps the group available (the other two lead and bring it back); more failures
