@@ -173,6 +173,13 @@ class Node:
         )  # fmt: skip
 
 
+def stop_all(nodes: list[Node]) -> None:
+    """Stop every node still running (a test's cleanup, whatever failed)."""
+    for node in nodes:
+        if node.process is not None:
+            node.stop()
+
+
 def leaders(nodes: list[Node], groups: int) -> dict[str, str] | None:
     """Each group's leader, once every live, running node names the same one for each group and
     none recovers from a first start (``cluster.raft.recovery``: a group then outlives the loss of

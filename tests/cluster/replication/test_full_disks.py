@@ -28,6 +28,7 @@ from tests.cluster.replication.jepsen import (
     keys_by_group,
     leaders,
     settled,
+    stop_all,
     wait,
 )
 from tests.cluster.replication.test_jepsen import check_outcome, read_through
@@ -60,12 +61,6 @@ def disk_error(node: Node) -> bool | None:
     """Whether some group of ``node`` names a disk error (None: no answer yet)."""
     groups = node.raftz()
     return None if groups is None else any(group["disk_error"] for group in groups.values())
-
-
-def stop_all(nodes: list[Node]) -> None:
-    for node in nodes:
-        if node.process is not None:
-            node.stop()
 
 
 def test_acknowledged_writes_survive_disks_that_fill_and_empty(tmp_path: Path) -> None:

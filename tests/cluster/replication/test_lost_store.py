@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cluster.placement import layout
-from tests.cluster.replication.jepsen import Node, keys_by_group, leaders, wait
+from tests.cluster.replication.jepsen import Node, keys_by_group, leaders, stop_all, wait
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -36,12 +36,6 @@ def recovering(node: Node) -> bool | None:
 def leads(node: Node, group: str) -> bool:
     groups = node.raftz()
     return groups is not None and groups[group]["role"] == "leader"
-
-
-def stop_all(nodes: list[Node]) -> None:
-    for node in nodes:
-        if node.process is not None:
-            node.kill()
 
 
 def test_a_lost_store_costs_no_acknowledged_write(tmp_path: Path) -> None:
