@@ -7,8 +7,11 @@ to pick and read back from its log. A pubmesh node also gets a configuration fil
 ``[replication] members`` (the three names) and ``[redis] replicas``, its Redis listener and its
 monitoring port; its Raft state is read from ``/raftz``. A node can be killed (SIGKILL), stopped
 (SIGTERM) and started again on the same name and store directory (on new ports, dialling the others'
-routes). A pubmesh cluster is ready once every live node runs all the groups and all agree on each
-group's leader; a JetStream cluster once it answers a JetStream API request without an error.
+routes). A pubmesh cluster is ready once every live node runs all the groups, all agree on each
+group's leader and none is recovering (``cluster.raft.recovery``: a node that started on an empty
+store, as every node of a new cluster does, votes for no one until its leader has caught it up and a
+few election timeouts have passed, so a group is not yet fault tolerant before then); a JetStream
+cluster once it answers a JetStream API request without an error.
 """
 
 from __future__ import annotations
@@ -123,7 +126,8 @@ class ReplicatedCluster:
         return next(n for n in self.nodes if n.name == name)
 
     def leader(self, group: str, timeout: float = READY_TIMEOUT) -> ReplicaNode:
-        """The group's leader, once every live voter of it names the same one."""
+        """The group's leader, once every live voter of it names the same one and none of them is
+        recovering."""
         deadline = time.monotonic() + timeout
         while True:
             named = {self._leader_seen(self.node(v), group) for v in self.voters(group)}
@@ -133,19 +137,20 @@ class ReplicatedCluster:
                 if leader.alive:
                     return leader
             if time.monotonic() > deadline:
-                raise BenchError(f"{group} had no agreed leader within {timeout:g} s: {named}")
+                raise BenchError(f"{group} had no agreed, settled leader within {timeout:g} s: {named}")
             time.sleep(POLL)
 
     @staticmethod
     def _leader_seen(node: ReplicaNode, group: str) -> str | None:
-        """Who ``node`` names as the group's leader ("" when none); None when it is down."""
+        """Who ``node`` names as the group's leader ("" when none, or while ``node`` recovers);
+        None when it is down."""
         if not node.alive:
             return None
         try:
             found = node.group(group)
         except OSError:
             return ""
-        return found["leader"] if found else ""
+        return found["leader"] if found and not found["recovering"] else ""
 
     def await_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout

@@ -159,6 +159,8 @@ class Failover:
         return self.error is None
 
     def failure(self) -> str:
+        if self.error and self.first_error:
+            return f"{self.error} (the first error: {self.first_error})"
         return self.error or ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -209,7 +211,7 @@ def _first_write(sock: socket.socket, one: bytes, killed: str, via: str) -> Fail
             failed += 1
             if time.perf_counter() - start > FAILOVER_TIMEOUT:
                 error = f"no write succeeded within {FAILOVER_TIMEOUT:g} s of the kill"
-                return Failover(0.0, failed, killed, via, error=error)
+                return Failover(0.0, failed, killed, via, first_error=first_error, error=error)
             time.sleep(RETRY_PAUSE)
     except (OSError, BenchError) as exc:
         return Failover(0.0, failed, killed, via, error=f"{type(exc).__name__}: {exc}")
