@@ -11,7 +11,9 @@ nodes (``cut``/``heal``/``heal_all``), at the level of single messages: each may
 duplicated or delayed (which reorders them). A node can ``crash``, losing everything it had not
 persisted (optionally between persisting a ``Ready`` and sending its messages, or before
 persisting it), and ``restart`` from what its ``MemoryStorage`` holds, or lose that store
-(``Wipe``: a disk lost, within what the group tolerates). ``spares`` nodes run from
+(``Wipe``: a disk lost, within what the group tolerates). A node can also ``Pause`` (a process
+stopped, or a machine frozen): it neither ticks nor takes messages, which wait for it, until
+``Resume``; it goes on as it was, however stale its view. ``spares`` nodes run from
 the start outside the founding voters; ``ChangeVoters`` has the leader add a node as a voter or
 remove it, one change at a time, so voters are replaced while faults go on.
 """
@@ -54,8 +56,10 @@ __all__ = [
     "Heal",
     "Isolate",
     "MemoryStorage",
+    "Pause",
     "Reboot",
     "Restart",
+    "Resume",
     "SafetyChecker",
     "SafetyViolation",
     "SetFaults",
@@ -112,6 +116,18 @@ class Reboot:
 
 
 @attrs.frozen
+class Pause:
+    """Stop ``node`` (as SIGSTOP does): no ticks, no messages taken, until ``Resume``."""
+
+    node: str
+
+
+@attrs.frozen
+class Resume:
+    """Every paused node goes on, taking the messages that waited for it, in order."""
+
+
+@attrs.frozen
 class Wipe:
     """Crash ``node`` and start it again on an empty store (its disk lost or replaced). Done only
     while no node recovers (``cluster.raft.recovery``) and every node counts three voters or
@@ -139,7 +155,20 @@ class ChangeVoters:
     node: str
 
 
-Action = Cut | Isolate | Heal | Crash | Restart | Reboot | Wipe | SetFaults | Transfer | ChangeVoters
+Action = (
+    Cut
+    | Isolate
+    | Heal
+    | Crash
+    | Restart
+    | Reboot
+    | Pause
+    | Resume
+    | Wipe
+    | SetFaults
+    | Transfer
+    | ChangeVoters
+)
 
 
 class MemoryStorage:
@@ -222,6 +251,12 @@ class SimNetwork:
             at = now + 1 + self._rng.randint(0, faults.max_delay)
             heapq.heappush(self._queue, (at, self._seq, message))
 
+    def redeliver(self, messages: list[Message], now: int) -> None:
+        """Messages that waited for a paused node, delivered next tick in their order."""
+        for message in messages:
+            self._seq += 1
+            heapq.heappush(self._queue, (now + 1, self._seq, message))
+
     def due(self, now: int) -> list[Message]:
         """Messages arriving at ``now`` (a path cut meanwhile swallows them)."""
         out = []
@@ -242,6 +277,9 @@ class SimNode:
     """The state machine: applied commands by log index."""
     crash_point: str | None = None
     """Crash while carrying out the next ``Ready``: "before-persist" or "before-send"."""
+    paused: bool = False
+    held: list[Message] = attrs.Factory(list)
+    """Messages that arrived while it was paused."""
 
     def start(self, rng: random.Random) -> None:
         persisted = self.storage.load()
@@ -309,12 +347,14 @@ class Simulation:
     def step(self) -> None:
         self.now += 1
         for node in self.nodes.values():
-            if node.raft is not None:
+            if node.raft is not None and not node.paused:
                 node.raft.tick()
         for message in self.network.due(self.now):
-            raft = self.nodes[message.to].raft
-            if raft is not None:
-                raft.step(message)
+            node = self.nodes[message.to]
+            if node.paused:
+                node.held.append(message)
+            elif node.raft is not None:
+                node.raft.step(message)
         self.settle()
 
     def settle(self) -> None:
@@ -364,9 +404,11 @@ class Simulation:
     # -- client operations ----------------------------------------------------------------
 
     def leader(self) -> Raft | None:
-        """The leader of the highest term among live nodes, if any."""
+        """The leader of the highest term among live nodes not paused, if any."""
         leaders = [
-            n.raft for n in self.nodes.values() if n.raft is not None and n.raft.role is Role.LEADER
+            n.raft
+            for n in self.nodes.values()
+            if n.raft is not None and n.raft.role is Role.LEADER and not n.paused
         ]
         return max(leaders, key=lambda raft: raft.term, default=None)
 
@@ -416,6 +458,8 @@ class Simulation:
         node = self.nodes[node_id]
         node.raft = None
         node.crash_point = None
+        node.paused = False
+        node.held.clear()
         self.proposed[node_id].clear()
 
     def restart(self, node_id: str) -> None:
@@ -437,6 +481,10 @@ class Simulation:
                 self.nodes[action.node].crash_point = action.point
         elif isinstance(action, Restart):
             self.restart(action.node)
+        elif isinstance(action, Pause):
+            self.nodes[action.node].paused = self.nodes[action.node].up
+        elif isinstance(action, Resume):
+            self.resume()
         elif isinstance(action, Reboot | Wipe):
             self.crash(action.node)
             if isinstance(action, Wipe) and self.may_wipe(action.node):
@@ -470,6 +518,8 @@ class Simulation:
             Restart(a),
             Restart(b),
             Reboot(a),
+            Pause(a),
+            Resume(),
             Wipe(b),
             SetFaults(faults),
             Transfer(b),
@@ -488,14 +538,23 @@ class Simulation:
             return False
         return all(len(_voters(node)) >= 3 for node in self.nodes.values())
 
+    def resume(self) -> None:
+        for node in self.nodes.values():
+            if node.paused:
+                node.paused = False
+                self.network.redeliver(node.held, self.now)
+                node.held.clear()
+
     def isolate(self, node_id: str) -> None:
         for other in self.nodes:
             if other != node_id:
                 self.network.cut(node_id, other)
 
     def heal(self) -> None:
-        """Every path healed, every fault off (pending crashes too), every crashed node restarted."""
+        """Every path healed, every fault off (pending crashes too), every paused node resumed,
+        every crashed node restarted."""
         self.network.heal_all()
+        self.resume()
         for node_id, node in self.nodes.items():
             node.crash_point = None
             self.restart(node_id)
@@ -508,13 +567,16 @@ class Simulation:
         return [self.nodes[voter] for voter in sorted(leader.voters)] if leader else []
 
     def converged(self) -> bool:
-        """One leader (a voter) all voters follow, each having applied all the leader committed."""
+        """One leader (a voter) all voters follow, none of them recovering from an empty store
+        (``cluster.raft.recovery``), each having applied all the leader committed."""
         leader = self.leader()
         if leader is None or leader.id not in leader.voters:
             return False
         for node in self.members():
             raft = node.raft
             if raft is None or raft.leader != leader.id or raft.term != leader.term:
+                return False
+            if raft.recovering:
                 return False
             if raft.log.applied != leader.log.committed:
                 return False

@@ -290,6 +290,7 @@ class Raft:
                     last_term=self.log.last_term,
                     pre=pre,
                     transfer=transfer,
+                    recovering=self.recovering,
                 )
             )
         self._tally()
@@ -361,7 +362,7 @@ class Raft:
         )
         if (
             can_vote
-            and may_vote(self.recovering, self.log.last_index, message.last_index)
+            and may_vote(self.recovering, self.log.last_index, message)
             and self.log.is_up_to_date(message.last_index, message.last_term)
         ):
             self._send(
@@ -372,7 +373,9 @@ class Raft:
             if not message.pre:
                 self._election_elapsed = 0
                 self.vote = message.sender
-                self.recovering = 0  # (a vote for an empty log: the group is forming, rule 1)
+                self.recovering = (
+                    0  # (a vote between recovering empty logs: the group is forming, rule 1)
+                )
         else:
             self._send(
                 VoteResponse(
@@ -472,7 +475,7 @@ class Raft:
 
     def _end_recovery(self) -> None:
         """The leader holds this node whole: its recovery ends, once it has run long enough
-        (``cluster.raft.recovery``, rule 3)."""
+        (``cluster.raft.recovery``, rule 4)."""
         if self._alive < ELECTIONS_TO_WAIT * self.config.election_ticks:
             return
         self.recovering = 0

@@ -7,6 +7,12 @@ commit only beneath one of its own), confirms read indexes with a round of heart
 leadership over on request. The leader's own copy counts toward a majority only once persisted
 (``on_persisted``): an acknowledged entry is on a majority of disks, the leader's included.
 
+A voter recovering from a lost store (``cluster.raft.recovery``) counts in no majority: not for a
+commit, not in a round of heartbeats that confirms leadership, not for check-quorum. A leader tells
+it its recovery is over only after a round started once it held the floor was answered by a
+majority of the others: a leader cut off from them (a stale one, frozen while a successor was
+elected) cannot use the recovering node to make a majority.
+
 Majorities are always over the voters in force (``log.voters``), which a membership change
 (``propose_change``) alters the moment it is appended (``cluster.raft.membership``): a new voter
 gets a ``Progress`` and is sent the log at once, a removed one is dropped. A leader that removed
@@ -41,7 +47,7 @@ from cluster.raft.messages import (
     TimeoutNow,
 )
 from cluster.raft.ready import ReadState
-from cluster.raft.recovery import heard, recovered
+from cluster.raft.recovery import awaits_confirmation, heard, recovered
 from cluster.raft.tracker import Progress, ProgressState, committed_index, has_quorum, quorum
 
 __all__ = ["Leadership"]
@@ -49,10 +55,10 @@ __all__ = ["Leadership"]
 
 @attrs.define
 class _PendingRead:
-    seq: int
+    round: int
+    """The round of heartbeats that confirms it (released once a majority answered it)."""
     index: int
     context: bytes
-    acks: set[str]
 
 
 class Leadership:
@@ -70,7 +76,12 @@ class Leadership:
         self.check_elapsed = 0
         self.transferee: str | None = None
         self._transfer_elapsed = 0
-        self._read_seq = 0
+        self._round = 0
+        """The last round of heartbeats started to confirm this leadership (``read_seq``)."""
+        self._answered: dict[str, int] = {}
+        """The last round each voter answered (while not recovering)."""
+        self.confirmed = 0
+        """The last round a majority of voters answered: leadership was confirmed after it began."""
         self._reads: list[_PendingRead] = []
         self._reads_waiting: list[bytes] = []
         self.released: list[ReadState] = []
@@ -97,7 +108,11 @@ class Leadership:
         if self.check_elapsed < self._config.election_ticks:
             return True
         self.check_elapsed = 0
-        active = [voter for voter, progress in self.progress.items() if progress.recent_active]
+        active = [
+            v
+            for v, progress in self.progress.items()
+            if progress.recent_active and not progress.recovering
+        ]
         for voter, progress in self.progress.items():
             progress.recent_active = voter == self._id
         return not self._config.check_quorum or has_quorum(self._log.voters, active)
@@ -154,9 +169,7 @@ class Leadership:
         if has_quorum(self._log.voters, (self._id,)):
             self.released.append(ReadState(self._log.committed, context))
             return
-        self._read_seq += 1
-        self._reads.append(_PendingRead(self._read_seq, self._log.committed, context, {self._id}))
-        self._broadcast_heartbeat()
+        self._reads.append(_PendingRead(self._start_round(), self._log.committed, context))
 
     def transfer(self, to: str) -> None:
         if to not in self._log.voters:
@@ -174,7 +187,7 @@ class Leadership:
 
     def on_append_response(self, message: AppendResponse) -> None:
         progress = self.progress[message.sender]
-        if not heard(progress, message.recovering, self._log.last_index):
+        if not self._hear(progress, message.recovering):
             return
         progress.recent_active = True
         if message.reject:
@@ -190,6 +203,8 @@ class Leadership:
         if not (progress.maybe_update(message.index) or (probing and progress.match == message.index)):
             return
         progress.acknowledged(message.index)
+        if awaits_confirmation(progress):
+            progress.confirm_round = self._start_round()
         if probing:
             progress.become_replicate()
         elif progress.state is ProgressState.SNAPSHOT and progress.match + 1 >= self._log.first_index:
@@ -203,7 +218,7 @@ class Leadership:
 
     def on_heartbeat_response(self, message: HeartbeatResponse) -> None:
         progress = self.progress[message.sender]
-        if not heard(progress, message.recovering, self._log.last_index):
+        if not self._hear(progress, message.recovering):
             return
         progress.recent_active = True
         progress.paused = False
@@ -213,11 +228,19 @@ class Leadership:
             progress.become_probe()
         if progress.match < self._log.last_index or progress.state is ProgressState.PROBE:
             self.send_append(message.sender)
-        if message.read_seq:
-            for read in self._reads:
-                if read.seq <= message.read_seq:
-                    read.acks.add(message.sender)
-            self._release_reads()
+        if message.read_seq > self._answered.get(message.sender, 0) and not progress.recovering:
+            self._answered[message.sender] = message.read_seq
+            self._confirm()
+
+    def _hear(self, progress: Progress, recovering: int) -> bool:
+        """A response carrying ``recovering`` arrived (``recovery.heard``): False, drop it. A
+        follower whose recovery is over counts again, which may commit what it holds."""
+        was_recovering = progress.recovering
+        if not heard(progress, recovering, self._log.last_index):
+            return False
+        if was_recovering and not progress.recovering:
+            self._after_match_moved()
+        return True
 
     # -- replication ----------------------------------------------------------------------
 
@@ -266,8 +289,16 @@ class Leadership:
         for voter in sorted(self.progress):
             self.send_append(voter, send_if_empty=send_if_empty)
 
+    def _start_round(self) -> int:
+        """Start a round of heartbeats that confirms leadership (answered: ``confirmed``)."""
+        self._round += 1
+        if has_quorum(self._log.voters, (self._id,)):
+            self._confirm()
+        else:
+            self._broadcast_heartbeat()
+        return self._round
+
     def _broadcast_heartbeat(self) -> None:
-        read_seq = self._reads[-1].seq if self._reads else 0
         for voter in sorted(self.progress):
             if voter != self._id:
                 progress = self.progress[voter]
@@ -278,15 +309,17 @@ class Leadership:
                         to=voter,
                         term=self.term,
                         commit=commit,
-                        read_seq=read_seq,
-                        recovered=recovered(progress),
+                        read_seq=self._round,
+                        recovered=recovered(progress, self.confirmed),
                     )
                 )
 
     def _after_match_moved(self) -> bool:
         """Commit what a majority now holds, if it is of our term. True: commit moved (and sent)."""
-        voters = self._log.voters
-        index = committed_index({voter: self.progress[voter].match for voter in voters})
+        progress = self.progress
+        index = committed_index(
+            {v: 0 if progress[v].recovering else progress[v].match for v in self._log.voters}
+        )
         if index <= self._log.committed or self._log.term(index) != self.term:
             return False
         self._log.commit_to(index)
@@ -296,14 +329,18 @@ class Leadership:
         self.broadcast_append()
         return True
 
-    def _release_reads(self) -> None:
-        confirmed = -1
-        for position, read in enumerate(self._reads):
-            if has_quorum(self._log.voters, read.acks):
-                confirmed = position
-        for read in self._reads[: confirmed + 1]:
+    def _confirm(self) -> None:
+        """Move ``confirmed`` to the last round a majority answered; release the reads it confirms."""
+        answered = {voter: self._answered.get(voter, 0) for voter in self._log.voters}
+        if self._id in answered:
+            answered[self._id] = self._round
+        self.confirmed = max(self.confirmed, committed_index(answered))
+        done = 0
+        while done < len(self._reads) and self._reads[done].round <= self.confirmed:
+            read = self._reads[done]
             self.released.append(ReadState(read.index, read.context))
-        del self._reads[: confirmed + 1]
+            done += 1
+        del self._reads[:done]
 
     def _track_voters(self, voters: frozenset[str]) -> None:
         """Give each of ``voters`` a ``Progress`` (probing from the entry about to be appended,

@@ -67,6 +67,9 @@ class VoteRequest:
     """A pre-vote: "would you vote for me at ``term``?"; nobody's term or vote changes."""
     transfer: bool = False
     """Campaigning because the leader handed over: voters ignore their leader lease."""
+    recovering: int = 0
+    """The candidate's recovery (``cluster.raft.recovery``): only voters recovering too, from an
+    empty log, vote for it (0: it is not recovering)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -14,10 +14,12 @@ persisted in its hard state (a restart does not end a recovery). While recoverin
 
 1. **It neither votes nor campaigns, unless the group is forming.** Its log may lack committed
    entries it had acknowledged, so its vote must not help elect anyone, nor may it lead. The one
-   exception is a group's first election: a recovering node with an empty log votes for a
-   candidate whose log is empty too, and may campaign while its own log is empty. An empty log
-   on both sides means nothing was ever committed (short of more failures than the group
-   tolerates: the candidate's store lost as well), so that vote, or winning, ends its recovery.
+   exception is a group's first election, in which every node starts on an empty store: a
+   recovering node with an empty log may campaign, saying it recovers, and only voters recovering
+   too, from an empty log, vote for it (nodes not recovering refuse it, and it refuses them: a node
+   that is not recovering may have an empty log only because it missed what the others committed).
+   A majority of recovering nodes is more failures than the group tolerates unless nothing was
+   ever committed, so that vote, or winning, ends its recovery.
 2. **It says so to the leader**: its append and heartbeat responses carry its nonce. A leader
    that hears a nonce it has not seen for that follower forgets what the follower acknowledged
    before (its ``match``: the old acknowledgements were the lost disk's) and probes its log afresh,
@@ -26,20 +28,22 @@ persisted in its hard state (a restart does not end a recovery). While recoverin
    follower holds the floor, responses without the nonce are from its previous life (in flight
    when it died) and are dropped. A leader hands leadership to no recovering node, and makes no
    membership change after which the voters not known to recover would not be a majority.
-3. **It ends when the leader says it holds the floor** (a heartbeat carrying its nonce), and not
-   before it has run for two election timeouts: a vote the node gave before it lost its disk
-   belongs to an election that has ended by then (a candidate gives up a term within one), so it
-   cannot give a second vote in a term in which its first one can still count. From then on it
-   is an ordinary follower (its vote in the current term set to the leader that told it).
-
-**Not covered yet: a stale leader.** The recovering node has forgotten its term too, so it takes
-appends from any leader whose term is above zero, and the leader counts its acknowledgements once
-they are real. A leader that was frozen or cut off while the others elected a successor (with the
-lost disk's vote) and committed entries, and that comes back while that successor is down, finds
-the recovering node its only follower: together they are a majority, and the entries they commit
-can conflict with the successor's. Closing it means counting a recovering node in no majority
-(commit, read index, check-quorum) and telling it its recovery is over only after a round of
-heartbeats that a majority of sound voters answered (as a read index confirms leadership).
+3. **It counts in no majority.** The leader counts neither its acknowledgements (for a commit)
+   nor its answers (to a round of heartbeats confirming leadership, as a read index needs, or to
+   check-quorum). The node has forgotten its term too, so it follows any leader whose term is
+   above zero, a stale one included: a leader frozen or cut off while the others elected a
+   successor (with the lost disk's vote) and committed entries, back while that successor is down,
+   finds the recovering node its only follower; counted, the two would commit entries that
+   conflict with the successor's.
+4. **It ends when the leader says it holds the floor** (a heartbeat carrying its nonce), which the
+   leader says only once a round of heartbeats it started after the follower held the floor was
+   answered by a majority of the voters not recovering: the leader was still the leader then, so
+   no later term committed anything it lacks (that term's majority and this one share a sound
+   voter, which would have refused the round). And not before the node has run for two election
+   timeouts: a vote it gave before it lost its disk belongs to an election that has ended by then
+   (a candidate gives up a term within one), so it cannot give a second vote in a term in which
+   its first one can still count. From then on it is an ordinary follower (its vote in the
+   current term set to the leader that told it).
 
 A recovering node counts as a failed one in the group's tolerance: a group of three elects only
 while two nodes that are not recovering can talk. One node losing its disk loses nothing
@@ -54,9 +58,10 @@ from __future__ import annotations
 
 import random
 
+from cluster.raft.messages import VoteRequest
 from cluster.raft.tracker import Progress
 
-__all__ = ["ELECTIONS_TO_WAIT", "heard", "may_vote", "new_recovery", "recovered"]
+__all__ = ["ELECTIONS_TO_WAIT", "awaits_confirmation", "heard", "may_vote", "new_recovery", "recovered"]
 
 ELECTIONS_TO_WAIT = 2
 """A recovery lasts at least this many election timeouts (in the node's ticks)."""
@@ -67,10 +72,12 @@ def new_recovery(rng: random.Random) -> int:
     return rng.getrandbits(62) | 1
 
 
-def may_vote(recovering: int, last_index: int, candidate_last_index: int) -> bool:
-    """Whether a node (recovering or not, its log ending at ``last_index``) may vote for a
-    candidate whose log ends at ``candidate_last_index``, as far as recovery goes (rule 1)."""
-    return not recovering or last_index == candidate_last_index == 0
+def may_vote(recovering: int, last_index: int, request: VoteRequest) -> bool:
+    """Whether a node (recovering or not, its log ending at ``last_index``) may grant ``request``,
+    as far as recovery goes (rule 1)."""
+    if not recovering:
+        return not request.recovering
+    return bool(request.recovering) and last_index == request.last_index == 0
 
 
 def heard(progress: Progress, recovering: int, last_index: int) -> bool:
@@ -82,6 +89,7 @@ def heard(progress: Progress, recovering: int, last_index: int) -> bool:
         if recovering != progress.recovery:
             progress.recovery = recovering
             progress.floor = last_index
+            progress.confirm_round = 0
             progress.forget(last_index + 1)
         progress.recovering = True
         return True
@@ -91,8 +99,15 @@ def heard(progress: Progress, recovering: int, last_index: int) -> bool:
     return True
 
 
-def recovered(progress: Progress) -> int:
-    """The recovery to tell the follower is complete (rule 3), or 0."""
-    if progress.recovering and progress.match >= progress.floor:
+def awaits_confirmation(progress: Progress) -> bool:
+    """Whether the recovering follower of ``progress`` holds the floor and the round of heartbeats
+    that lets the leader say so is still to start (rule 4)."""
+    return progress.recovering and progress.match >= progress.floor and not progress.confirm_round
+
+
+def recovered(progress: Progress, confirmed: int) -> int:
+    """The recovery to tell the follower is complete (rule 4), or 0; ``confirmed`` is the last
+    round of heartbeats a majority of the voters not recovering answered."""
+    if progress.recovering and progress.confirm_round and confirmed >= progress.confirm_round:
         return progress.recovery
     return 0

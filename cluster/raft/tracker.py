@@ -53,6 +53,9 @@ class Progress:
     """Its last response carried that recovery."""
     floor: int = 0
     """What it must hold before it is told its recovery is complete."""
+    confirm_round: int = 0
+    """The round of heartbeats, started once it held ``floor``, whose answer by a majority lets
+    the leader tell it its recovery is complete (0: not started)."""
 
     def become_probe(self) -> None:
         if self.state is ProgressState.SNAPSHOT:

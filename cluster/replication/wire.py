@@ -10,7 +10,7 @@ bounded again to what a group may hold.
 
 Message layouts (after the type name): ``sender to term`` and then
 
-* ``VOTE last_index last_term pre transfer`` / ``VOTED granted pre``
+* ``VOTE last_index last_term pre transfer [recovering]`` / ``VOTED granted pre``
 * ``APPEND prev_index prev_term [[index term kind data], ...] commit`` (a membership change
   entry's data must decode as a ``ChangeEntry`` within the voter bounds)
 * ``APPENDED index reject hint_index hint_term [recovering]``
@@ -121,7 +121,8 @@ def pack(message: Message | SnapshotPart) -> list[Any]:
     if isinstance(message, HeartbeatResponse):
         return ["BEATEN", *head, message.read_seq, *_recovery(message.recovering)]
     if isinstance(message, VoteRequest):
-        return ["VOTE", *head, message.last_index, message.last_term, message.pre, message.transfer]
+        return ["VOTE", *head, message.last_index, message.last_term, message.pre, message.transfer,
+                *_recovery(message.recovering)]  # fmt: skip
     if isinstance(message, VoteResponse):
         return ["VOTED", *head, message.granted, message.pre]
     if isinstance(message, InstallSnapshot):
@@ -209,10 +210,10 @@ def unpack(value: Any) -> Message | SnapshotPart:
         return HeartbeatResponse(
             sender=sender, to=to, term=term, read_seq=_index(obj[4]), recovering=_nonce(obj, 5)
         )
-    if op == "VOTE" and n == 8:
+    if op == "VOTE" and n in (8, 9):
         return VoteRequest(
             sender=sender, to=to, term=term, last_index=_index(obj[4]), last_term=_index(obj[5]),
-            pre=_flag(obj[6]), transfer=_flag(obj[7]),
+            pre=_flag(obj[6]), transfer=_flag(obj[7]), recovering=_nonce(obj, 8),
         )  # fmt: skip
     if op == "VOTED" and n == 6:
         return VoteResponse(sender=sender, to=to, term=term, granted=_flag(obj[4]), pre=_flag(obj[5]))

@@ -35,6 +35,7 @@ from cluster.config import ClusterConfig, GatewayConfig
 from cluster.frames import MAX_CLUSTERS, Challenge, Err, RaftFrame, encode
 from cluster.raft import messages as raft_messages
 from cluster.replication.group import GroupSpec
+from cluster.replication.wire import MAX_NONCE
 from cluster.routes import MAX_UNMET_PEERS
 from node.config.options import Config
 from node.run.launch import NodeHandle, run_node
@@ -216,9 +217,10 @@ TYPED_FRAME = st.one_of(
 NAME = st.sampled_from([IMPOSTOR, "fuzzed", "absent"])
 INDEX = st.integers(0, 2**63 - 1) | st.integers(0, 50)
 ENTRY = st.builds(raft_messages.Entry, INDEX, INDEX, st.binary(max_size=20))
+NONCE = st.just(0) | st.integers(1, MAX_NONCE)
 WELL_FORMED_RAFT = st.one_of(
     st.builds(raft_messages.VoteRequest, sender=NAME, to=NAME, term=INDEX, last_index=INDEX,
-              last_term=INDEX, pre=st.booleans(), transfer=st.booleans()),
+              last_term=INDEX, pre=st.booleans(), transfer=st.booleans(), recovering=NONCE),
     st.builds(raft_messages.VoteResponse, sender=NAME, to=NAME, term=INDEX, granted=st.booleans(),
               pre=st.booleans()),
     st.builds(lambda prev, entries, **kw: raft_messages.AppendEntries(
@@ -227,9 +229,9 @@ WELL_FORMED_RAFT = st.one_of(
         st.integers(0, 60), st.lists(ENTRY, max_size=4), sender=NAME, to=NAME, term=INDEX,
         prev_term=INDEX, commit=INDEX),
     st.builds(raft_messages.AppendResponse, sender=NAME, to=NAME, term=INDEX, index=INDEX,
-              reject=st.booleans(), hint_index=INDEX, hint_term=INDEX),
+              reject=st.booleans(), hint_index=INDEX, hint_term=INDEX, recovering=NONCE),
     st.builds(raft_messages.Heartbeat, sender=NAME, to=NAME, term=INDEX, commit=INDEX,
-              read_seq=INDEX),
+              read_seq=INDEX, recovered=NONCE),
     st.builds(raft_messages.InstallSnapshot, sender=NAME, to=NAME, term=INDEX,
               snapshot=st.builds(raft_messages.Snapshot, INDEX, INDEX,
                                  st.frozensets(NAME, max_size=3), st.binary(max_size=20))),

@@ -45,7 +45,7 @@ def appends(draw: st.DrawFn) -> m.AppendEntries:
 MESSAGES = st.one_of(
     appends(),
     st.builds(m.VoteRequest, sender=NAME, to=NAME, term=INDEX, last_index=INDEX, last_term=INDEX,
-              pre=st.booleans(), transfer=st.booleans()),
+              pre=st.booleans(), transfer=st.booleans(), recovering=NONCE),
     st.builds(m.VoteResponse, sender=NAME, to=NAME, term=INDEX, granted=st.booleans(),
               pre=st.booleans()),
     st.builds(m.AppendResponse, sender=NAME, to=NAME, term=INDEX, index=INDEX,
