@@ -14,7 +14,11 @@ clients publish from one cluster to the other:
   gateway port dropped by iptables in the network namespace of every node of one cluster; routes
   and clients are untouched, and no route may drop meanwhile). This needs root, ``nsenter`` and
   ``iptables`` on the host; without them the fault becomes ``cluster-pause`` (every node of one
-  cluster frozen), which is what the report then names.
+  cluster frozen), which is what the report then names;
+* ``fill-disk``: a node's store (``/data``) is filled to the last byte, then emptied again. Only
+  nodes whose ``/data`` is a small file system of its own (at most ``SMALL_DISK``, as
+  ``deploy/small-disks.yml`` gives cluster east) are filled, and the fault is drawn only if there
+  are such nodes: filling a volume on the host's disk would fill the host's.
 
 After each heal it waits (bounded) until the deployment has converged, judged only from the nodes'
 monitoring endpoints: every node routed to every other node of its cluster over its whole pool of
@@ -31,7 +35,7 @@ may be lost (delivery is at most once), but never duplicated.
 
 Subjects carry a run id, so runs never see each other's messages. Whatever a run broke is healed
 when it ends, however it ends (Ctrl-C and SIGTERM included). Nodes found down at the start (exited,
-paused, off the network, or with rules of an interrupted run left) are repaired and started
+paused, off the network, with rules or a full disk of an interrupted run left) are repaired and started
 (``--down start``, the default) or left out of the run (``--down skip``), saying which.
 
 It prints a table and, with ``--json``, writes the report; the exit status is 1 on any violation.
@@ -76,6 +80,20 @@ PAIR_FAULTS = ("disconnect-two", "pause-two")
 GATEWAY_FAULT = "gateway-cut"
 FALLBACK_FAULT = "cluster-pause"
 FAULTS = (*SINGLE_FAULTS, *PAIR_FAULTS, GATEWAY_FAULT)
+DISK_FAULT = "fill-disk"
+SMALL_DISK = 1 << 30
+"""Bytes a node's store may hold at most for ``fill-disk`` to fill it."""
+FILLER = "/data/chaos-filler"
+FILL = f"""
+with open({FILLER!r}, "ab", buffering=0) as file:
+    for size in (1 << 20, 1 << 12, 1):
+        try:
+            while True:
+                file.write(bytes(size))
+        except OSError:
+            pass
+"""
+SIZE = "import shutil; print(shutil.disk_usage('/data').total)"
 CONVERGE_TIMEOUT = 90.0
 TRAFFIC_TIMEOUT = 20.0
 GRACE = 1.0
@@ -105,6 +123,8 @@ class Node:
     client_port: int
     http_port: int
     redis_port: int = 0
+    small_disk: bool = False
+    """Its store is a small file system of its own, which ``fill-disk`` may fill."""
 
     @property
     def url(self) -> str:
@@ -181,12 +201,15 @@ class Deployment:
 
 
 def containers(project: str) -> dict[str, dict[str, Any]]:
-    """The deployment's containers by service name, as ``docker inspect`` shows them."""
+    """The deployment's nodes' containers by service name, as ``docker inspect`` shows them (a
+    service that publishes no client port, such as ``deploy/small-disks.yml``'s holder of disks,
+    is not a node)."""
     label = f"label=com.docker.compose.project={project}"
     found = {}
     for container in docker("ps", "-a", "--filter", label, "--format", "{{.ID}}").split():
         info = _inspect(container)
-        found[info["Config"]["Labels"]["com.docker.compose.service"]] = info
+        if "4222/tcp" in (info["HostConfig"].get("PortBindings") or {}):
+            found[info["Config"]["Labels"]["com.docker.compose.service"]] = info
     if not found:
         raise SystemExit(f"chaos: no containers of compose project {project!r} (is it up?)")
     return found
@@ -202,11 +225,23 @@ def discover(project: str, skip: frozenset[str] = frozenset()) -> tuple[list[Nod
             _host_port(info, "4222/tcp"),
             _host_port(info, "8222/tcp"),
             _host_port(info, "6379/tcp"),
+            info["State"].get("Running", False) and _small_disk(info["Id"][:12]),
         )
         for service, info in containers(project).items()
         if service not in skip
     ]
     return sorted(nodes, key=lambda n: n.service), f"{project}_mesh"
+
+
+def _small_disk(container: str) -> bool:
+    try:
+        return int(docker("exec", container, "python3", "-c", SIZE)) <= SMALL_DISK
+    except (RuntimeError, ValueError):
+        return False
+
+
+def _filled(container: str) -> bool:
+    return docker("exec", container, "sh", "-c", f"test -e {FILLER} && echo yes || true") == "yes"
 
 
 def _gateway_rules(container: str, action: str) -> None:
@@ -261,6 +296,9 @@ def repair(project: str, start_down: bool) -> Deployment:
         if gateway_cut_possible() and _has_gateway_rules(container):
             print(f"chaos: {service} had gateway rules of a run left: removing them", file=sys.stderr)
             _gateway_rules(container, "-D")
+        if _filled(container):
+            print(f"chaos: {service} had its disk filled by a run: emptying it", file=sys.stderr)
+            docker("exec", container, "rm", "-f", FILLER)
     nodes, network = discover(project, frozenset(skip))
     return Deployment(project, network, nodes, sorted(skip))
 
@@ -281,6 +319,8 @@ class Breakage:
                 docker("pause", node.container)
             elif fault == GATEWAY_FAULT:
                 _gateway_rules(node.container, "-I")
+            elif fault == DISK_FAULT:
+                docker("exec", node.container, "python3", "-c", FILL)
             else:
                 docker("kill", node.container)
 
@@ -302,6 +342,8 @@ class Breakage:
                             docker("unpause", node.container)
                     elif fault == GATEWAY_FAULT:
                         _gateway_rules(node.container, "-D")
+                    elif fault == DISK_FAULT:
+                        docker("exec", node.container, "rm", "-f", FILLER)
                     elif docker("inspect", "-f", "{{.State.Running}}", node.container) != "true":
                         docker("start", node.container)
                 except (RuntimeError, subprocess.TimeoutExpired) as exc:
@@ -571,6 +613,8 @@ def pick(rng: random.Random, deployment: Deployment, faults: tuple[str, ...]) ->
     nodes = deployment.nodes
     if fault in SINGLE_FAULTS:
         return fault, [rng.choice(nodes)]
+    if fault == DISK_FAULT:
+        return fault, [rng.choice([n for n in nodes if n.small_disk])]
     cluster = rng.choice(
         [c for c in deployment.clusters if sum(n.cluster == c for n in nodes) >= 2]
         if fault in PAIR_FAULTS
@@ -580,6 +624,29 @@ def pick(rng: random.Random, deployment: Deployment, faults: tuple[str, ...]) ->
     if fault in PAIR_FAULTS:
         return fault, sorted(rng.sample(members, 2), key=lambda n: n.service)
     return (fault if gateway_cut_possible() else FALLBACK_FAULT), members
+
+
+async def disk_error_seen(node: Node, seconds: float) -> bool:
+    """Whether, within ``seconds`` (all of which it waits), ``node``'s ``/raftz`` named a disk
+    error (the stream writers go on writing, so a full disk is met soon)."""
+    seen = False
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not seen:
+            with contextlib.suppress(OSError, ValueError):
+                groups = (await asyncio.to_thread(node.get, "/raftz"))["groups"]
+                seen = any(group["disk_error"] for group in groups)
+        await asyncio.sleep(0.25)
+    return seen
+
+
+def kinds(deployment: Deployment) -> tuple[str, ...]:
+    """The faults a run draws from: the gateway cut only between clusters, filling a disk only
+    where one is small."""
+    faults = FAULTS if len(deployment.clusters) > 1 else (*SINGLE_FAULTS, *PAIR_FAULTS)
+    if any(node.small_disk for node in deployment.nodes):
+        faults = (*faults, DISK_FAULT)
+    return faults
 
 
 def _label(fault: str, struck: list[Node]) -> str:
@@ -597,8 +664,7 @@ async def run(
         raise SystemExit(
             "chaos: the deployment has not converged to begin with:\n  " + "\n  ".join(problems)
         )
-    clusters = deployment.clusters
-    faults = FAULTS if len(clusters) > 1 else (*SINGLE_FAULTS, *PAIR_FAULTS)
+    faults = kinds(deployment)
     streams = Streams(run_id)
     holders = Streams.holders(deployment.nodes)
     report = []
@@ -618,7 +684,11 @@ async def run(
         try:
             await asyncio.sleep(0.5)
             breakage.apply(fault, struck)
-            await asyncio.sleep(cycle.seconds)
+            if fault == DISK_FAULT:
+                if not await disk_error_seen(struck[0], cycle.seconds):
+                    cycle.problems.append(f"{struck[0].service} never said its disk was full")
+            else:
+                await asyncio.sleep(cycle.seconds)
             cycle.problems += breakage.heal()
             healed = time.monotonic()
             stop.set()

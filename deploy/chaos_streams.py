@@ -68,7 +68,8 @@ def groups_of(node: Monitored) -> dict[str, dict[str, Any]]:
 
 def group_disagreements(nodes: Sequence[Monitored]) -> list[str]:
     """What keeps the replica groups from having converged: a group without one leader all its
-    members name, or a member still recovering (empty when none, or when no node has groups)."""
+    members name, or a member still recovering or unable to save (empty when none, or when no node
+    has groups)."""
     problems: list[str] = []
     named: dict[str, set[str]] = {}
     for node in nodes:
@@ -76,6 +77,8 @@ def group_disagreements(nodes: Sequence[Monitored]) -> list[str]:
             named.setdefault(name, set()).add(group["leader"])
             if group["recovering"]:
                 problems.append(f"{node.service} recovers its replica of {name}")
+            if group["disk_error"]:
+                problems.append(f"{node.service} cannot save {name}: {group['disk_error']}")
     for name, leaders in sorted(named.items()):
         if len(leaders) != 1 or "" in leaders:
             problems.append(f"group {name} has no leader all its members name: {sorted(leaders)}")

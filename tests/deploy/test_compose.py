@@ -1,7 +1,8 @@
 """The docker-compose super-cluster, built offline and run for real (routes and gateways over TLS,
-with certificates from deploy/make-certs): traffic across its clusters (NATS and Redis clients), and
-a seeded chaos run (disconnects and pauses of one or two nodes, kills, gateway-only cuts) that must
-heal every time, and that heals what it broke when interrupted.
+with certificates from deploy/make-certs; cluster east on the small disks of deploy/small-disks.yml):
+traffic across its clusters (NATS and Redis clients), and a seeded chaos run (disconnects and pauses
+of one or two nodes, kills, gateway-only cuts, an east node's disk filled) that must heal every
+time, and that heals what it broke when interrupted.
 
 Without a Docker engine these tests are skipped, saying so; with PUBMESH_REQUIRE_DOCKER=1 (as CI
 sets) that is a failure instead. Traffic goes only to the containers made here, over 127.0.0.1.
@@ -28,7 +29,7 @@ import pytest
 import redis
 from nats.aio.msg import Msg
 
-from deploy.chaos import FALLBACK_FAULT, FAULTS, Node, disagreements, discover
+from deploy.chaos import DISK_FAULT, FALLBACK_FAULT, FAULTS, Node, disagreements, discover
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("east1", "east2", "east3", "west1", "west2")
@@ -100,6 +101,7 @@ def deployment() -> Iterator[tuple[str, list[Node]]]:
         for kind in ("CLIENT", "HTTP", "REDIS"):
             env[f"{service.upper()}_{kind}"] = str(next(ports))
     compose = [*COMPOSE, "-p", project, "-f", str(ROOT / "docker-compose.yml")]
+    compose += ["-f", str(ROOT / "deploy" / "small-disks.yml")]
     try:
         up = subprocess.run([*compose, "up", "-d"], env=env, capture_output=True, text=True, timeout=300)
         assert up.returncode == 0, up.stderr
@@ -410,9 +412,11 @@ def test_a_seeded_chaos_run_heals_every_cycle(
     assert report["ok"] is True
     assert len(report["cycles"]) == int(cycles)
     kinds = {c["fault"] for c in report["cycles"]}
-    assert kinds <= {*FAULTS, FALLBACK_FAULT}
-    if int(cycles) >= 8:
-        assert len(kinds) == len(FAULTS)  # seed 36: every kind of fault (or its stand-in) by cycle 8
+    assert kinds <= {*FAULTS, FALLBACK_FAULT, DISK_FAULT}
+    if int(cycles) >= 8:  # seed 36: every kind of fault (or its stand-in) by cycle 8
+        assert len(kinds) == len(FAULTS) + 1
+        (filled,) = [c for c in report["cycles"] if c["fault"] == DISK_FAULT]
+        assert filled["node"].startswith("east")
     assert all(c["converged_after"] is not None and c["traffic_ok"] for c in report["cycles"])
     assert sum(c["stream_acked"] for c in report["cycles"]) > 0, "no stream write met the faults"
     assert "cycles healed cleanly" in run.stdout
