@@ -152,6 +152,12 @@ class Replicas:
             raise
         return group
 
+    def stored(self) -> list[str]:
+        """The groups whose state this node's store holds (formed here before, running or not)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(entry.name for entry in self.directory.iterdir() if entry.is_dir())
+
     def stop_group(self, name: str) -> None:
         """Stop this node's side of a group (its stored state stays)."""
         scope = self._scopes.get(name)

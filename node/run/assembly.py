@@ -15,12 +15,12 @@ import trio
 
 from cluster.connections import Dial
 from cluster.gateways import GatewayManager
-from cluster.placement import layout
+from cluster.placement import Layout, layout
 from cluster.replication.replicas import Replicas
 from cluster.routes import RedisPeer, RouteManager
 from node.accounts.imports import install_imports
 from node.broker import Broker
-from node.config.options import Config
+from node.config.options import Config, ConfigError
 from node.data.capture import Captures
 from node.data.store import Store
 from node.monitoring.state import MonitorState
@@ -86,6 +86,7 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
             if replicated:
                 replicas = config.redis.replicas if config.redis is not None else 1
                 plan = layout(config.replication.members, replicas)
+                _check_stored_layout(node.replicas, plan, config.store_dir)
                 node.keys = KeyRouter(
                     config.server_name, plan, node.replicas, broker.keyspaces, executor,
                     node.routes.send_raft, max_carried=config.cluster.frame_room // 2,
@@ -107,3 +108,18 @@ def assemble(config: Config, *, dial: Dial = trio.open_tcp_stream, seed: int | N
             server.broker, config.gateway, server.flusher, routes=node.routes, dial=dial, rng=rng()
         )
     return node
+
+
+def _check_stored_layout(replicas: Replicas, plan: Layout, store_dir: str) -> None:
+    """Refuse a store that holds the keys of another layout: ``[replication] members`` or ``[redis]
+    replicas`` changed since it was written, and the keys would silently be missing (their groups
+    are not this layout's, and no layout change moves keys between groups)."""
+    foreign = [name for name in replicas.stored() if plan.refusal(name)]
+    if foreign:
+        raise ConfigError(
+            f"store_dir {store_dir} holds the keys of another key layout (replica groups "
+            f"{', '.join(foreign)}): [replication] members or [redis] replicas changed since they "
+            f"were written, and keys are not moved between layouts; start with the configuration "
+            f"that wrote them, or move raft/{foreign[0]} (and the others) out of the store to start "
+            f"without those keys"
+        )
