@@ -45,6 +45,15 @@ persisted in its hard state (a restart does not end a recovery). While recoverin
    its first one can still count. From then on it is an ordinary follower (its vote in the
    current term set to the leader that told it).
 
+**What is left to timing.** The node cannot know the terms it voted in before: a candidate that won
+a later term with its vote and was then cut off (so that no one the leader heard from knows that
+term) leaves a term in which the node, once recovered, may vote a second time, if another node
+ever campaigns in it. The winner of that term steps down within an election timeout (check-quorum),
+long before another node can reach its term, so two leaders of one term never coexist; but their
+entries of that term could share an index. Closing this for good means a new identity per
+recovery, the old one removed and the new one added by membership changes (as etcd asks of an
+operator replacing a member).
+
 A recovering node counts as a failed one in the group's tolerance: a group of three elects only
 while two nodes that are not recovering can talk. One node losing its disk loses nothing
 acknowledged and keeps the group available (the other two lead and bring it back); more failures
