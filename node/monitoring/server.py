@@ -6,7 +6,10 @@ so paths, query parameters, status codes and error texts follow nats-server: ``/
 ``/accstatz``, ``/healthz``, plus ``/streamz`` (Redis streams), ``/raftz`` (replica groups),
 ``/metrics`` in the Prometheus text format, and ``/dashboard``, a live page of the whole
 super-cluster with its event stream ``/dashboard/events`` (``node.monitoring.dashboard``), which
-answer only GET and HEAD (405 otherwise). The server runs in the node's own trio run and reads the
+answer only GET and HEAD (405 otherwise). One path changes something: ``POST /raftz/stepdown`` hands
+the replica groups the node leads to other voters, as ``pubmesh --signal stepdown`` does, at most once
+per ``STEP_DOWN_PAUSE`` (429 meanwhile), so repeated requests cannot keep its groups changing
+leaders. The server runs in the node's own trio run and reads the
 broker directly; documents are built and encoded a slice at a time (``Pacer``), so a large one never
 holds up the node's connections for long.
 
@@ -345,6 +348,36 @@ _ROUTES: dict[str, tuple[str, Handler]] = {
 }
 
 
+STEP_DOWN_PATH = "/raftz/stepdown"
+STEP_DOWN_PAUSE = 5.0
+"""Seconds after a step-down asked over HTTP during which another is refused."""
+
+
+def _step_down(state: MonitorState, method: str) -> Response:
+    """``POST /raftz/stepdown``: the groups this node leads handed over (the JSON lists them)."""
+    if method != "POST":
+        return Response(
+            405,
+            (b"405 method not allowed\n",),
+            ((b"content-type", _TEXT.encode()), (b"allow", b"POST")),
+        )
+    replicas = state.node.replicas
+    if replicas is None:
+        return _text(409, "this node runs no replica groups\n")
+    now = trio.current_time()
+    if state.stepped_down_at is not None and now - state.stepped_down_at < STEP_DOWN_PAUSE:
+        wait = STEP_DOWN_PAUSE - (now - state.stepped_down_at)
+        return Response(
+            429,
+            (b"a step-down was asked for moments ago\n",),
+            ((b"content-type", _TEXT.encode()), (b"retry-after", str(int(wait) + 1).encode())),
+        )
+    state.stepped_down_at = now
+    led = [status.name for status in replicas.status() if status.role == "leader"]
+    replicas.hand_over()
+    return Response(200, (gojson.dumps({"handing_over": led}).encode(),), _JSON_HEADERS)
+
+
 def _internal_error(path: str) -> Response:
     """The answer when building a document failed, in the shape of nats-server's error documents
     (``HealthStatus``); the cause is in the log, not sent to whoever asked."""
@@ -450,7 +483,10 @@ class _App:
     ) -> None:
         path = scope["path"]
         response = _dashboard_response(path, scope["method"], self.dashboard)
-        if response is None and path == _EVENTS_PATH:
+        if path == STEP_DOWN_PATH:
+            self.state.requests[path] += 1
+            response = _step_down(self.state, scope["method"])
+        elif response is None and path == _EVENTS_PATH:
             self.state.requests[path] += 1
             viewer = self.dashboard.join()
             if viewer is not None:

@@ -85,6 +85,8 @@ class MonitorState:
     listing: trio.Lock = attrs.field(factory=trio.Lock)
     """Held while a document that lists connections or subscriptions is built: one at a time, so
     concurrent requests for large ones cannot multiply the memory they take."""
+    stepped_down_at: float | None = None
+    """When (trio's clock) a step-down was last asked for over HTTP (``POST /raftz/stepdown``)."""
 
     @property
     def broker(self) -> Broker:

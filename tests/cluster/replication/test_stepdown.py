@@ -1,10 +1,14 @@
-"""``pubmesh --signal stepdown=PID`` on a real node leading replica groups: it hands every one of
-them to another voter, keeps serving, and writes through it go on."""
+"""``pubmesh --signal stepdown=PID`` (or ``POST /raftz/stepdown`` on its monitoring port) on a real
+node leading replica groups: it hands every one of them to another voter, keeps serving, and writes
+through it go on."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 NAMES = ("a", "b", "c")
 
 
-def test_a_leader_signalled_to_step_down_hands_its_groups_over(tmp_path: Path) -> None:
+def post(node: Node, path: str, method: str = "POST") -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{node.http_port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read()
+
+
+@pytest.mark.parametrize("asked", ["signal", "http"])
+def test_a_leader_asked_to_step_down_hands_its_groups_over(tmp_path: Path, asked: str) -> None:
     nodes = [Node(name, tmp_path) for name in NAMES]
     try:
         for node in nodes:
@@ -26,8 +41,15 @@ def test_a_leader_signalled_to_step_down_hands_its_groups_over(tmp_path: Path) -
         name = next(iter(led.values()))
         leader = next(node for node in nodes if node.name == name)
         assert leader.process is not None
-        signal = [sys.executable, "-m", "node.run.cli", "--signal", f"stepdown={leader.process.pid}"]
-        subprocess.run(signal, cwd=ROOT, check=True, timeout=30)
+        if asked == "signal":
+            signal = [sys.executable, "-m", "node.run.cli", "--signal", f"stepdown={leader.process.pid}"]
+            subprocess.run(signal, cwd=ROOT, check=True, timeout=30)
+        else:
+            assert post(leader, "/raftz/stepdown", "GET")[0] == 405
+            status, body = post(leader, "/raftz/stepdown")
+            assert status == 200, body
+            assert set(json.loads(body)["handing_over"]) == {g for g, n in led.items() if n == name}
+            assert post(leader, "/raftz/stepdown")[0] == 429, "not again at once"
 
         def handed_over() -> dict[str, str] | None:
             now = leaders(nodes, len(NAMES))

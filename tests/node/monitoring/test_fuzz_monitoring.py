@@ -27,7 +27,7 @@ MEMORY_SLACK = 64 << 20
 """How much a node may grow over a whole fuzz run (its caches warm up; nothing may accumulate)."""
 
 JSON_PATHS = ["/varz", "/connz", "/subsz", "/routez", "/gatewayz", "/healthz"]
-PATHS = [*JSON_PATHS, "/metrics", "/", "/accountz", "/varz/", "//connz", "/connz%00"]
+PATHS = [*JSON_PATHS, "/metrics", "/", "/accountz", "/varz/", "//connz", "/connz%00", "/raftz/stepdown"]
 PARAMS = ["subs", "offset", "limit", "sort", "cid", "state", "auth", "test", "acc", "gw_name", "accs"]
 PARAMS += ["acc_name", "detail", "user", "mqtt_client", "callback"]
 

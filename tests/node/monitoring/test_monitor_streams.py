@@ -190,3 +190,22 @@ async def test_streamz_without_streams_is_valid_and_empty(nursery: trio.Nursery)
         assert (series["pubmesh_streams_streams"], series["pubmesh_streams_captures"]) == (0, 0)
 
     await trio.to_thread.run_sync(scenario)
+
+
+async def test_a_step_down_asked_of_a_node_without_replica_groups_is_refused(
+    nursery: trio.Nursery,
+) -> None:
+    node = await start_monitored_node(nursery)
+
+    def scenario() -> None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{node.http_port}/raftz/stepdown", method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=W)
+        with refused.value as error:
+            assert (error.code, error.read()) == (409, b"this node runs no replica groups\n")
+        assert status(node, "/raftz/stepdown")[0] == 405  # (a GET changes nothing)
+        assert get_json(node, "/varz")["http_req_stats"]["/raftz/stepdown"] == 2
+
+    await trio.to_thread.run_sync(scenario)
