@@ -43,7 +43,7 @@ DIALS = {"east1": "west1", "east2": "west1", "west1": "east2"}
 """Where each node's outbound gateway goes."""
 
 
-GROUP = {"name": "keys-0-abc", "leader": "east1", "recovering": False}
+GROUP = {"name": "keys-0-abc", "leader": "east1", "recovering": False, "disk_error": ""}
 """The one replica group of east's nodes, as /raftz shows it."""
 
 
@@ -179,13 +179,18 @@ def test_missing_links_are_disagreements(broken: Any, problems: list[str]) -> No
     assert judge(docs) == problems
 
 
-def test_replica_groups_without_one_leader_or_with_a_member_recovering_are_disagreements() -> None:
+def test_replica_groups_without_one_leader_or_with_a_member_recovering_or_unable_to_save_disagree() -> (
+    None
+):
     docs = documents()
     docs["east2"]["/raftz"]["groups"] = [GROUP | {"leader": "east2"}]
     assert judge(docs) == ["group keys-0-abc has no leader all its members name: ['east1', 'east2']"]
     docs = documents()
     docs["east2"]["/raftz"]["groups"] = [GROUP | {"recovering": True}]
     assert judge(docs) == ["east2 recovers its replica of keys-0-abc"]
+    docs = documents()
+    docs["east2"]["/raftz"]["groups"] = [GROUP | {"disk_error": "No space left on device"}]
+    assert judge(docs) == ["east2 cannot save keys-0-abc: No space left on device"]
 
 
 S = b"chaos:{r-0}"
