@@ -54,8 +54,8 @@ entries of that term could share an index. Closing this for good means a new ide
 recovery, the old one removed and the new one added by membership changes (as etcd asks of an
 operator replacing a member).
 
-A recovering node counts as a failed one in the group's tolerance: a group of three elects only
-while two nodes that are not recovering can talk. One node losing its disk loses nothing
+A recovering node counts as a failed one in the group's tolerance: a group of three elects and
+commits only while two nodes that are not recovering can talk. One node losing its disk loses nothing
 acknowledged and keeps the group available (the other two lead and bring it back); more failures
 at once than the group tolerates (two of three disks lost, or one lost while another node still
 recovers, as a node does for a few seconds after it first joins) can lose entries or leave the
