@@ -91,6 +91,10 @@ class KeyspaceMachine:
         """A snapshot is due and waits for the changes made here to be applied: the node runs
         no new command on the group's keys until ``quieted`` is called."""
         self.quieted: Callable[[], None] = lambda: None
+        self.spoiled: Callable[[], None] = lambda: None
+        """Told when applying an entry made the keys ``dirty``: another leader's entry where
+        changes made here were (their proposals' answers, which would say so, may never be
+        awaited: a client that went away), so the node must rebuild the keys."""
 
     def holds(self, key: bytes) -> bool:
         return self.first <= hash_slot(key) < self.end
@@ -132,6 +136,7 @@ class KeyspaceMachine:
         if self._local:  # (another leader's entry where this node's own were: they are gone)
             self._local.clear()
             self.dirty = True
+            self.spoiled()
         try:
             self._run(data[_ORIGIN.size + size + _SEQUENCE.size :])
         except MachineError:

@@ -7,8 +7,9 @@ its side of group ``g``, whose voters are ``n1``, ``n2``, ... one per route port
 ``n<i>`` for the i-th, ROUTE_PORT). While it leads and the
 file ``DIR/../stop`` does not exist, it proposes ``<name>:<pid>:<counter>`` entries one after the
 other, appending each acknowledged one to ``DIR/acked`` (flushed before the next). Every 20 ms it
-writes ``DIR/status.json`` (role, term, applied count); on SIGTERM it writes everything its state
-machine applied to ``DIR/applied.json`` and exits.
+writes ``DIR/status.json`` (role, term, applied count, whether it recovers from its first start:
+``cluster.raft.recovery``); on SIGTERM it writes everything its state machine applied to
+``DIR/applied.json`` and exits.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ async def _report(group: Group, machine: Recorder, directory: Path) -> None:
     while True:
         status = group.status()
         _write(directory / "status.json",
-               {"role": status.role, "term": status.term, "applied": len(machine.applied)})  # fmt: skip
+               {"role": status.role, "term": status.term, "applied": len(machine.applied),
+                "recovering": status.recovering})  # fmt: skip
         await trio.sleep(0.02)
 
 

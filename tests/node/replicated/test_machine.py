@@ -184,12 +184,15 @@ def test_another_leaders_entry_in_place_of_ours_spoils_the_keys_until_rebuilt() 
     keys hold changes the log will never have. It carries on (an entry its keys refuse is not a
     failure then), says it must be rebuilt, and a rebuild from the log agrees with the others."""
     old, new = Replica("a"), Replica("b")
+    told: list[bool] = []
+    old.machine.spoiled = lambda: told.append(True)
     mine = old.command(b"XADD", b"s", b"5-1", b"f", b"v")  # (never committed)
     theirs = new.command(b"XADD", b"s", b"3-1", b"f", b"w")
     new.machine.apply(theirs)
     old.machine.apply(theirs)  # (refused by old's keys, which hold 5-1)
     sequence = int.from_bytes(mine[3:11], "little")
     assert old.machine.dirty
+    assert told == [True], "the node rebuilds even if no one awaits the lost proposal's answer"
     assert old.machine.forget(sequence)  # (its proposal is lost: rebuild)
     old.machine.clear()
     old.machine.apply(theirs)
