@@ -216,6 +216,16 @@ def test_a_leader_hands_over_to_no_recovering_node_and_keeps_a_majority_of_sound
     )
 
 
+def healed_with(sim: Simulation, acked: dict[int, bytes]) -> None:
+    """Heal everything; the group converges, takes a write, and every member holds ``acked``."""
+    sim.heal()
+    sim.wait_until(sim.converged, within=400)
+    sim.commit_one(within=400)
+    sim.wait_until(sim.converged, within=400)
+    for member in sim.members():
+        assert all(member.commands.get(i) == d for i, d in acked.items()), member.id
+
+
 def test_a_lost_store_costs_no_acknowledged_write() -> None:
     """The loss plain Raft suffers: writes committed by n1 and n2 while n3 is cut off; n2 loses
     its store and n1 crashes; n3 (which lacks the writes) asks n2 for its vote. n2 refuses, so no
@@ -242,12 +252,7 @@ def test_a_lost_store_costs_no_acknowledged_write() -> None:
     sim.run(300)
     assert sim.leader() is None, "only n1 holds the writes, and it is down"
     sim.apply(Restart(first))
-    sim.heal()
-    sim.wait_until(sim.converged, within=400)
-    sim.commit_one(within=400)
-    sim.wait_until(sim.converged, within=400)
-    for member in sim.members():
-        assert all(member.commands.get(i) == d for i, d in acked.items()), member.id
+    healed_with(sim, acked)
     assert not any(node.raft and node.raft.recovering for node in sim.nodes.values())
 
 
@@ -288,12 +293,7 @@ def test_a_stale_leader_cannot_use_a_recovering_node_as_its_majority() -> None:
     assert sim.acked == acked, "n1 acknowledged nothing: it had no majority"
     assert sim.leader() is None, "n1 stepped down: it hears from no voter that is not recovering"
     sim.apply(Restart(successor.id))
-    sim.heal()
-    sim.wait_until(sim.converged, within=400)
-    sim.commit_one(within=400)
-    sim.wait_until(sim.converged, within=400)
-    for member in sim.members():
-        assert all(member.commands.get(i) == d for i, d in acked.items()), member.id
+    healed_with(sim, acked)
 
 
 def test_a_node_that_missed_every_write_is_not_elected_by_an_emptied_one() -> None:
