@@ -199,9 +199,9 @@ class KeyRouter:
         self._asking = Asking(send, replicas.config.tick)
         self._rebuilds: trio.MemorySendChannel[str] | None = None
         self._rebuilding: set[str] = set()
+        """Groups whose rebuild is asked for and has not cleared their keys yet."""
         for name, machine in self.machines.items():
             machine.spoiled = partial(self._spoiled, name)
-        """Groups whose rebuild is asked for and has not cleared their keys yet."""
         self._nursery: trio.Nursery | None = None
         self._group: SlotGroup | None = None
         self.proposals = Proposals(replicas, self.machines, self._spoiled)
