@@ -58,6 +58,8 @@ KEY_SWEEP_PAUSE = SWEEP_SECONDS / 2
 """The pause after a sweep that ran out of time, before the next: while expired keys pile up,
 sweeping takes up to two thirds of the time (redis-server's slow and fast expiry cycles together
 take as much), in slices short enough that clients served in between hardly notice."""
+TIMERS_LINGER = 1.0
+"""Seconds a Redis connection's timers run on with nothing to time before they end."""
 VERIFICATIONS = 2
 """bcrypt checks run at once (each keeps a core busy for tens of milliseconds); more wait their turn."""
 STALL_MAX = 0.01
@@ -116,6 +118,8 @@ class Server:
         self._handler_done = trio.Event()
         self.flusher = Flusher()
         self._redis_sessions: set[Session] = set()
+        self._timing: dict[Session, trio.Event] = {}
+        """Redis connections whose timers run (``_redis_timers``), each with what wakes them."""
         self._handler_nursery: trio.Nursery | None = None
         self._redis: RedisListeners | None = None
         self.broker.scripts.while_busy = self._serve_while_busy
@@ -142,6 +146,7 @@ class Server:
                 if redis:
                     self._serve_redis_listeners(redis, acceptors, handlers)
                     acceptors.start_soon(self._keep_keys)
+                    handlers.start_soon(self._check_redis_limits)
                 task_status.started(listeners)
                 await self._stop_accepting.wait()
                 acceptors.cancel_scope.cancel()
@@ -285,6 +290,7 @@ class Server:
         if local is not None:
             conn.local_address, conn.fd = local
         session.conn = conn
+        conn.blocking.on_deadline = conn.on_awaiting = partial(self._time_redis, session, conn)
         self._redis_sessions.add(session)
         return session
 
@@ -292,14 +298,10 @@ class Server:
         conn = session.conn
         assert isinstance(conn, RespConnection)
         try:
-            await self._serve(
-                session,
-                conn,
-                partial(self._redis_timers, session, conn),
-                after_input=partial(self._after_input, session, conn),
-            )
+            await self._serve(session, conn, None, after_input=partial(self._after_input, session, conn))
         finally:
             self._redis_sessions.discard(session)
+            self._timing.pop(session, None)
 
     def _serve_while_busy(self) -> None:
         """A script is busy on this thread: read what the other Redis clients sent without waiting,
@@ -357,7 +359,7 @@ class Server:
         self,
         session: Session,
         conn: Connection,
-        timers: Callable[[], Awaitable[None]],
+        timers: Callable[[], Awaitable[None]] | None,
         start: Callable[[], Awaitable[bool]] | None = None,
         *,
         after_input: Callable[[], Awaitable[None]] | None = None,
@@ -400,29 +402,50 @@ class Server:
             if keyspaces.maxmemory:
                 keyspaces.measure_output(self.broker.pending_output())
 
+    def _time_redis(self, session: Session, conn: RespConnection) -> None:
+        """Something a Redis connection's timers follow has changed (a blocked read's deadline,
+        work left to await, a reply waiting for its commit): wake them, or start them."""
+        moved = self._timing.get(session)
+        if moved is not None:
+            moved.set()
+        elif session.start(partial(self._redis_timers, session, conn)):
+            self._timing[session] = trio.Event()
+
     async def _redis_timers(self, session: Session, conn: RespConnection) -> None:
-        """The output-buffer soft limit is checked once a second, and a blocked read's deadline
-        when it comes (it moves whenever the connection blocks or unblocks); work a served
-        blocked read left is awaited (``_settle``), and replies that wait for their commits are
-        sent in order as they settle (``RespConnection.drain``)."""
-        tick = trio.current_time() + 1.0
+        """A Redis connection's timers, while it has something to time: a blocked read's deadline
+        when it comes (it moves whenever the connection blocks or unblocks), work a served blocked
+        read left (awaited: ``_settle``), and replies that wait for their commits (sent in order as
+        they settle: ``RespConnection.drain``). Started by the first of those; they end once none
+        was left for ``TIMERS_LINGER`` seconds, so an idle connection holds no task for them (its
+        output limit is checked by ``_check_redis_limits``)."""
+        try:
+            while True:
+                moved = self._timing[session] = trio.Event()
+                if not conn.in_order.count and (conn.awaiting is None or conn.settling):
+                    deadline = conn.blocking.deadline
+                    linger = deadline == math.inf
+                    with trio.move_on_at(trio.current_time() + TIMERS_LINGER if linger else deadline):
+                        await moved.wait()  # (work left while this was busy is done at once)
+                    if linger and not moved.is_set() and conn.awaiting is None:
+                        return
+                if conn.awaiting is not None:
+                    await self._settle(session, conn)
+                while conn.in_order.count:
+                    await conn.drain()
+                    self.flusher.process(session, b"")  # (requests held at ``MAX_WAITING`` run on)
+                    session.write_now()
+                conn.deadline_due()
+        finally:
+            del self._timing[session]
+
+    async def _check_redis_limits(self) -> None:
+        """Once a second, every Redis client's output against its soft limit (``limits_due``)."""
         while True:
-            moved = trio.Event()
-            conn.blocking.on_deadline = conn.on_awaiting = moved.set
-            if not conn.in_order.count and (conn.awaiting is None or conn.settling):
-                with trio.move_on_at(min(tick, conn.blocking.deadline)):
-                    await moved.wait()  # (work left while this was busy is done at once)
-            if conn.awaiting is not None:
-                await self._settle(session, conn)
-            while conn.in_order.count:
-                await conn.drain()
-                self.flusher.process(session, b"")  # (requests held at ``MAX_WAITING`` run on)
-                session.write_now()
-            now = trio.current_time()
-            if now >= tick:
+            await trio.sleep(1.0)
+            for session in list(self._redis_sessions):
+                conn = session.conn
+                assert isinstance(conn, RespConnection)
                 conn.limits_due()
-                tick = now + 1.0
-            conn.deadline_due()
 
     async def _start_tls(self, stream: trio.SSLStream[trio.abc.Stream], conn: ClientConnection) -> bool:
         """Whether the client completed a TLS handshake in time: after taking the INFO in the clear,

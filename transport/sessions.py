@@ -117,7 +117,7 @@ class Waker:
 class Session:
     """The I/O side of one connection: its stream, its protocol side, and what its tasks share."""
 
-    __slots__ = ("busy", "conn", "fd", "scope", "stream", "waker")
+    __slots__ = ("_jobs", "_nursery", "busy", "conn", "fd", "scope", "stream", "waker")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
@@ -126,6 +126,21 @@ class Session:
         self.busy = False  # the writer task holds data it has not finished sending
         self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
         self.scope = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None  # (while the session runs)
+        self._jobs: list[Callable[[], Awaitable[None]]] | None = []  # (None: it ran and ended)
+
+    def start(self, job: Callable[[], Awaitable[None]]) -> bool:
+        """Run ``job`` beside the reader, inside the containment boundary, until it returns or the
+        session ends: now if the session runs, else once it starts; False (never run) once it has
+        ended. A protocol side may start timers only while it has something to time, so that an
+        idle connection holds no task for them."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self._guard, job)
+        elif self._jobs is not None:
+            self._jobs.append(job)
+        else:
+            return False
+        return True
 
     def write_now(self) -> None:
         """Write pending output without waiting, if the writer is idle; hand it what is left."""
@@ -169,7 +184,13 @@ class Session:
                 nursery.start_soon(self._read, flusher, after_input)
                 if timers is not None:
                     nursery.start_soon(self._guard, timers)
-                await flusher.write_loop(self, write_deadline)
+                self._nursery, jobs, self._jobs = nursery, self._jobs or [], None
+                for job in jobs:
+                    nursery.start_soon(self._guard, job)
+                try:
+                    await flusher.write_loop(self, write_deadline)
+                finally:
+                    self._nursery = None
                 nursery.cancel_scope.cancel()
 
     async def _read(self, flusher: Flusher, after_input: Callable[[], Awaitable[None]] | None) -> None:

@@ -31,7 +31,8 @@ class InOrder:
     __slots__ = ("_queue", "count", "held_bytes", "holding")
 
     def __init__(self) -> None:
-        self._queue: deque[tuple[Settle | None, bytes]] = deque()
+        self._queue: deque[tuple[Settle | None, bytes]] | None = None
+        """(Made for the first item: most connections never need one.)"""
         self.count = 0
         """Items waiting (a plain field: the connection reads it for every reply it sends)."""
         self.held_bytes = 0
@@ -39,21 +40,26 @@ class InOrder:
         self.holding: bytearray | None = None
         """What the running command sent, while the replicated-keys path holds it."""
 
+    def _items(self) -> deque[tuple[Settle | None, bytes]]:
+        if self._queue is None:
+            self._queue = deque()
+        return self._queue
+
     def defer(self, settle: Settle, reply: bytes) -> None:
         """``reply`` goes once ``settle`` answered (and what is before it went)."""
-        self._queue.append((settle, reply))
+        self._items().append((settle, reply))
         self.count += 1
         self.held_bytes += len(reply)
 
     def add(self, data: bytes) -> None:
         """``data`` goes once what is before it went."""
-        self._queue.append((None, data))
+        self._items().append((None, data))
         self.count += 1
         self.held_bytes += len(data)
 
     async def drain(self, send: Callable[[bytes], None]) -> None:
         """Send every item, in order, each once settled; items added meanwhile too."""
-        queue = self._queue
+        queue = self._items()
         while queue:
             settle, data = queue[0]
             size = len(data)
