@@ -18,7 +18,9 @@ pytestmark = pytest.mark.timeout(30)
 def timer_tasks() -> int:
     """Tasks running a session's timers (``Session._guard``), anywhere in this trio run."""
     found = 0
-    nurseries = list(trio.lowlevel.current_root_task().child_nurseries)
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    nurseries = list(root.child_nurseries)
     while nurseries:
         for task in nurseries.pop().child_tasks:
             found += task.name.endswith("Session._guard")
