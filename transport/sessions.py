@@ -1,9 +1,11 @@
 """Running one connection over a trio stream, for every front door and every link alike.
 
 A ``Session`` is the I/O side of one connection: a reader feeding the protocol side's
-``receive_data``, a writer task for output that had to wait, and the protocol's timers. The protocol
-side (a ``Connection``: a NATS client, a route or gateway link, any later front door) decides
-everything a peer can observe; the session only moves bytes and keeps time.
+``receive_data`` (the session's own task), a writer task for output that had to wait (running only
+while some does), and the protocol's timers. An idle connection thus holds one task, its reader,
+plus any timers its protocol keeps running. The protocol side (a ``Connection``: a NATS client, a
+route or gateway link, any later front door) decides everything a peer can observe; the session
+only moves bytes and keeps time.
 
 **Containment.** Whatever the protocol side raises while handling one connection's input or timers
 ends that connection, never the process: the error is logged with the connection's name and handed
@@ -14,7 +16,8 @@ closes. This is the one boundary for every kind of connection; nothing above a s
 through the scheduler, about 40 µs per hop on a small machine, which is most of a request's round
 trip. So input is handled inside ``Flusher.process``: every connection that got output meanwhile is
 written at once, with one non-blocking write each, whenever its writer is idle; only what a socket
-does not take goes to the writer task, which waits for room. One ``Flusher`` serves a whole node,
+does not take goes to the writer task, which waits for room and ends once everything is sent (it
+ends the session instead once the connection has closed). One ``Flusher`` serves a whole node,
 because a message read from a route is delivered to client connections and the other way round.
 
 **Reads.** On a plain socket the reader never yields between reading input and handing it on (a
@@ -30,13 +33,14 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
 
-__all__ = ["Connection", "Flusher", "Hangup", "Session", "Waker", "contain"]
+__all__ = ["Connection", "Flusher", "Hangup", "Session", "contain"]
 
 log = logging.getLogger("pubmesh")
 
@@ -98,36 +102,26 @@ def contain(conn: Connection, exc: Exception) -> None:
     conn.close("Internal Error", flush=False)
 
 
-class Waker:
-    """A reusable wake-up flag for one waiting task."""
-
-    __slots__ = ("_event",)
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-        self._event = trio.Event()
-
-
 class Session:
     """The I/O side of one connection: its stream, its protocol side, and what its tasks share."""
 
-    __slots__ = ("_jobs", "_nursery", "busy", "conn", "fd", "scope", "stream", "waker")
+    __slots__ = (
+        "_ended", "_flusher", "_jobs", "_nursery", "_write_deadline", "_writing",
+        "busy", "conn", "fd", "scope", "stream",
+    )  # fmt: skip
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        self.waker = Waker()
         self.conn: Connection  # set once the protocol side exists (it needs the session to wake it)
         self.busy = False  # the writer task holds data it has not finished sending
         self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
         self.scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None  # (while the session runs)
         self._jobs: list[Callable[[], Awaitable[None]]] | None = []  # (None: it ran and ended)
+        self._writing = False  # (a writer task runs)
+        self._ended = trio.Event()  # (the connection has closed and its output is sent or lost)
+        self._flusher: Flusher | None = None
+        self._write_deadline = math.inf
 
     def start(self, job: Callable[[], Awaitable[None]]) -> bool:
         """Run ``job`` beside the reader, inside the containment boundary, until it returns or the
@@ -154,11 +148,20 @@ class Session:
             except OSError:
                 conn.output_sent(data, len(data))
                 conn.hangup(Hangup.WRITE_ERROR)
-                self.waker.set()
+                self.write_soon()
                 return
             conn.output_sent(data, written)
         if conn.outbound or conn.closing is not None:
-            self.waker.set()
+            self.write_soon()
+
+    def write_soon(self) -> None:
+        """Output waits, or the connection closes: have the writer task see to it (started unless
+        it runs; it ends once nothing is left, and ends the session once the connection has
+        closed and its output is sent)."""
+        if self._writing or self._nursery is None or self._ended.is_set():
+            return  # (not running yet: ``run`` starts it if need be)
+        self._writing = True
+        self._nursery.start_soon(self._write)
 
     def abandon(self) -> None:
         """Stop this session's tasks at once (a writer may be stuck on a socket nobody reads)."""
@@ -173,25 +176,28 @@ class Session:
         after_input: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Serve the connection until it has closed and flushed (or the session is abandoned).
+        The reader is this task; the writer and the timers are tasks beside it.
 
         Args:
             write_deadline: seconds one write may take before the peer counts as too slow.
             timers: the protocol's clocks (pings, auth timeout), run beside the reader.
             after_input: awaited after each piece of input (a producer pausing for its consumers).
         """
+        self._flusher, self._write_deadline = flusher, write_deadline
         with self.scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read, flusher, after_input)
-                if timers is not None:
-                    nursery.start_soon(self._guard, timers)
                 self._nursery, jobs, self._jobs = nursery, self._jobs or [], None
+                if timers is not None:
+                    jobs.insert(0, timers)
                 for job in jobs:
                     nursery.start_soon(self._guard, job)
                 try:
-                    await flusher.write_loop(self, write_deadline)
+                    self.write_now()  # (what the connection said before it was served)
+                    await self._read(flusher, after_input)
+                    self.write_soon()  # (it has closed: the writer sends what is left)
+                    await self._ended.wait()  # (the writer then cancels what still runs here)
                 finally:
                     self._nursery = None
-                nursery.cancel_scope.cancel()
 
     async def _read(self, flusher: Flusher, after_input: Callable[[], Awaitable[None]] | None) -> None:
         conn = self.conn
@@ -209,7 +215,6 @@ class Session:
                     await after_input()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             conn.hangup(Hangup.READ_ERROR)
-        self.waker.set()
 
     async def _receive(self) -> tuple[bytes, bool]:
         """The next input (empty: the peer closed), and whether it had to be waited for; see the
@@ -231,7 +236,57 @@ class Session:
             await timers()
         except Exception as exc:
             contain(self.conn, exc)
-        self.waker.set()
+        self.write_now()  # (they may have closed the connection)
+
+    async def _write(self) -> None:
+        """Send what the socket did not take at once, until nothing is left (then this task ends:
+        it is started again when needed), or until the connection has closed and its output is
+        sent, or sending failed: then the session ends."""
+        conn, flusher = self.conn, self._flusher
+        assert flusher is not None
+        try:
+            while True:
+                if self.fd >= 0 and conn.outbound:
+                    # What fits in the socket goes out at once: nothing stays marked as in the
+                    # writer's hands while this task waits for its turn (a direct write must not
+                    # wait for it).
+                    self.write_now()
+                    if not conn.outbound:
+                        flusher.wrote.set()
+                        await trio.lowlevel.checkpoint()
+                data = conn.take_output()
+                if data and not await self._send(data):
+                    break
+                if not conn.outbound:
+                    if conn.closing is None:
+                        return
+                    break
+        finally:
+            self._writing = False
+        self._ended.set()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()  # (the reader and the timers: the session is over)
+
+    async def _send(self, data: bytearray) -> bool:
+        """Send ``data`` whole, waiting for room; False: it failed (the connection hung up)."""
+        conn = self.conn
+        self.busy = True
+        try:
+            with trio.fail_after(self._write_deadline):
+                await self.stream.send_all(data)
+            conn.output_sent(data, len(data))
+            assert self._flusher is not None
+            self._flusher.wrote.set()
+            return True
+        except trio.TooSlowError:
+            conn.output_sent(data, 0)
+            conn.hangup(Hangup.WRITE_DEADLINE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            conn.output_sent(data, len(data))
+            conn.hangup(Hangup.WRITE_ERROR)
+        finally:
+            self.busy = False
+        return False
 
 
 class Flusher:
@@ -248,7 +303,7 @@ class Flusher:
         if self._in_batch:
             self._touched.append(session)
         else:
-            session.waker.set()
+            session.write_soon()
 
     def process(self, session: Session, data: bytes) -> None:
         """Hand input to the session's protocol side (inside the containment boundary), then write
@@ -263,37 +318,3 @@ class Flusher:
             touched, self._touched = self._touched, []
             for reached in touched:
                 reached.write_now()
-
-    async def write_loop(self, session: Session, deadline: float) -> None:
-        """Send a connection's output until it closes."""
-        conn, stream = session.conn, session.stream
-        while True:
-            if not conn.outbound and conn.closing is None:
-                await session.waker.wait()
-            if session.fd >= 0 and conn.outbound:
-                # What fits in the socket goes out at once: nothing stays marked as in the writer's
-                # hands while this task waits for its turn (a direct write must not wait for it).
-                session.write_now()
-                if not conn.outbound:
-                    self.wrote.set()
-                    await trio.lowlevel.checkpoint()
-            data = conn.take_output()
-            if data:
-                session.busy = True
-                try:
-                    with trio.fail_after(deadline):
-                        await stream.send_all(data)
-                    conn.output_sent(data, len(data))
-                    self.wrote.set()
-                except trio.TooSlowError:
-                    conn.output_sent(data, 0)
-                    conn.hangup(Hangup.WRITE_DEADLINE)
-                    return
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    conn.output_sent(data, len(data))
-                    conn.hangup(Hangup.WRITE_ERROR)
-                    return
-                finally:
-                    session.busy = False
-            if conn.closing is not None and not conn.outbound:
-                return
