@@ -223,7 +223,7 @@ async def test_resp_clients_stop_at_an_error(nursery: trio.Nursery) -> None:
     load = Load(clients=2, requests=10)
     sweep = await trio.to_thread.run_sync(redis_benchmark.sweep, resp(node), load, ["PING", "SET"])
     assert not sweep.ok
-    assert [name for name, _ in sweep.figures] == ["PING"]
+    assert [name for name, _ in sweep.figures] == ["PING"], sweep.failure()
     assert sweep.failure().startswith("SET: redis-benchmark exited with 1")
     assert "OOM" in sweep.failure()
 
