@@ -106,7 +106,7 @@ class Session:
     """The I/O side of one connection: its stream, its protocol side, and what its tasks share."""
 
     __slots__ = (
-        "_ended", "_flusher", "_jobs", "_nursery", "_write_deadline", "_writing",
+        "_flusher", "_jobs", "_nursery", "_over", "_write_deadline", "_writing",
         "busy", "conn", "fd", "scope", "stream",
     )  # fmt: skip
 
@@ -119,7 +119,7 @@ class Session:
         self._nursery: trio.Nursery | None = None  # (while the session runs)
         self._jobs: list[Callable[[], Awaitable[None]]] | None = []  # (None: it ran and ended)
         self._writing = False  # (a writer task runs)
-        self._ended = trio.Event()  # (the connection has closed and its output is sent or lost)
+        self._over = False  # (the connection has closed and its output is sent or lost)
         self._flusher: Flusher | None = None
         self._write_deadline = math.inf
 
@@ -158,7 +158,7 @@ class Session:
         """Output waits, or the connection closes: have the writer task see to it (started unless
         it runs; it ends once nothing is left, and ends the session once the connection has
         closed and its output is sent)."""
-        if self._writing or self._nursery is None or self._ended.is_set():
+        if self._writing or self._nursery is None or self._over:
             return  # (not running yet: ``run`` starts it if need be)
         self._writing = True
         self._nursery.start_soon(self._write)
@@ -195,7 +195,7 @@ class Session:
                     self.write_now()  # (what the connection said before it was served)
                     await self._read(flusher, after_input)
                     self.write_soon()  # (it has closed: the writer sends what is left)
-                    await self._ended.wait()  # (the writer then cancels what still runs here)
+                    await trio.sleep_forever()  # (until the writer, done, cancels what runs here)
                 finally:
                     self._nursery = None
 
@@ -263,7 +263,7 @@ class Session:
                     break
         finally:
             self._writing = False
-        self._ended.set()
+        self._over = True
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()  # (the reader and the timers: the session is over)
 

@@ -82,6 +82,8 @@ def parse_csv(text: str) -> list[Figures]:
             values = [float(row[i]) for i in where]
         except ValueError as exc:
             raise BenchError(f"redis-benchmark printed a non-number: {exc}") from exc
+        if values[0] == math.inf:  # (it times a run in whole milliseconds: this one took none)
+            raise BenchError(f"the run of {row[0]} was too short to time: ask for more --requests")
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise BenchError(f"redis-benchmark printed an impossible figure: {','.join(row)[:200]!r}")
         figures.append(Figures(row[0], *values))
