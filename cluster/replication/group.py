@@ -109,6 +109,12 @@ class StateMachine(Protocol):
         applied stops the group on this node (logged) rather than let the replicas part ways."""
         ...
 
+    def term_began(self) -> None:
+        """A leader's first entry of its term (empty, for nothing but to commit its predecessors'
+        entries) was committed, in its place in the log: an entry this node proposed and not yet
+        applied before it is gone (a new leader's log did not have it)."""
+        ...
+
     def snapshot(self) -> bytes | None:
         """The whole state, as ``restore`` takes it, as of the last entry applied; None if it
         cannot tell that state now (it holds changes of entries not applied yet)."""
@@ -541,6 +547,8 @@ class Group:
                 result = self.machine.apply(entry.data)
             elif entry.kind is EntryKind.CONFIG:
                 result = ChangeEntry.decode(entry.data).voters
+            else:
+                self.machine.term_began()
             waiter = self._waiters.pop(entry.index, None)
             if waiter is None:
                 continue

@@ -13,7 +13,8 @@ ends with the same keys as the node that ran the command. The one exception is t
 entry: the leader ran the command itself to learn its records (``begin`` registers its sequence
 number before proposing), so applying the entry there skips the records. A sequence number
 ``begin`` handed out that never comes back applied (the proposal failed or timed out), or another
-node's entry applied while some are outstanding (a new leader replaced them), means this node's
+node's entry (or a new leader's first, empty entry: ``term_began``) applied while some are
+outstanding (a new leader replaced them), means this node's
 keys hold a change the group never committed: the machine is then ``dirty`` (``forget`` says so),
 entries applied meanwhile are carried out as far as the keys allow, and the node must rebuild the
 group's keys from the group's log before running anything on them (stop its side of the group,
@@ -92,9 +93,9 @@ class KeyspaceMachine:
         no new command on the group's keys until ``quieted`` is called."""
         self.quieted: Callable[[], None] = lambda: None
         self.spoiled: Callable[[], None] = lambda: None
-        """Told when applying an entry made the keys ``dirty``: another leader's entry where
-        changes made here were (their proposals' answers, which would say so, may never be
-        awaited: a client that went away), so the node must rebuild the keys."""
+        """Told when applying an entry made the keys ``dirty``: another leader's entry (or its
+        first, empty one) where changes made here were (their proposals' answers, which would say
+        so, may never be awaited: a client that went away), so the node must rebuild the keys."""
 
     def holds(self, key: bytes) -> bool:
         return self.first <= hash_slot(key) < self.end
@@ -134,9 +135,7 @@ class KeyspaceMachine:
             self._local.discard(sequence)
             return None
         if self._local:  # (another leader's entry where this node's own were: they are gone)
-            self._local.clear()
-            self.dirty = True
-            self.spoiled()
+            self._lost()
         try:
             self._run(data[_ORIGIN.size + size + _SEQUENCE.size :])
         except MachineError:
@@ -146,6 +145,16 @@ class KeyspaceMachine:
         if self.keyspaces.ready:  # (readers blocked here on keys it wrote: they ask again)
             self.keyspaces.serve_ready()
         return None
+
+    def term_began(self) -> None:
+        """A new leader's first entry: changes made here not applied before it are gone."""
+        if self._local:
+            self._lost()
+
+    def _lost(self) -> None:
+        self._local.clear()
+        self.dirty = True
+        self.spoiled()
 
     def snapshot(self) -> bytes | None:
         """The group's keys as of the last entry applied; None while they also hold changes made

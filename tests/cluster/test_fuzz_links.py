@@ -159,6 +159,9 @@ class Sink:
     def apply(self, data: bytes) -> object:
         return None
 
+    def term_began(self) -> None:
+        return None
+
     def snapshot(self) -> bytes:
         return b""
 

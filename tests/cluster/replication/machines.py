@@ -12,12 +12,17 @@ class Recorder:
     def __init__(self) -> None:
         self.applied: list[bytes] = []
         self.restores = 0
+        self.terms = 0
+        """Leaders' first entries committed (``term_began``)."""
 
     def apply(self, data: bytes) -> object:
         if data == b"boom":
             raise ValueError("cannot apply")
         self.applied.append(data)
         return len(self.applied)
+
+    def term_began(self) -> None:
+        self.terms += 1
 
     def snapshot(self) -> bytes:
         data: bytes = msgpack.packb(self.applied)

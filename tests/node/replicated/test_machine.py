@@ -200,6 +200,24 @@ def test_another_leaders_entry_in_place_of_ours_spoils_the_keys_until_rebuilt() 
     assert not old.machine.dirty
 
 
+def test_a_new_leaders_first_entry_in_place_of_ours_spoils_the_keys() -> None:
+    """A deposed leader whose pending change was replaced by its successor's first (empty) entry,
+    with no write after it: the keys hold a change the log will never have, and the node is told
+    at once (no later entry of another leader would tell it). Without pending changes, a new
+    term's first entry changes nothing."""
+    old = Replica("a")
+    told: list[bool] = []
+    old.machine.spoiled = lambda: told.append(True)
+    old.machine.term_began()
+    assert (told, old.machine.dirty) == ([], False)
+    old.command(b"XADD", b"s", b"5-1", b"f", b"v")  # (never committed)
+    old.machine.term_began()
+    assert old.machine.dirty
+    assert told == [True]
+    old.machine.clear()
+    assert snap(old) == snap(Replica("b"))
+
+
 def test_snapshot_holds_only_the_groups_slots() -> None:
     low = Replica("a", 0, SLOTS // 2)
     for key in [b"a", b"b", b"c", b"d", b"e", b"{a}x"]:
