@@ -212,8 +212,10 @@ class LinkManager(Generic[AccountT]):
         try:
             if secure is not None and not await self._secure(secure, link):
                 return link
+            assert self._nursery is not None  # (links are served only while ``run`` runs)
             await session.run(
                 self.flusher,
+                self._nursery,
                 write_deadline=self.settings.write_deadline,
                 timers=partial(self._heartbeat, session),
             )

@@ -372,8 +372,10 @@ class Server:
         try:
             if start is not None and not await start():
                 return
+            assert self._handler_nursery is not None  # (clients are served only while ``serve`` runs)
             await session.run(
                 self.flusher,
+                self._handler_nursery,
                 write_deadline=self.config.write_deadline,
                 timers=timers,
                 after_input=after_input or self._stall_if_congested,

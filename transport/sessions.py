@@ -3,9 +3,11 @@
 A ``Session`` is the I/O side of one connection: a reader feeding the protocol side's
 ``receive_data`` (the session's own task), a writer task for output that had to wait (running only
 while some does), and the protocol's timers. An idle connection thus holds one task, its reader,
-plus any timers its protocol keeps running. The protocol side (a ``Connection``: a NATS client, a
-route or gateway link, any later front door) decides everything a peer can observe; the session
-only moves bytes and keeps time.
+plus any timers its protocol keeps running. The writer and the timers are tasks of a nursery of the
+node's, each in a cancel scope of its own made as it starts (the reader's end, or ``abandon``,
+cancels them): a session holds no nursery of its own, which would cost each connection ~1.3 KB.
+The protocol side (a ``Connection``: a NATS client, a route or gateway link, any later front door)
+decides everything a peer can observe; the session only moves bytes and keeps time.
 
 **Containment.** Whatever the protocol side raises while handling one connection's input or timers
 ends that connection, never the process: the error is logged with the connection's name and handed
@@ -36,6 +38,7 @@ import logging
 import math
 import os
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Protocol
 
 import trio
@@ -106,8 +109,8 @@ class Session:
     """The I/O side of one connection: its stream, its protocol side, and what its tasks share."""
 
     __slots__ = (
-        "_flusher", "_jobs", "_nursery", "_over", "_write_deadline", "_writing",
-        "busy", "conn", "fd", "scope", "stream",
+        "_changed", "_flusher", "_helpers", "_jobs", "_nursery", "_over", "_reading", "_stopped",
+        "_write_deadline", "_writing", "busy", "conn", "fd", "stream",
     )  # fmt: skip
 
     def __init__(self, stream: trio.abc.Stream) -> None:
@@ -115,9 +118,12 @@ class Session:
         self.conn: Connection  # set once the protocol side exists (it needs the session to wake it)
         self.busy = False  # the writer task holds data it has not finished sending
         self.fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
-        self.scope = trio.CancelScope()
-        self._nursery: trio.Nursery | None = None  # (while the session runs)
+        self._nursery: trio.Nursery | None = None  # (the node's, for the writer and the timers)
         self._jobs: list[Callable[[], Awaitable[None]]] | None = []  # (None: it ran and ended)
+        self._helpers: set[trio.CancelScope] | None = None  # (of the writer and timers running)
+        self._changed: trio.Event | None = None  # (set as a helper ends, while the end awaits one)
+        self._reading: trio.CancelScope | None = None  # (the reader's, without a socket of its own)
+        self._stopped = False  # (the reader is to stop: the session is over, or abandoned)
         self._writing = False  # (a writer task runs)
         self._over = False  # (the connection has closed and its output is sent or lost)
         self._flusher: Flusher | None = None
@@ -129,7 +135,7 @@ class Session:
         ended. A protocol side may start timers only while it has something to time, so that an
         idle connection holds no task for them."""
         if self._nursery is not None:
-            self._nursery.start_soon(self._guard, job)
+            self._nursery.start_soon(self._helper, partial(self._guard, job), name=self._guard)
         elif self._jobs is not None:
             self._jobs.append(job)
         else:
@@ -161,22 +167,26 @@ class Session:
         if self._writing or self._nursery is None or self._over:
             return  # (not running yet: ``run`` starts it if need be)
         self._writing = True
-        self._nursery.start_soon(self._write)
+        self._nursery.start_soon(self._helper, self._write, name=self._write)
 
     def abandon(self) -> None:
         """Stop this session's tasks at once (a writer may be stuck on a socket nobody reads)."""
-        self.scope.cancel()
+        self._stop_reading()
+        for helper in self._helpers or ():
+            helper.cancel()
 
     async def run(
         self,
         flusher: Flusher,
+        nursery: trio.Nursery,
         *,
         write_deadline: float,
         timers: Callable[[], Awaitable[None]] | None = None,
         after_input: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Serve the connection until it has closed and flushed (or the session is abandoned).
-        The reader is this task; the writer and the timers are tasks beside it.
+        The reader is this task; the writer and the timers are tasks of ``nursery`` (the node's,
+        living longer than any session), ended before this returns.
 
         Args:
             write_deadline: seconds one write may take before the peer counts as too slow.
@@ -184,64 +194,113 @@ class Session:
             after_input: awaited after each piece of input (a producer pausing for its consumers).
         """
         self._flusher, self._write_deadline = flusher, write_deadline
-        with self.scope:
-            async with trio.open_nursery() as nursery:
-                self._nursery, jobs, self._jobs = nursery, self._jobs or [], None
-                if timers is not None:
-                    jobs.insert(0, timers)
-                for job in jobs:
-                    nursery.start_soon(self._guard, job)
-                try:
-                    self.write_now()  # (what the connection said before it was served)
+        self._nursery, jobs, self._jobs = nursery, self._jobs or [], None
+        if timers is not None:
+            jobs.insert(0, timers)
+        for job in jobs:
+            self.start(job)
+        try:
+            self.write_now()  # (what the connection said before it was served)
+            if self.fd >= 0:
+                await self._read(flusher, after_input)
+            else:  # (a stream of another kind: stopped by cancelling its read)
+                with trio.CancelScope() as self._reading:
+                    if self._stopped:
+                        self._reading.cancel()
                     await self._read(flusher, after_input)
-                    self.write_soon()  # (it has closed: the writer sends what is left)
-                    await trio.sleep_forever()  # (until the writer, done, cancels what runs here)
-                finally:
-                    self._nursery = None
+            self.write_soon()  # (it has closed: the writer sends what is left, then ends)
+            while self._writing:
+                await self._until_changed()
+        finally:
+            self._nursery = None
+            for helper in self._helpers or ():
+                helper.cancel()
+            while self._helpers:  # (they may still touch the connection, which is retired next)
+                await self._until_changed()
+
+    def _stop_reading(self) -> None:
+        """Have the reader stop: woken if it waits for input, else before it next would (what it
+        awaits after input, ``after_input``, runs to its end)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._reading is not None:
+            self._reading.cancel()
+        elif self.fd >= 0:
+            trio.lowlevel.notify_closing(self.fd)  # (its wait for input raises ClosedResourceError)
+
+    async def _until_changed(self) -> None:
+        """Wait until a writer or timers task of this session ends."""
+        self._changed = trio.Event()
+        await self._changed.wait()
+
+    async def _helper(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run a writer or timers task of this session in a cancel scope the session's end (or
+        ``abandon``) cancels."""
+        if self._nursery is None:
+            return  # (started as the session ended)
+        helpers = self._helpers
+        if helpers is None:
+            helpers = self._helpers = set()
+        scope = trio.CancelScope()
+        helpers.add(scope)
+        try:
+            with scope:
+                await job()
+        finally:
+            helpers.discard(scope)
+            if not helpers:
+                self._helpers = None
+            if self._changed is not None:
+                self._changed.set()
 
     async def _read(self, flusher: Flusher, after_input: Callable[[], Awaitable[None]] | None) -> None:
-        conn = self.conn
+        """Hand input to the protocol side until the connection closes (or the reader is
+        stopped); see the module's notes on reads."""
+        conn, fd = self.conn, self.fd
         try:
             waited = True
             while conn.closing is None:
                 if not waited:
                     await trio.lowlevel.checkpoint()
-                data, waited = await self._receive()
+                if fd < 0:
+                    data = bytes(await self.stream.receive_some(READ_SIZE))
+                else:
+                    waited = False
+                    while True:
+                        try:
+                            data = os.read(fd, READ_SIZE)
+                            break
+                        except BlockingIOError:
+                            if self._stopped:
+                                return
+                            await trio.lowlevel.wait_readable(fd)
+                            waited = True
+                        except OSError as exc:
+                            raise trio.BrokenResourceError(str(exc)) from exc
                 if not data:
                     conn.hangup(Hangup.CLOSED_BY_PEER)
                     return
-                flusher.process(self, bytes(data))
+                flusher.process(self, data)
                 if after_input is not None:
                     await after_input()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            conn.hangup(Hangup.READ_ERROR)
-
-    async def _receive(self) -> tuple[bytes, bool]:
-        """The next input (empty: the peer closed), and whether it had to be waited for; see the
-        module's notes on reads."""
-        if self.fd < 0:
-            return bytes(await self.stream.receive_some(READ_SIZE)), True
-        waited = False
-        while True:
-            try:
-                return os.read(self.fd, READ_SIZE), waited
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(self.fd)
-                waited = True
-            except OSError as exc:
-                raise trio.BrokenResourceError(str(exc)) from exc
+            if conn.closing is None:  # (else the reader was stopped: nothing to report)
+                conn.hangup(Hangup.READ_ERROR)
 
     async def _guard(self, timers: Callable[[], Awaitable[None]]) -> None:
         try:
             await timers()
         except Exception as exc:
             contain(self.conn, exc)
-        self.write_now()  # (they may have closed the connection)
+        if self._nursery is not None:
+            self.write_now()  # (they may have closed the connection)
 
     async def _write(self) -> None:
         """Send what the socket did not take at once, until nothing is left (then this task ends:
         it is started again when needed), or until the connection has closed and its output is
-        sent, or sending failed: then the session ends."""
+        sent, or sending failed: then the session ends (the reader is stopped, and its end
+        cancels the timers)."""
         conn, flusher = self.conn, self._flusher
         assert flusher is not None
         try:
@@ -261,11 +320,12 @@ class Session:
                     if conn.closing is None:
                         return
                     break
+        except Exception as exc:  # (a bug: it ends this connection only, as a reader's would)
+            contain(conn, exc)
         finally:
             self._writing = False
         self._over = True
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()  # (the reader and the timers: the session is over)
+        self._stop_reading()
 
     async def _send(self, data: bytearray) -> bool:
         """Send ``data`` whole, waiting for room; False: it failed (the connection hung up)."""

@@ -76,7 +76,7 @@ async def start(
 
     async def run() -> None:
         try:
-            await session.run(flusher, write_deadline=5, **options)  # type: ignore[arg-type]
+            await session.run(flusher, nursery, write_deadline=5, **options)  # type: ignore[arg-type]
         finally:
             done.set()
 
@@ -156,5 +156,46 @@ async def test_a_writer_stuck_past_its_deadline_hangs_up(
     session.conn = conn
     conn._send(b"x" * 100)
     with trio.fail_after(60):
-        await session.run(flusher, write_deadline=5)
+        await session.run(flusher, nursery, write_deadline=5)
     assert conn.hangups == [Hangup.WRITE_DEADLINE]
+
+
+@pytest.mark.timeout(10)
+async def test_the_end_of_a_session_ends_its_timers_before_run_returns(nursery: trio.Nursery) -> None:
+    states: list[str] = []
+
+    async def timer() -> None:
+        states.append("started")
+        try:
+            await trio.sleep_forever()
+        finally:
+            states.append("ended")
+
+    flusher = Flusher()
+    _, peer, done = await start(nursery, flusher, "timed", timers=timer)
+    with trio.fail_after(5):
+        await peer.send_all(b"hi")
+        assert await read_until(peer, b"hi") == b"echo:hi"
+        assert states == ["started"]
+        await peer.aclose()
+        await done.wait()
+    assert states == ["started", "ended"]
+
+
+@pytest.mark.timeout(10)
+async def test_a_bug_in_the_writer_ends_that_connection_only(nursery: trio.Nursery) -> None:
+    flusher = Flusher()
+    bad, _, bad_done = await start(nursery, flusher, "bad")
+    good, good_peer, _ = await start(nursery, flusher, "good")
+
+    def broken() -> bytearray:
+        raise RuntimeError("writer bug")
+
+    bad.take_output = broken  # type: ignore[method-assign]
+    bad._send(b"x")  # (a memory stream: every write goes through the writer task)
+    with trio.fail_after(5):
+        await bad_done.wait()
+        await good_peer.send_all(b"still")
+        assert await read_until(good_peer, b"still") == b"echo:still"
+    assert (bad.closing, [str(e) for e in bad.internal]) == ("internal", ["writer bug"])
+    assert good.closing is None

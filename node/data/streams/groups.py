@@ -43,14 +43,37 @@ class Nack:
         self.delivery_count = delivery_count
 
 
+_NOTHING: SortedDict[int, Nack] = SortedDict()
+"""The pending entries of every consumer with none yet: never written (``Consumer.holding``)."""
+
+
 class Consumer:
-    __slots__ = ("active_time", "name", "pending", "seen_time")
+    """A consumer of a group; its pending entries (a ``SortedDict``, ~1.6 KB even empty) are
+    made for its first, so that a consumer that only waits (a blocked XREADGROUP per client)
+    costs little."""
+
+    __slots__ = ("_pending", "active_time", "name", "seen_time")
 
     def __init__(self, name: bytes, now: int) -> None:
         self.name = name
         self.seen_time = now
         self.active_time = -1
-        self.pending: SortedDict[int, Nack] = SortedDict()
+        self._pending: SortedDict[int, Nack] | None = None
+
+    @property
+    def pending(self) -> SortedDict[int, Nack]:
+        """Its pending entries by ID, to read or to delete from (``holding`` to add to)."""
+        return _NOTHING if self._pending is None else self._pending
+
+    @pending.setter
+    def pending(self, entries: SortedDict[int, Nack]) -> None:
+        self._pending = entries or None
+
+    def holding(self) -> SortedDict[int, Nack]:
+        """Its pending entries, to add to."""
+        if self._pending is None:
+            self._pending = SortedDict()
+        return self._pending
 
 
 @attrs.frozen
@@ -97,7 +120,7 @@ class ConsumerGroup:
         for entry_id, nack in self.pel.items():
             owner = twin.consumers[nack.consumer.name]
             copied_nack = Nack(owner, nack.delivery_time, nack.delivery_count)
-            twin.pel[entry_id] = owner.pending[entry_id] = copied_nack
+            twin.pel[entry_id] = owner.holding()[entry_id] = copied_nack
         return twin
 
     # ----------------------------------------------------------------- consumers
@@ -160,11 +183,11 @@ class ConsumerGroup:
             nack.consumer = consumer
             nack.delivery_time = now
             nack.delivery_count = 1
-            consumer.pending[entry_id] = nack
+            consumer.holding()[entry_id] = nack
         if fresh:
             # (one update per PEL: a batch of increasing IDs is merged in C, not bisected one by one)
             pel.update(fresh)
-            consumer.pending.update(fresh)
+            consumer.holding().update(fresh)
         if entries and not noack:
             consumer.active_time = now
         return entries
@@ -260,7 +283,7 @@ class ConsumerGroup:
         if nack.consumer is not consumer:
             del nack.consumer.pending[entry_id]
             nack.consumer = consumer
-            consumer.pending[entry_id] = nack
+            consumer.holding()[entry_id] = nack
 
     def _drop(self, entry_id: int, nack: Nack) -> None:
         del self.pel[entry_id]
@@ -364,7 +387,7 @@ class ConsumerGroup:
                 if not force:
                     continue
                 nack = self.pel[entry_id] = Nack(owner, now)
-                owner.pending[entry_id] = nack
+                owner.holding()[entry_id] = nack
             elif min_idle and now - nack.delivery_time < min_idle:
                 continue
             self._take(entry_id, nack, owner)

@@ -660,3 +660,24 @@ def test_acks_of_a_few_and_of_most_leave_the_same_pels() -> None:
     assert all(group.pel[i] is bob.pending[i] for i in bob.pending)
     assert group.ack(list(group.pel)) == 20
     assert (len(group.pel), len(alice.pending), len(bob.pending)) == (0, 0, 0)
+
+
+@pytest.mark.timeout(10)
+def test_a_consumer_makes_its_pending_list_for_its_first_entry() -> None:
+    """A consumer that only waits holds no list of its own (a blocked reader per client would
+    otherwise cost ~1.6 KB each); it makes one when given an entry, and gives it up once all
+    are acknowledged."""
+    stream = stream_of(1, 2)
+    stream.create_group(b"g", make_id(2, 0), None)
+    group = stream.groups[b"g"]
+    waiting = [group.consumer(b"w%d" % i, 1) for i in range(3)]
+    assert group.read_new(stream, waiting[0], None, False, 1) == []
+    assert {id(c.pending) for c in waiting} == {id(waiting[0].pending)}  # (one shared, empty)
+    stream.add(make_id(3, 0), [b"data", b"3"])
+    assert len(group.read_new(stream, waiting[1], None, False, 2)) == 1
+    assert list(waiting[1].pending) == [make_id(3, 0)]
+    assert (len(waiting[0].pending), len(waiting[2].pending)) == (0, 0)  # (the shared one untouched)
+    assert len(group.claim(stream, b"w2", 0, [make_id(3, 0)], 3)) == 1
+    assert (list(waiting[1].pending), list(waiting[2].pending)) == ([], [make_id(3, 0)])
+    assert group.ack([make_id(3, 0)]) == 1
+    assert waiting[2].pending is waiting[0].pending  # (back to the shared empty list)

@@ -15,17 +15,21 @@ from tests.support import read_until, start_redis_node, until
 pytestmark = pytest.mark.timeout(30)
 
 
-def timer_tasks() -> int:
-    """Tasks running a session's timers (``Session._guard``), anywhere in this trio run."""
-    found = 0
+def all_tasks() -> list[trio.lowlevel.Task]:
+    """Every task of this trio run."""
     root = trio.lowlevel.current_root_task()
     assert root is not None
-    nurseries = list(root.child_nurseries)
+    found, nurseries = [], list(root.child_nurseries)
     while nurseries:
         for task in nurseries.pop().child_tasks:
-            found += task.name.endswith("Session._guard")
+            found.append(task)
             nurseries.extend(task.child_nurseries)
     return found
+
+
+def timer_tasks() -> int:
+    """Tasks running a session's timers (``Session._guard``), anywhere in this trio run."""
+    return sum(task.name.endswith("Session._guard") for task in all_tasks())
 
 
 async def client(handle: NodeHandle) -> trio.SocketStream:
@@ -54,4 +58,16 @@ async def test_idle_clients_hold_no_timer_task_and_a_blocked_read_starts_one(
     await trio.sleep(TIMERS_LINGER / 10)
     assert timer_tasks() == 0
     for stream in [*idle, reader]:
+        await stream.aclose()
+
+
+async def test_an_idle_connection_holds_no_nursery_of_its_own(nursery: trio.Nursery) -> None:
+    """Its writer and timers, when they run, are tasks of the node's nursery: an idle
+    connection's task (its reader) opens none (a nursery costs each connection ~1.3 KB)."""
+    handle = await start_redis_node(nursery)
+    idle = [await client(handle) for _ in range(5)]
+    readers = [task for task in all_tasks() if task.name.endswith("._run_handler")]
+    assert len(readers) == 5
+    assert [task.child_nurseries for task in readers] == [[]] * 5
+    for stream in idle:
         await stream.aclose()
