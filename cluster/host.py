@@ -25,7 +25,7 @@ one, and the node may type its side of the seam against it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from routing import InterestChange, Message, Origin, Publication, RemoteInterest
@@ -96,8 +96,9 @@ class NodeHost(Protocol[AccountT]):
         """Send messages whose replies crossed (or will cross) a gateway through ``router``."""
         ...
 
-    def local_interest(self, accounts: Iterable[str] | None = None) -> Iterator[InterestChange]:
-        """Local interest as announcements: the snapshot a peer gets when a link opens."""
+    def local_interest(self, where: Callable[[str], bool] | None = None) -> Iterator[InterestChange]:
+        """Local interest as announcements: the snapshot a peer gets when a link opens (of the
+        accounts ``where`` keeps; all by default)."""
         ...
 
     def publish(

@@ -265,7 +265,7 @@ class RouteManager(LinkManager[AccountT]):
         table = self.host.route_interest
         new = not table.weight(peer, account, subject, queue)
         table.apply_remote_sub(peer, account, subject, queue, weight)
-        if new:
+        if new and self.interest_listeners:
             self._tell(InterestChange(account, subject, queue, 1))
 
     def _forget(self, peer: Peer[AccountT], account: str) -> None:
@@ -373,9 +373,7 @@ class RouteManager(LinkManager[AccountT]):
             self._gossip_about(peer)
         for account in replaced.accounts if replaced is not None else ():
             self._forget(peer, account)
-        self._send_snapshot(
-            link, (c for c in self.host.local_interest() if peer.slot_of(c.account) == slot)
-        )
+        self._send_snapshot(link, self.host.local_interest(lambda a: peer.slot_of(a) == slot))
         link.send(Gossip(self._known_peers()))
         if first and self.gateways is not None:
             known = self.gateways.known()

@@ -15,7 +15,7 @@ import os
 import platform
 import random
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from cluster.host import Consumer, Forwarder, ReplyMapping
@@ -366,9 +366,12 @@ class Broker:
         for listener in self.interest_listeners:
             listener(change)
 
-    def local_interest(self, accounts: Iterable[str] | None = None) -> Iterator[InterestChange]:
-        """Local interest as announcements, for a peer whose link has just opened."""
-        changes: Iterator[InterestChange] = self.interest.snapshot(accounts)
+    def local_interest(self, where: Callable[[str], bool] | None = None) -> Iterator[InterestChange]:
+        """Local interest as announcements, for a peer whose link has just opened (of the accounts
+        ``where`` keeps; all by default)."""
+        interest = self.interest
+        accounts = None if where is None else [a for a in interest.accounts() if where(a)]
+        changes: Iterator[InterestChange] = interest.snapshot(accounts)
         return changes
 
     def subscribe_pattern(self, account: Account, pattern: bytes, owner: PatternSubscriber) -> None:

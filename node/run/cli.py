@@ -36,6 +36,7 @@ from node.run.process import (
     SignalError,
     ports_info,
     send_signal,
+    tune_collector,
 )
 from node.run.reload import Reloader
 from transport.tls import TlsConfig
@@ -349,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     logs.set_debug(config.debug)
     log.info("Starting pubmesh %s", VERSION)
+    tune_collector()
     try:
         trio.run(_serve, args, config, logs)
     except BaseException as exc:  # (whatever stopped the node ends the process)

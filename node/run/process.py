@@ -1,11 +1,13 @@
-"""The node as an operating-system process: its pid file, its ports file, and ``--signal``, which
-finds a running node and signals it, as nats-server's ``--signal`` does.
+"""The node as an operating-system process: its pid file, its ports file, ``--signal``, which
+finds a running node and signals it, as nats-server's ``--signal`` does, and the tuning of Python's
+cycle collector for a long-lived process.
 """
 
 from __future__ import annotations
 
 import array
 import fcntl
+import gc
 import itertools
 import json
 import os
@@ -19,6 +21,7 @@ import attrs
 from node.config.options import Config
 
 __all__ = [
+    "COLLECTOR_THRESHOLDS",
     "COMMANDS",
     "PROCESS_NAME",
     "STEP_DOWN",
@@ -27,6 +30,7 @@ __all__ = [
     "find_nodes",
     "ports_info",
     "send_signal",
+    "tune_collector",
 ]
 
 PROCESS_NAME = "pubmesh"
@@ -50,6 +54,24 @@ signal: the classic ones all mean something already; a node of a release without
 
 class SignalError(Exception):
     """``--signal`` could not be carried out; the message is nats-server's."""
+
+
+COLLECTOR_THRESHOLDS = (10_000, 10, 10)
+"""The cycle collector's thresholds in a node process (Python's defaults: 700, 10, 10)."""
+
+
+def tune_collector() -> None:
+    """Have Python's cycle collector run less often, and leave what the process made before
+    serving (modules, classes, command tables) out of its full collections.
+
+    A node keeps many small objects for as long as it runs (subscriptions, interest, keys), and
+    with the default thresholds each full collection walks all of them again: a node learning
+    100,000 subscriptions from a route spent about half of that time collecting (the joining
+    node's resync, ``pubmesh bench resync``: 0.52-0.59 s with the defaults, 0.30-0.43 s with these
+    thresholds). Garbage is still freed at once by reference counting; only cycles wait longer.
+    """
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    gc.freeze()
 
 
 def send_signal(argument: str, *, proc: str = "/proc") -> int:

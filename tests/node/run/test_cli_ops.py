@@ -3,6 +3,7 @@ the ``--signal`` commands, and the process options a configuration file may set.
 
 from __future__ import annotations
 
+import gc
 import signal
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from cluster.config import ClusterConfig
 from node.config.load import load
 from node.config.options import Config, UserConfig
 from node.run.cli import command_line_config, main
-from node.run.process import COMMANDS
+from node.run.process import COLLECTOR_THRESHOLDS, COMMANDS, tune_collector
 from node.run.reload import ReloadPlan, plan_reload
 from transport.tls import TlsConfig
 
@@ -103,3 +104,15 @@ def test_plan_refuses_the_rest_one_line_each_without_secrets() -> None:
     assert plan_reload(old, old.evolve(cluster=None)).refused == (
         "config reload not supported for cluster",
     )
+
+
+@pytest.mark.timeout(10)
+def test_a_node_process_collects_cycles_less_often_and_never_its_start_up() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_collector()
+        assert gc.get_threshold() == COLLECTOR_THRESHOLDS
+        assert gc.get_freeze_count() > 1000  # (everything made before serving)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
