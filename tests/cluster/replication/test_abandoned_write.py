@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import socket
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import redis
 
 from cluster.placement import layout
-from tests.cluster.replication.jepsen import Node, keys_by_group, leaders, stop_all, wait
+from tests.cluster.replication.jepsen import Node, cluster, keys_by_group, leaders, wait
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -59,14 +58,9 @@ def test_an_abandoned_write_replaced_by_another_leader_is_taken_back(
     tmp_path: Path, then_write: bool
 ) -> None:
     plan = layout(NAMES, 3)
-    nodes = {name: Node(name, tmp_path) for name in NAMES}
-    everyone = list(nodes.values())
-    with ExitStack() as stack:
-        stack.callback(stop_all, everyone)
-        for node in everyone:
-            # (no proposal times out on its own here: only the successor's entries undo the change)
-            node.configure(NAMES, [n.route_port for n in everyone], "50ms", propose_timeout="30s")
-            node.start()
+    # (no proposal times out on its own here: only the successor's entries undo the change)
+    with cluster(NAMES, tmp_path, propose_timeout="30s") as nodes:
+        everyone = list(nodes.values())
         led = wait(lambda: leaders(everyone, len(plan.groups)), "every group to form")
         key = keys_by_group(plan, "s", 1)[0]
         group = plan.group_of(key.encode()).name

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import shutil
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from cluster.placement import layout
-from tests.cluster.replication.jepsen import Node, keys_by_group, leaders, stop_all, wait
+from tests.cluster.replication.jepsen import Node, cluster, keys_by_group, leaders, wait
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -40,13 +39,8 @@ def leads(node: Node, group: str) -> bool:
 
 def test_a_lost_store_costs_no_acknowledged_write(tmp_path: Path) -> None:
     plan = layout(NAMES, 3)
-    nodes = {name: Node(name, tmp_path) for name in NAMES}
-    everyone = list(nodes.values())
-    with ExitStack() as stack:
-        stack.callback(stop_all, everyone)
-        for node in everyone:
-            node.configure(NAMES, [n.route_port for n in everyone], "50ms")
-            node.start()
+    with cluster(NAMES, tmp_path) as nodes:
+        everyone = list(nodes.values())
         led = wait(lambda: leaders(everyone, len(plan.groups)), "every group to form")
         key = keys_by_group(plan, "s", 1)[0]
         group = plan.group_of(key.encode()).name
