@@ -107,11 +107,11 @@ class InterestTracker:
     def snapshot(self, accounts: Iterable[str] | None = None) -> Iterator[InterestChange]:
         """The current interest as announcements, for a peer that has just connected."""
         names = list(self._counts) if accounts is None else list(accounts)
-        weighted = self._queue_weights
         for account in names:
-            for (subject, queue), count in list(self._counts.get(account, {}).items()):
-                weight = count if queue is not None and weighted else 1
-                yield InterestChange(account, subject, queue, weight)
+            for key, count in list(self._counts.get(account, {}).items()):
+                change = self._change(account, key, 0, count)
+                assert change is not None
+                yield change
 
     def __len__(self) -> int:
         return sum(len(counts) for counts in self._counts.values())

@@ -173,8 +173,7 @@ class Session:
     def abandon(self) -> None:
         """Stop this session's tasks at once (a writer may be stuck on a socket nobody reads)."""
         self._stop_reading()
-        for helper in self._helpers or ():
-            helper.cancel()
+        self._cancel_helpers()
 
     async def run(
         self,
@@ -214,8 +213,7 @@ class Session:
                 await self._until_changed()
         finally:
             self._nursery = None
-            for helper in self._helpers or ():
-                helper.cancel()
+            self._cancel_helpers()
             while self._helpers:  # (they may still touch the connection, which is retired next)
                 await self._until_changed()
 
@@ -229,6 +227,10 @@ class Session:
             self._reading.cancel()
         elif self.fd >= 0:
             trio.lowlevel.notify_closing(self.fd)  # (its wait for input raises ClosedResourceError)
+
+    def _cancel_helpers(self) -> None:
+        for helper in self._helpers or ():
+            helper.cancel()
 
     async def _until_changed(self) -> None:
         """Wait until a writer or timers task of this session ends."""
