@@ -95,6 +95,8 @@ with open({FILLER!r}, "ab", buffering=0) as file:
 """
 SIZE = "import shutil; print(shutil.disk_usage('/data').total)"
 CONVERGE_TIMEOUT = 90.0
+DOCKER_TIMEOUT = 60.0
+HEAL_ATTEMPTS = 2
 TRAFFIC_TIMEOUT = 20.0
 GRACE = 1.0
 """Seconds to go on counting after the last message expected, for late duplicates."""
@@ -164,7 +166,9 @@ class Cycle:
 
 
 def docker(*args: str) -> str:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=DOCKER_TIMEOUT, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"docker {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout.strip()
@@ -325,30 +329,40 @@ class Breakage:
                 docker("kill", node.container)
 
     def heal(self) -> list[str]:
-        """Undo everything still broken, newest first; what could not be undone, as problems."""
+        """Undo everything still broken, newest first; what could not be undone, as problems.
+
+        Each step looks before it acts, so a step that timed out (the Docker daemon stalled, as
+        it does now and then on a loaded machine) is tried once more before it counts."""
         problems = []
         while self.open:
             fault, nodes = self.open.pop()
             for node in nodes:
-                try:
-                    if fault.startswith("disconnect"):
-                        if self.network not in docker(
-                            "inspect", "-f", "{{json .NetworkSettings.Networks}}", node.container
-                        ):
-                            docker("network", "connect", "--alias", node.service, self.network,
-                                   node.container)  # fmt: skip
-                    elif fault.startswith("pause") or fault == FALLBACK_FAULT:
-                        if docker("inspect", "-f", "{{.State.Paused}}", node.container) == "true":
-                            docker("unpause", node.container)
-                    elif fault == GATEWAY_FAULT:
-                        _gateway_rules(node.container, "-D")
-                    elif fault == DISK_FAULT:
-                        docker("exec", node.container, "rm", "-f", FILLER)
-                    elif docker("inspect", "-f", "{{.State.Running}}", node.container) != "true":
-                        docker("start", node.container)
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    problems.append(f"could not heal {fault} of {node.service}: {exc}")
+                for attempt in range(HEAL_ATTEMPTS):
+                    try:
+                        self._heal(fault, node)
+                        break
+                    except subprocess.TimeoutExpired as exc:
+                        if attempt + 1 == HEAL_ATTEMPTS:
+                            problems.append(f"could not heal {fault} of {node.service}: {exc}")
+                    except RuntimeError as exc:
+                        problems.append(f"could not heal {fault} of {node.service}: {exc}")
+                        break
         return problems
+
+    def _heal(self, fault: str, node: Node) -> None:
+        if fault.startswith("disconnect"):
+            networks = docker("inspect", "-f", "{{json .NetworkSettings.Networks}}", node.container)
+            if self.network not in networks:
+                docker("network", "connect", "--alias", node.service, self.network, node.container)
+        elif fault.startswith("pause") or fault == FALLBACK_FAULT:
+            if docker("inspect", "-f", "{{.State.Paused}}", node.container) == "true":
+                docker("unpause", node.container)
+        elif fault == GATEWAY_FAULT:
+            _gateway_rules(node.container, "-D")
+        elif fault == DISK_FAULT:
+            docker("exec", node.container, "rm", "-f", FILLER)
+        elif docker("inspect", "-f", "{{.State.Running}}", node.container) != "true":
+            docker("start", node.container)
 
 
 # -- convergence, from the monitoring endpoints ------------------------------------------------
