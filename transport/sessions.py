@@ -29,15 +29,24 @@ task, where nothing else running on the loop could reach it (a Redis script busy
 reads the other clients' sockets itself, and must find there what they sent). It yields before a
 read instead, when the input it last handled came without waiting, so a client that keeps sending
 takes turns with the others; a connection that had to wait for its input reads again at once,
-which costs an idle connection no extra trip through the scheduler.
+which costs an idle connection no extra trip through the scheduler. After input shorter than a full
+read, the reader asks the kernel whether more is waiting (``FIONREAD``) and, if not, waits for the
+socket straight away: a client waiting for its reply has sent nothing more, and a read that finds
+nothing costs about three times the question (measured: 1.9 against 0.6 µs; 50 redis-benchmark
+clients without pipelining, 8% more requests per second). It asks rather than assume: a reply has
+just left, and what its client sends next before the socket is armed in epoll would be reported
+after input that later reached a socket already armed, out of arrival order
+(``transport.wake_order``).
 """
 
 from __future__ import annotations
 
 import enum
+import fcntl
 import logging
 import math
 import os
+import termios
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Protocol
@@ -49,6 +58,15 @@ __all__ = ["Connection", "Flusher", "Hangup", "Session", "contain"]
 log = logging.getLogger("pubmesh")
 
 READ_SIZE = 1 << 16
+
+
+_COUNT = bytearray(4)
+
+
+def _unread(fd: int) -> bool:
+    """Whether a socket holds input not yet read (asking costs less than a read that finds none)."""
+    fcntl.ioctl(fd, termios.FIONREAD, _COUNT)
+    return _COUNT != b"\0\0\0\0"
 
 
 class Hangup(enum.Enum):
@@ -287,6 +305,15 @@ class Session:
                 flusher.process(self, data)
                 if after_input is not None:
                     await after_input()
+                if (
+                    len(data) < READ_SIZE
+                    and fd >= 0
+                    and conn.closing is None
+                    and not self._stopped
+                    and not _unread(fd)
+                ):
+                    await trio.lowlevel.wait_readable(fd)
+                    waited = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             if conn.closing is None:  # (else the reader was stopped: nothing to report)
                 conn.hangup(Hangup.READ_ERROR)
