@@ -6,9 +6,10 @@ that depends on the order in which simultaneous events are handled fails early i
 broker owes its clients more than that. redis-server handles connections in the order their input
 reached it, and its clients count on it across connections: a ``PUBLISH`` sent right after another
 connection's ``UNSUBSCRIBE`` reaches no subscriber, even when nobody waited for the unsubscribe's
-reply. epoll reports ready sockets in the order they became ready, trio wakes their readers in
-that order, and a reader handles its input before it gives up the loop (``transport.sessions``);
-only the random reversal stood between arrival order and handling order.
+reply. The node's sockets stay armed in an epoll that reports them in the order input reached
+them, their readers are woken in that order (``transport.readiness``), and a reader handles its
+input before it gives up the loop (``transport.sessions``); only the random reversal stood between
+arrival order and handling order.
 
 ``keep_wake_order`` turns the reversal off for the whole process. It replaces the random source
 trio's run loop draws that decision from (a module global of trio's, read on every pass) with one

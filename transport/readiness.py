@@ -1,0 +1,127 @@
+"""Sockets kept armed for input: one epoll of the node's, one task waking the readers it reports.
+
+trio waits for a socket by arming it in its epoll for one event (``EPOLLONESHOT``) and disarming it
+after: one ``epoll_ctl`` call and a round of trio's bookkeeping every time a reader waits, which for a
+client waiting for each reply is once per request. A ``Readiness`` registers each socket once, for
+as long as its session reads, edge-triggered, in an epoll of its own; one task waits for that epoll
+(through trio, like any file descriptor) and, each time it reports, wakes the readers parked on the
+sockets it names, in the order the kernel names them. Measured with 50 redis-benchmark clients, no
+pipelining: 15.1-16.0 µs of the node's CPU per ``SET`` against 18.7-19.5, 20% more requests per
+second.
+
+**Order.** A socket that stays armed is reported in the order input reached it, also when that input
+came while its reader was busy (with trio's per-wait arming, input arriving before the reader waited
+again was reported after input that later reached a socket already armed). So readers are woken in
+arrival order, and ``transport.wake_order`` keeps trio running them in that order.
+
+**Reports nobody waits for.** An edge-triggered socket is reported once per arrival (of input, of
+the peer's end, of an error). A report that finds nobody parked on its socket is kept, and the next
+wait returns at once (after a checkpoint): the reader then reads, finding what came, or nothing
+(what the report was for was read already, and it waits again). The end of input (the peer's
+``FIN``, an error) is a state rather than an arrival: once reported, every wait returns at once. So
+a reader may park without looking first, and nothing is missed: a report this task takes while the
+reader is busy is kept, one it has not taken yet wakes the reader once it parks, and input that came
+with the end (one report for both) cannot hide the end behind a read that emptied the socket.
+
+**Lifetime.** The task runs while some socket is registered, as a trio system task (it is no
+session's, and must outlive any one nursery of the node's): it starts with the first registration and
+ends, closing its epoll, when the last socket is forgotten. A socket must be forgotten before it is
+closed. Linux only, as trio's own I/O there (epoll).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+
+import outcome
+import trio
+
+__all__ = ["Readiness"]
+
+_ENDED = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
+
+
+class Readiness:
+    """Edge-triggered input readiness for many sockets, one waiting task for all of them."""
+
+    __slots__ = ("_ended", "_epoll", "_parked", "_ready", "_scope")
+
+    def __init__(self) -> None:
+        self._epoll: select.epoll | None = None
+        self._parked: dict[int, trio.lowlevel.Task | None] = {}
+        """By registered socket: the reader parked on it, if one is."""
+        self._ready: set[int] = set()
+        """Registered sockets reported while nobody was parked on them."""
+        self._ended: set[int] = set()
+        """Registered sockets whose input has ended (the peer's end, an error)."""
+        self._scope: trio.CancelScope | None = None
+
+    def watch(self, fd: int) -> None:
+        """Register a socket (until ``forget``); its reader may then ``wait_readable``."""
+        if self._epoll is None:
+            self._epoll, self._scope = select.epoll(), trio.CancelScope()
+            trio.lowlevel.spawn_system_task(self._run, self._epoll, self._scope, name=self._run)
+        self._epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
+        self._parked[fd] = None
+
+    def forget(self, fd: int) -> None:
+        """Unregister a socket (before it is closed); a reader parked on it gets
+        ``ClosedResourceError``."""
+        if fd not in self._parked:
+            return
+        self.notify_closing(fd)
+        del self._parked[fd]
+        self._ready.discard(fd)
+        self._ended.discard(fd)
+        assert self._epoll is not None
+        assert self._scope is not None
+        with contextlib.suppress(OSError):  # (closed already, against the rule: the kernel dropped it)
+            self._epoll.unregister(fd)
+        if not self._parked:  # (the last one: the task ends and closes the epoll)
+            self._scope.cancel()
+            self._epoll = self._scope = None
+
+    def notify_closing(self, fd: int) -> None:
+        """Wake the reader parked on a socket, if one is, with ``ClosedResourceError`` (as trio's
+        ``notify_closing`` does for its own waits)."""
+        task = self._parked.get(fd)
+        if task is not None:
+            self._parked[fd] = None
+            trio.lowlevel.reschedule(task, outcome.Error(trio.ClosedResourceError()))
+
+    async def wait_readable(self, fd: int) -> None:
+        """Park until the (registered) socket reports input (at once if it did while nobody was
+        parked on it, or if its input has ended)."""
+        if fd in self._ready or fd in self._ended:
+            self._ready.discard(fd)
+            await trio.lowlevel.checkpoint()
+            return
+        parked = self._parked
+        parked[fd] = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if fd in parked:
+                parked[fd] = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _run(self, epoll: select.epoll, scope: trio.CancelScope) -> None:
+        parked, ready, ended = self._parked, self._ready, self._ended
+        reschedule = trio.lowlevel.reschedule
+        with scope:
+            try:
+                while True:
+                    await trio.lowlevel.wait_readable(epoll)
+                    for fd, events in epoll.poll(0):
+                        if events & _ENDED and fd in parked:
+                            ended.add(fd)
+                        task = parked.get(fd)
+                        if task is not None:
+                            parked[fd] = None
+                            reschedule(task)
+                        elif fd in parked:
+                            ready.add(fd)
+            finally:
+                epoll.close()
