@@ -6,7 +6,8 @@ while some does), and the protocol's timers. An idle connection thus holds one t
 plus any timers its protocol keeps running. The writer and the timers are tasks of a nursery of the
 node's, each in a cancel scope of its own made as it starts (the reader's end, or ``abandon``,
 cancels them): a session holds no nursery of its own, which would cost each connection ~1.3 KB.
-Nor does the reader of a socket hold a cancel scope: it is stopped with trio's ``notify_closing``.
+Nor does the reader of a socket hold a cancel scope: it is stopped through the node's
+``transport.readiness`` (its wait raises ``ClosedResourceError``, as with trio's ``notify_closing``).
 The protocol side (a ``Connection``: a NATS client, a route or gateway link, any later front door)
 decides everything a peer can observe; the session only moves bytes and keeps time.
 
