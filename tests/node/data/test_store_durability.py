@@ -152,15 +152,25 @@ def _id(entry_id: bytes) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+CLOCK_FIELDS = ("seen-time", "active-time")
+"""A consumer's fields that move with the clock."""
+
+
+def _text(name: str | bytes) -> str:
+    return name.decode() if isinstance(name, bytes) else name
+
+
 def _full_state(node: LiveNode) -> dict[str, Any]:
     """What the keys hold, as clients see it (times that move with the clock left out)."""
     client = _client(node)
     out: dict[str, Any] = {}
     for key in sorted(client.keys("*")):
         info = client.xinfo_stream(key, full=True)
-        for group in info["groups"]:
-            for consumer in group["consumers"]:
-                del consumer[b"seen-time"], consumer[b"active-time"]
+        for group in info["groups"]:  # (redis-py 8.2 names a consumer's fields in text, before in bytes)
+            group["consumers"] = [
+                {k: v for k, v in consumer.items() if _text(k) not in CLOCK_FIELDS}
+                for consumer in group["consumers"]
+            ]
         info.pop("radix-tree-keys", None)
         info.pop("radix-tree-nodes", None)
         pending = client.xpending_range(key, "g", "-", "+", 10**6) if info["groups"] else []
