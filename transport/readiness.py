@@ -115,13 +115,15 @@ class Readiness:
                 while True:
                     await trio.lowlevel.wait_readable(epoll)
                     for fd, events in epoll.poll(0):
-                        if events & _ENDED and fd in parked:
+                        if fd not in parked:
+                            continue  # (forgotten since it was reported)
+                        if events & _ENDED:
                             ended.add(fd)
-                        task = parked.get(fd)
-                        if task is not None:
+                        task = parked[fd]
+                        if task is None:
+                            ready.add(fd)
+                        else:
                             parked[fd] = None
                             reschedule(task)
-                        elif fd in parked:
-                            ready.add(fd)
             finally:
                 epoll.close()
