@@ -174,6 +174,21 @@ class Node:
         )  # fmt: skip
 
 
+def report(nodes: list[Node], lines: int = 40) -> None:
+    """Print what each node says of its groups (``/raftz``) and the end of its log, for a test
+    that failed with them running (pytest shows it beside the failure)."""
+    for node in nodes:
+        state = "paused" if node.paused else "running" if node.alive else "down"
+        print(f"--- node {node.name} ({state})", file=sys.stderr)
+        for name, group in sorted((node.raftz() or {}).items()):
+            shown = {k: group.get(k) for k in ("role", "term", "leader", "recovering", "commit")}
+            print(f"    {name}: {shown}", file=sys.stderr)
+        log = node.root / f"{node.name}.log"
+        if log.exists():
+            tail = log.read_text(errors="replace").splitlines()[-lines:]
+            print("\n".join(f"    {line[:240]}" for line in tail), file=sys.stderr)
+
+
 def stop_all(nodes: list[Node]) -> None:
     """Stop every node still running (a test's cleanup, whatever failed)."""
     for node in nodes:
@@ -186,7 +201,7 @@ def cluster(
     names: tuple[str, ...], root: Path, *, propose_timeout: str = "2s"
 ) -> Iterator[dict[str, Node]]:
     """The nodes ``names``, one cluster on a 50 ms Raft tick, started (by name); every one still
-    running is stopped on the way out, whatever failed."""
+    running is stopped on the way out, whatever failed (a failure prints their ``report`` first)."""
     nodes = {name: Node(name, root) for name in names}
     everyone = list(nodes.values())
     try:
@@ -196,6 +211,9 @@ def cluster(
             )
             node.start()
         yield nodes
+    except BaseException:
+        report(everyone)
+        raise
     finally:
         stop_all(everyone)
 
