@@ -75,9 +75,16 @@ def plan_delivery(
     if origin is not Origin.CLIENT:
         routes = _NO_REMOTE if origin is Origin.ROUTE else routes
         gateways = _NO_REMOTE
-    if routes is _NO_REMOTE and gateways is _NO_REMOTE and not local.queues and exclude is None:
-        # A single node's everyday case, kept cheap: no mapping made per message.
-        return local.plain, cast("Mapping[L, tuple[str, ...]]", _NO_LINKS)
+    if routes is _NO_REMOTE and gateways is _NO_REMOTE and exclude is None:
+        # A single node's everyday cases, kept cheap: no mapping made per message.
+        if not local.queues:
+            return local.plain, cast("Mapping[L, tuple[str, ...]]", _NO_LINKS)
+        if origin is Origin.CLIENT:  # (each group served here: one member picked, as ``_serve``)
+            chosen = list(local.plain)
+            for group in local.queues:
+                if group:
+                    chosen.append(group[int(rng.random() * len(group))])
+            return chosen, cast("Mapping[L, tuple[str, ...]]", _NO_LINKS)
     plain: Sequence[Subscription] = local.plain
     if exclude is not None and plain:
         plain = [sub for sub in plain if sub.owner is not exclude]
@@ -121,7 +128,9 @@ def _serve(
     """Pick one member of a group, weighted: local members count 1, a link counts its weight."""
     if exclude is not None:
         members = [sub for sub in members if sub.owner is not exclude]
-    total = len(members) + sum(weight for _, weight in remote)
+    total = len(members)
+    for _, weight in remote:
+        total += weight
     if not total:
         return
     x = int(rng.random() * total)

@@ -118,6 +118,26 @@ def test_queue_weights_are_respected() -> None:
         assert abs(picks[name] / trials - share) < 0.02, picks
 
 
+@given(
+    plain=st.integers(0, 3),
+    groups=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_single_nodes_groups_are_served_as_anywhere(plain: int, groups: list[int], seed: int) -> None:
+    """Without links, a client's message takes the quick path (no mapping made): every plain
+    subscriber, then one member per group, picked from the same random draws as when the full
+    rules run (an ``exclude`` that owns nothing sends it through them)."""
+    subs = [Subscription("foo") for _ in range(plain)]
+    subs += [Subscription("foo", f"q{g}") for g, size in enumerate(groups) for _ in range(size)]
+    result = local_list(*subs).match("foo")
+    quick, links = plan_delivery(Origin.CLIENT, result, random.Random(seed))
+    full, _ = plan_delivery(Origin.CLIENT, result, random.Random(seed), exclude=Taker())
+    assert list(quick) == list(full)
+    assert not links
+    assert len(quick) == plain + len(groups)
+    assert Counter(sub.queue for sub in quick if sub.queue) == {f"q{g}": 1 for g in range(len(groups))}
+
+
 def test_group_served_in_cluster_is_not_sent_to_gateways() -> None:
     member = Subscription("foo", "q")
     gateways = remote(("gwB", "foo", "q", 1)).match_remote(G, "foo")
