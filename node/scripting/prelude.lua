@@ -196,15 +196,17 @@ cjson.null = null
 -- becomes in RESP2. Tables nested deeper than MAX_DEPTH end in an error, as redis-server's Lua
 -- stack limit ends them.
 local MAX_DEPTH = 1000
-local format, gsub, len, match, floor = string.format, string.gsub, string.len, string.match, math.floor
+local format, gsub, len, match, find, floor = string.format, string.gsub, string.len, string.match, string.find, math.floor
 local concat = table.concat
 local format_double = host.format_double
 
 local function line(text)
+  if not find(text, '\r', 1, true) and not find(text, '\n', 1, true) then return text end
   return (gsub(text, '[\r\n]', ' '))
 end
 -- Status and error texts are C strings there: they end at the first zero byte.
 local function c_string(text)
+  if not find(text, '\0', 1, true) then return text end
   return (match(text, '^[^%z]*'))
 end
 
@@ -402,11 +404,11 @@ local library_globals = {redis = strict({
 
 local globals = {}
 local current = visible
-local no_globals = {}
-local eval_globals = no_globals  -- KEYS and ARGV while an EVAL runs
+local eval_keys, eval_argv = nil, nil  -- KEYS and ARGV while an EVAL runs
 local globals_mt = {
   __index = function(_, name)
-    local value = eval_globals[name]
+    local value
+    if name == 'KEYS' then value = eval_keys elseif name == 'ARGV' then value = eval_argv end
     if value == nil then value = current[name] end
     if value == nil then
       if name == '_G' then return globals end
@@ -468,7 +470,7 @@ hook_fn = tick
 
 -- The outcome of a run: true and the reply, or false and the error table.
 local function finish(caller, resumed, ok, value)
-  eval_globals = no_globals
+  eval_keys, eval_argv = nil, nil
   if not resumed then return false, {err = 'ERR ' .. tostring(ok)} end
   if not ok then return false, value end
   return true, reply(value, caller, nil)
@@ -533,7 +535,7 @@ end
 -- Run a compiled EVAL script with KEYS and ARGV: true and its value, or false and the error table.
 function api.run_eval(caller, fn, hook, ...)
   local keys, argv = split(...)
-  eval_globals = {KEYS = keys, ARGV = argv}
+  eval_keys, eval_argv = keys, argv
   return sandboxed(caller, hook, fn)
 end
 
