@@ -2,6 +2,7 @@
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 
 import attrs
 import pytest
@@ -130,6 +131,7 @@ def test_a_single_nodes_groups_are_served_as_anywhere(plain: int, groups: list[i
     subs = [Subscription("foo") for _ in range(plain)]
     subs += [Subscription("foo", f"q{g}") for g, size in enumerate(groups) for _ in range(size)]
     result = local_list(*subs).match("foo")
+    links: Mapping[str, tuple[str, ...]]
     quick, links = plan_delivery(Origin.CLIENT, result, random.Random(seed))
     full, _ = plan_delivery(Origin.CLIENT, result, random.Random(seed), exclude=Taker())
     assert list(quick) == list(full)
