@@ -379,6 +379,7 @@ class Server:
                 write_deadline=self.config.write_deadline,
                 timers=timers,
                 after_input=after_input or self._stall_if_congested,
+                settled=partial(self._settled, conn),
             )
         finally:
             conn.close(Reason.SHUTDOWN)  # a no-op unless cancelled from outside
@@ -484,6 +485,17 @@ class Server:
             self.flusher.process(session, b"")
         await self._settle(session, conn)
         await self._stall_if_congested()
+
+    def _settled(self, conn: Connection) -> bool:
+        """Whether ``_after_input`` would return at once for ``conn`` (no sign-in being checked,
+        no work a command left, no congested consumer to pause for): its reader's input may then
+        be handled in its place (``Session.run``)."""
+        verifying = conn.verifying
+        return (
+            (verifying is None or verifying.done)
+            and (conn.awaiting is None or conn.settling)
+            and not self.broker.congested
+        )
 
     async def _settle(self, session: Session, conn: Connection) -> None:
         """Await the work commands left (``Connection.awaiting``: a replicated write's commit, a

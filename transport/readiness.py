@@ -23,6 +23,14 @@ a reader may park without looking first, and nothing is missed: a report this ta
 reader is busy is kept, one it has not taken yet wakes the reader once it parks, and input that came
 with the end (one report for both) cannot hide the end behind a read that emptied the socket.
 
+**Serving in place.** A reader may park with a ``serve`` callback: then a report for its socket runs
+the callback in this task, in the reader's place, and the reader stays parked unless the callback
+answers something other than ``KEEP`` (which its wait then returns). A session's callback reads and
+handles the input itself when nothing else has to be awaited after it, so a client waiting for each
+reply costs no trip through trio's scheduler per request (one is about 4 µs here: a reader woken,
+run, parked again); readers served in place are handled in exactly the order the kernel reported
+them. A callback must not raise; if it does, its reader is woken plainly and the error logged.
+
 **Lifetime.** The task runs while some socket is registered, as a trio system task (it is no
 session's, and must outlive any one nursery of the node's): it starts with the first registration and
 ends, closing its epoll, when the last socket is forgotten. A socket must be forgotten before it is
@@ -32,12 +40,20 @@ closed. Linux only, as trio's own I/O there (epoll).
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
+from collections.abc import Callable
+from typing import Final
 
 import outcome
 import trio
 
-__all__ = ["Readiness"]
+__all__ = ["KEEP", "Readiness"]
+
+log = logging.getLogger("pubmesh")
+
+KEEP: Final = object()
+"""What a ``serve`` callback answers when its reader is to stay parked (it handled the report)."""
 
 _ENDED = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 
@@ -45,7 +61,7 @@ _ENDED = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 class Readiness:
     """Edge-triggered input readiness for many sockets, one waiting task for all of them."""
 
-    __slots__ = ("_ended", "_epoll", "_parked", "_ready", "_scope")
+    __slots__ = ("_ended", "_epoll", "_parked", "_ready", "_scope", "_serving")
 
     def __init__(self) -> None:
         self._epoll: select.epoll | None = None
@@ -55,6 +71,8 @@ class Readiness:
         """Registered sockets reported while nobody was parked on them."""
         self._ended: set[int] = set()
         """Registered sockets whose input has ended (the peer's end, an error)."""
+        self._serving: dict[int, Callable[[], object]] = {}
+        """By socket: the callback its parked reader left to be run in its place."""
         self._scope: trio.CancelScope | None = None
 
     def watch(self, fd: int) -> None:
@@ -72,6 +90,7 @@ class Readiness:
             return
         self.notify_closing(fd)
         del self._parked[fd]
+        self._serving.pop(fd, None)
         self._ready.discard(fd)
         self._ended.discard(fd)
         assert self._epoll is not None
@@ -88,27 +107,32 @@ class Readiness:
         task = self._parked.get(fd)
         if task is not None:
             self._parked[fd] = None
+            self._serving.pop(fd, None)
             trio.lowlevel.reschedule(task, outcome.Error(trio.ClosedResourceError()))
 
-    async def wait_readable(self, fd: int) -> None:
+    async def wait_readable(self, fd: int, serve: Callable[[], object] | None = None) -> object:
         """Park until the (registered) socket reports input (at once if it did while nobody was
-        parked on it, or if its input has ended)."""
+        parked on it, or if its input has ended): None then. With ``serve``, a report runs it in
+        this reader's place first (see the module's notes): what it answered, unless ``KEEP``."""
         if fd in self._ready or fd in self._ended:
             self._ready.discard(fd)
             await trio.lowlevel.checkpoint()
-            return
-        parked = self._parked
+            return None
+        parked, serving = self._parked, self._serving
         parked[fd] = trio.lowlevel.current_task()
+        if serve is not None:
+            serving[fd] = serve
 
         def abort(_: object) -> trio.lowlevel.Abort:
             if fd in parked:
                 parked[fd] = None
+            serving.pop(fd, None)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        return await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def _run(self, epoll: select.epoll, scope: trio.CancelScope) -> None:
-        parked, ready, ended = self._parked, self._ready, self._ended
+        parked, ready, ended, serving = self._parked, self._ready, self._ended, self._serving
         reschedule = trio.lowlevel.reschedule
         with scope:
             try:
@@ -122,8 +146,25 @@ class Readiness:
                         task = parked[fd]
                         if task is None:
                             ready.add(fd)
-                        else:
-                            parked[fd] = None
-                            reschedule(task)
+                            continue
+                        answer = None
+                        serve = serving.get(fd)
+                        if serve is not None and not events & _ENDED:
+                            answer = _served(serve)
+                            if parked.get(fd) is not task or answer is KEEP:
+                                continue  # (still parked, or woken meanwhile: stopped, closed)
+                        parked[fd] = None
+                        serving.pop(fd, None)
+                        reschedule(task, outcome.Value(answer))
             finally:
                 epoll.close()
+
+
+def _served(serve: Callable[[], object]) -> object:
+    """Run a reader's ``serve`` callback: its answer (None, a plain wake, if it raised: this task
+    must never raise, as a system task's error would end the node)."""
+    try:
+        return serve()
+    except Exception:
+        log.exception("internal error serving a socket's input in its reader's place")
+        return None

@@ -35,7 +35,13 @@ node's ``transport.readiness``, which keeps the socket armed in one epoll of the
 trio's arming it for each wait) and remembers input that came while the reader was busy. So after
 input shorter than a full read, which emptied the socket, the reader waits straight away, without
 a read that would find nothing: for a client waiting for each reply, that read (1.9 µs with Python's
-exception) came once per request.
+exception) came once per request. And while it waits there, its input is read and handled in its
+place by the readiness task (``Readiness.wait_readable``'s ``serve``), as long as the protocol side
+says nothing would be awaited after it (``settled``: no sign-in being checked, no commit awaited,
+no consumer to pause for): the reader is woken only for what needs a task of its own (awaiting,
+a full read, the peer's end, an error), so a request costs no trip through the scheduler. With
+50 clients each waiting for its reply, that took redis-benchmark's PING from 0.87 to 1.10 of
+redis-server's rate.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from typing import Protocol
 
 import trio
 
-from transport.readiness import Readiness
+from transport.readiness import KEEP, Readiness
 
 __all__ = ["Connection", "Flusher", "Hangup", "Session", "contain"]
 
@@ -119,7 +125,7 @@ class Session:
 
     __slots__ = (
         "_changed", "_flusher", "_helpers", "_jobs", "_nursery", "_over", "_readiness", "_reading",
-        "_stopped", "_write_deadline", "_writing", "busy", "conn", "fd", "stream",
+        "_settled", "_stopped", "_write_deadline", "_writing", "busy", "conn", "fd", "stream",
     )  # fmt: skip
 
     def __init__(self, stream: trio.abc.Stream) -> None:
@@ -138,6 +144,7 @@ class Session:
         self._flusher: Flusher | None = None
         self._readiness: Readiness | None = None  # (the node's, while it watches the socket)
         self._write_deadline = math.inf
+        self._settled: Callable[[], bool] | None = None  # (see ``run``)
 
     def start(self, job: Callable[[], Awaitable[None]]) -> bool:
         """Run ``job`` beside the reader, inside the containment boundary, until it returns or the
@@ -192,6 +199,7 @@ class Session:
         write_deadline: float,
         timers: Callable[[], Awaitable[None]] | None = None,
         after_input: Callable[[], Awaitable[None]] | None = None,
+        settled: Callable[[], bool] | None = None,
     ) -> None:
         """Serve the connection until it has closed and flushed (or the session is abandoned).
         The reader is this task; the writer and the timers are tasks of ``nursery`` (the node's,
@@ -201,8 +209,10 @@ class Session:
             write_deadline: seconds one write may take before the peer counts as too slow.
             timers: the protocol's clocks (pings, auth timeout), run beside the reader.
             after_input: awaited after each piece of input (a producer pausing for its consumers).
+            settled: whether ``after_input`` would return at once now; given, a parked reader's
+                input may be handled in its place (see the module's notes on reads).
         """
-        self._flusher, self._write_deadline = flusher, write_deadline
+        self._flusher, self._write_deadline, self._settled = flusher, write_deadline, settled
         self._nursery, jobs, self._jobs = nursery, self._jobs or [], None
         if timers is not None:
             jobs.insert(0, timers)
@@ -277,38 +287,74 @@ class Session:
         stopped); see the module's notes on reads."""
         conn, fd = self.conn, self.fd
         wait_readable = flusher.readiness.wait_readable
+        serve = self._serve_parked if self._settled is not None else None
         try:
             waited = True
+            handled: object = None  # (input the readiness handled in this reader's place)
             while conn.closing is None:
-                if not waited:
-                    await trio.lowlevel.checkpoint()
-                if fd < 0:
-                    data = bytes(await self.stream.receive_some(READ_SIZE))
+                if handled is None:
+                    if not waited:
+                        await trio.lowlevel.checkpoint()
+                    if fd < 0:
+                        data = bytes(await self.stream.receive_some(READ_SIZE))
+                    else:
+                        waited = False
+                        while True:
+                            try:
+                                data = os.read(fd, READ_SIZE)
+                                break
+                            except BlockingIOError:
+                                if self._stopped:
+                                    return
+                                await wait_readable(fd)
+                                waited = True
+                            except OSError as exc:
+                                raise trio.BrokenResourceError(str(exc)) from exc
+                    if not data:
+                        conn.hangup(Hangup.CLOSED_BY_PEER)
+                        return
+                    flusher.process(self, data)
                 else:
-                    waited = False
-                    while True:
-                        try:
-                            data = os.read(fd, READ_SIZE)
-                            break
-                        except BlockingIOError:
-                            if self._stopped:
-                                return
-                            await wait_readable(fd)
-                            waited = True
-                        except OSError as exc:
-                            raise trio.BrokenResourceError(str(exc)) from exc
-                if not data:
-                    conn.hangup(Hangup.CLOSED_BY_PEER)
-                    return
-                flusher.process(self, data)
+                    if isinstance(handled, OSError):
+                        raise trio.BrokenResourceError(str(handled)) from handled
+                    assert isinstance(handled, bytes)
+                    data, handled = handled, None
+                    if not data:
+                        conn.hangup(Hangup.CLOSED_BY_PEER)
+                        return
                 if after_input is not None:
                     await after_input()
                 if len(data) < READ_SIZE and fd >= 0 and conn.closing is None and not self._stopped:
-                    await wait_readable(fd)  # (a short read left it empty: see the notes on reads)
+                    # (a short read left it empty: see the notes on reads)
+                    handled = await wait_readable(fd, serve)
                     waited = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             if conn.closing is None:  # (else the reader was stopped: nothing to report)
                 conn.hangup(Hangup.READ_ERROR)
+
+    def _serve_parked(self) -> object:
+        """The reader's turn, taken by the node's readiness while the reader waits and its socket
+        reports input: read and handle the input here. ``KEEP`` when the reader may go on
+        waiting (nothing to await after it, nothing more to read); else what the reader goes on
+        with: None (it reads itself), the input handled (it awaits ``after_input``, then carries
+        on), ``b""`` (the peer's end) or the error the read raised."""
+        conn = self.conn
+        if conn.closing is not None or self._stopped:
+            return None
+        try:
+            data = os.read(self.fd, READ_SIZE)
+        except BlockingIOError:
+            return KEEP
+        except OSError as exc:
+            return exc
+        if not data:
+            return data
+        assert self._flusher is not None
+        assert self._settled is not None
+        self._flusher.process(self, data)
+        if len(data) < READ_SIZE and conn.closing is None and not self._stopped and self._settled():
+            return KEEP
+        return data
 
     async def _guard(self, timers: Callable[[], Awaitable[None]]) -> None:
         try:

@@ -1,8 +1,10 @@
-"""``Readiness``: sockets kept armed for input, their parked readers woken in arrival order, one
-task for all of them that lives exactly as long as some socket is watched."""
+"""``Readiness``: sockets kept armed for input, their parked readers woken in arrival order (or
+served in their place), one task for all of them that lives exactly as long as some socket is
+watched."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from transport.readiness import Readiness
+from transport.readiness import KEEP, Readiness
 from transport.wake_order import keep_wake_order
 
 pytestmark = pytest.mark.timeout(30)
@@ -153,3 +155,102 @@ async def test_the_task_runs_while_some_socket_is_watched() -> None:
         assert len(pollers()) == 1
     await trio.testing.wait_all_tasks_blocked()
     assert pollers() == []
+
+
+async def test_a_reader_parked_with_a_callback_is_served_in_its_place() -> None:
+    """Each report runs the callback in the readiness task, the reader staying parked while it
+    answers ``KEEP``; its first other answer is what the reader's wait returns."""
+    readiness = Readiness()
+    served: list[tuple[bytes, bool]] = []
+    with watched(readiness, 1) as [(ours, theirs)]:
+        ours.setblocking(False)
+
+        def serve() -> object:
+            data = ours.recv(100)
+            served.append((data, trio.lowlevel.current_task() in pollers()))
+            return data if data == b"last" else KEEP
+
+        async def reader() -> None:
+            answer = await readiness.wait_readable(ours.fileno(), serve)
+            woken.append(answer)
+
+        woken: list[object] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            for data in (b"one", b"two", b"last"):
+                await trio.testing.wait_all_tasks_blocked()
+                assert woken == []
+                theirs.send(data)
+    assert served == [(b"one", True), (b"two", True), (b"last", True)]
+    assert woken == [b"last"]
+
+
+async def test_the_end_wakes_a_reader_parked_with_a_callback_without_running_it() -> None:
+    readiness = Readiness()
+    calls: list[None] = []
+
+    def serve() -> object:
+        calls.append(None)
+        return KEEP
+
+    with watched(readiness, 1) as [(ours, theirs)]:
+        async with trio.open_nursery() as nursery:
+
+            async def reader() -> None:
+                assert await readiness.wait_readable(ours.fileno(), serve) is None
+
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.shutdown(socket.SHUT_WR)
+    assert calls == []
+
+
+async def test_a_callback_that_raises_wakes_its_reader_plainly(caplog: pytest.LogCaptureFixture) -> None:
+    """The readiness task outlives the error (it serves the next report) and logs it."""
+    readiness = Readiness()
+
+    def broken() -> object:
+        raise RuntimeError("bug")
+
+    with watched(readiness, 1) as [(ours, theirs)], caplog.at_level(logging.ERROR, logger="pubmesh"):
+        async with trio.open_nursery() as nursery:
+
+            async def reader() -> None:
+                assert await readiness.wait_readable(ours.fileno(), broken) is None
+                assert ours.recv(100) == b"x"
+                assert await readiness.wait_readable(ours.fileno(), lambda: ours.recv(100)) == b"y"
+
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.send(b"x")
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.send(b"y")
+    assert "in its reader's place" in caplog.text
+    assert "RuntimeError: bug" in caplog.text
+
+
+async def test_a_callback_that_closes_its_socket_leaves_its_reader_to_the_close() -> None:
+    """Closing (as a session does when its input ends the connection) wakes the reader with
+    ``ClosedResourceError``, whatever the callback answers, and it is not run again."""
+    readiness = Readiness()
+    calls: list[None] = []
+    with watched(readiness, 1) as [(ours, theirs)]:
+
+        def serve() -> object:
+            calls.append(None)
+            readiness.notify_closing(ours.fileno())
+            return KEEP
+
+        async with trio.open_nursery() as nursery:
+
+            async def reader() -> None:
+                with pytest.raises(trio.ClosedResourceError):
+                    await readiness.wait_readable(ours.fileno(), serve)
+
+            nursery.start_soon(reader)
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.send(b"QUIT")
+            await trio.testing.wait_all_tasks_blocked()
+            theirs.send(b"more")
+            await trio.testing.wait_all_tasks_blocked()
+    assert calls == [None]
