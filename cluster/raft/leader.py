@@ -114,7 +114,7 @@ class Leadership:
             if progress.recent_active and not progress.recovering
         ]
         for voter, progress in self.progress.items():
-            progress.recent_active = voter == self._id
+            progress.was_active, progress.recent_active = progress.recent_active, voter == self._id
         return not self._config.check_quorum or has_quorum(self._log.voters, active)
 
     def propose(self, data: bytes) -> int | LeadershipTransferring:
@@ -352,9 +352,15 @@ class Leadership:
 
     def _may_recover(self, voter: str) -> bool:
         """Whether ``voter`` may be recovering from an empty store (``cluster.raft.recovery``):
-        it said so, or this leader has not heard from it yet."""
+        it said so, or this leader has not heard from it yet, or not lately (in this check-quorum
+        round or the last: it may have lost its store since it last answered)."""
         progress = self.progress.get(voter)
-        return voter != self._id and (progress is None or progress.unheard or progress.recovering)
+        return voter != self._id and (
+            progress is None
+            or progress.unheard
+            or progress.recovering
+            or not (progress.recent_active or progress.was_active)
+        )
 
     def _maybe_hand_over(self) -> None:
         to = self.transferee

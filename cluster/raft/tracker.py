@@ -11,7 +11,8 @@ Each follower's ``Progress`` is in one of three states (as in etcd's raft):
   in case an append was lost);
 * **snapshot**: it needs entries we compacted; a snapshot is on its way, appends wait.
 
-``recent_active`` records whether the voter answered since the last check-quorum round.
+``recent_active`` records whether the voter answered since the last check-quorum round,
+``was_active`` whether it answered in the round before.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Progress:
     paused: bool = False
     pending_snapshot: int = 0
     recent_active: bool = False
+    was_active: bool = False
     inflight: deque[tuple[int, int]] = attrs.Factory(deque)
     """Appends sent in the replicate state and not acknowledged: (last index, bytes of data)."""
     inflight_bytes: int = 0

@@ -3,7 +3,7 @@ leader has caught it up, and the leader forgets what its previous life acknowled
 
 from __future__ import annotations
 
-from cluster.raft import AddVoter, HardState, Persisted, Raft, Role, VotersRecovering
+from cluster.raft import AddVoter, HardState, Persisted, Raft, RemoveVoter, Role, VotersRecovering
 from cluster.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -214,6 +214,23 @@ def test_a_leader_hands_over_to_no_recovering_node_and_keeps_a_majority_of_sound
     assert alone.propose_change(AddVoter("b")) == VotersRecovering(frozenset("b")), (
         "b, never heard from, would be needed for every majority"
     )
+
+
+def test_a_voter_not_heard_from_lately_may_have_lost_its_store() -> None:
+    """b last answered two check-quorum rounds ago (it may have lost its store since, unseen): a
+    change leaving a and b alone would need b for every majority, so it waits until b answers.
+    (A simulated storm found the group stuck for good that way: a leader removed itself, leaving
+    its peer and a voter whose store had been lost meanwhile.)"""
+    leader = settled()
+    for _ in range(2 * leader.config.election_ticks):
+        leader.tick()
+        leader.step(HeartbeatResponse(sender="c", to="a", term=leader.term))
+        flush(leader)
+    assert leader.role is Role.LEADER
+    assert leader.propose_change(RemoveVoter("c")) == VotersRecovering(frozenset("b"))
+    leader.step(HeartbeatResponse(sender="b", to="a", term=leader.term))
+    flush(leader)
+    assert isinstance(leader.propose_change(RemoveVoter("c")), int)
 
 
 def healed_with(sim: Simulation, acked: dict[int, bytes]) -> None:
