@@ -207,6 +207,11 @@ def _voters(node: SimNode) -> frozenset[str]:
     return store.snapshot.voters if store.snapshot else node.config.voters
 
 
+def _rebuilding(store: MemoryStorage) -> bool:
+    """Whether the node of ``store`` is recovering from an empty store, or about to."""
+    return store.hard_state.recovering != 0 or store.load().fresh
+
+
 def encode_state(commands: dict[int, bytes]) -> bytes:
     return bytes(msgpack.packb(sorted(commands.items())))
 
@@ -439,7 +444,12 @@ class Simulation:
         return True
 
     def change(self, node_id: str) -> int | None:
-        """Have the leader add ``node_id`` as a voter, or remove it: the change's index, if taken."""
+        """Have the leader add ``node_id`` as a voter, or remove it: the change's index, if taken.
+
+        Not a removal that would leave the voters whose store is being rebuilt able to block every
+        majority: the leader refuses those it can see (``VotersRecovering``), but not one made
+        just after a store was lost unseen, which is beyond what the group tolerates, as losing a
+        majority is (``may_wipe`` keeps to that limit the other way round)."""
         raft = self.leader()
         if raft is None:
             return None
@@ -448,6 +458,10 @@ class Simulation:
             if raft.voters == {node_id}:
                 return None
             change = RemoveVoter(node_id)
+            left = raft.voters - {node_id}
+            rebuilding = [voter for voter in left if _rebuilding(self.nodes[voter].storage)]
+            if len(left) - len(rebuilding) < len(left) // 2 + 1:
+                return None
         index = raft.propose_change(change)
         self.settle()
         return index if isinstance(index, int) else None
@@ -533,8 +547,7 @@ class Simulation:
         recovering (a recovering node counts as failed) and no node counts fewer than three
         voters (in a group of two, the other voter cannot be elected without the lost node's vote,
         which it gives only once a leader has caught it up: ``cluster.raft.recovery``)."""
-        stores = [node.storage for node in self.nodes.values()]
-        if any(store.hard_state.recovering or store.load().fresh for store in stores):
+        if any(_rebuilding(node.storage) for node in self.nodes.values()):
             return False
         return all(len(_voters(node)) >= 3 for node in self.nodes.values())
 

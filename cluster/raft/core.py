@@ -92,6 +92,8 @@ class Raft:
         fresh = persisted is not None and persisted.fresh
         self.recovering = new_recovery(config.rng) if fresh else hard.recovering
         """Nonzero while this node recovers from an empty store (``cluster.raft.recovery``)."""
+        self.recovered = 0 if fresh else hard.recovered
+        """Its last recovery that is over (0: none since its store began)."""
         self._alive = 0
         """Ticks since this ``Raft`` was made (a recovery lasts some elections at least)."""
         self.role = Role.FOLLOWER
@@ -248,7 +250,7 @@ class Raft:
 
     @property
     def hard_state(self) -> HardState:
-        return HardState(self.term, self.vote, self.log.committed, self.recovering)
+        return HardState(self.term, self.vote, self.log.committed, self.recovering, self.recovered)
 
     # -- roles ----------------------------------------------------------------------------
 
@@ -307,7 +309,7 @@ class Raft:
             self._become_follower(self.term, None)
 
     def _become_leader(self) -> None:
-        self.recovering = 0  # (only a group forming elects a recovering node: rule 1)
+        self._recovery_over()  # (only a group forming elects a recovering node: rule 1)
         self.role = Role.LEADER
         self.leader = self.id
         self._votes = {}
@@ -373,9 +375,7 @@ class Raft:
             if not message.pre:
                 self._election_elapsed = 0
                 self.vote = message.sender
-                self.recovering = (
-                    0  # (a vote between recovering empty logs: the group is forming, rule 1)
-                )
+                self._recovery_over()  # (a vote between recovering empty logs: the group is forming)
         else:
             self._send(
                 VoteResponse(
@@ -426,6 +426,7 @@ class Raft:
                     term=self.term,
                     read_seq=message.read_seq,
                     recovering=self.recovering,
+                    recovered=self.recovered,
                 )
             )
         elif isinstance(message, InstallSnapshot):
@@ -453,6 +454,7 @@ class Raft:
                 hint_index=hint_index,
                 hint_term=hint_term,
                 recovering=self.recovering,
+                recovered=self.recovered,
             )
         )
 
@@ -469,7 +471,12 @@ class Raft:
     def _acknowledge(self, leader: str, index: int) -> None:
         self._send(
             AppendResponse(
-                sender=self.id, to=leader, term=self.term, index=index, recovering=self.recovering
+                sender=self.id,
+                to=leader,
+                term=self.term,
+                index=index,
+                recovering=self.recovering,
+                recovered=self.recovered,
             )
         )
 
@@ -478,9 +485,15 @@ class Raft:
         (``cluster.raft.recovery``, rule 4)."""
         if self._alive < ELECTIONS_TO_WAIT * self.config.election_ticks:
             return
-        self.recovering = 0
+        self._recovery_over()
         if self.vote is None:
             self.vote = self.leader
+
+    def _recovery_over(self) -> None:
+        """Its recovery, if any, is over: its answers say so from now on (a leader that heard its
+        nonce late then knows them from its previous life's, ``cluster.raft.recovery`` rule 2)."""
+        if self.recovering:
+            self.recovered, self.recovering = self.recovering, 0
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -187,7 +187,7 @@ class Leadership:
 
     def on_append_response(self, message: AppendResponse) -> None:
         progress = self.progress[message.sender]
-        if not self._hear(progress, message.recovering):
+        if not self._hear(progress, message.recovering, message.recovered):
             return
         progress.recent_active = True
         if message.reject:
@@ -218,7 +218,7 @@ class Leadership:
 
     def on_heartbeat_response(self, message: HeartbeatResponse) -> None:
         progress = self.progress[message.sender]
-        if not self._hear(progress, message.recovering):
+        if not self._hear(progress, message.recovering, message.recovered):
             return
         progress.recent_active = True
         progress.paused = False
@@ -232,11 +232,12 @@ class Leadership:
             self._answered[message.sender] = message.read_seq
             self._confirm()
 
-    def _hear(self, progress: Progress, recovering: int) -> bool:
-        """A response carrying ``recovering`` arrived (``recovery.heard``): False, drop it. A
-        follower whose recovery is over counts again, which may commit what it holds."""
+    def _hear(self, progress: Progress, recovering: int, recovered: int) -> bool:
+        """A response carrying ``recovering`` and ``recovered`` arrived (``recovery.heard``):
+        False, drop it. A follower whose recovery is over counts again, which may commit what it
+        holds."""
         was_recovering = progress.recovering
-        if not heard(progress, recovering, self._log.last_index):
+        if not heard(progress, recovering, recovered, self._log.last_index):
             return False
         if was_recovering and not progress.recovering:
             self._after_match_moved()

@@ -112,6 +112,8 @@ class AppendResponse:
     hint_term: int = 0
     recovering: int = 0
     """The follower's recovery (``cluster.raft.recovery``), 0 once it is over or if it never began."""
+    recovered: int = 0
+    """The follower's last recovery that is over (0: none since its store began)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -134,6 +136,8 @@ class HeartbeatResponse:
     term: int
     read_seq: int = 0
     recovering: int = 0
+    """As in ``AppendResponse``."""
+    recovered: int = 0
     """As in ``AppendResponse``."""
 
 

@@ -46,13 +46,15 @@ class Role(enum.Enum):
 
 @attrs.frozen
 class HardState:
-    """What must survive a crash besides the log: the term, the vote in it, the commit mark, and
-    whether the node is recovering from an empty store (``cluster.raft.recovery``; its nonce)."""
+    """What must survive a crash besides the log: the term, the vote in it, the commit mark,
+    whether the node is recovering from an empty store (``cluster.raft.recovery``; its nonce), and
+    the last such recovery that is over (0: none since its store began)."""
 
     term: int = 0
     vote: str | None = None
     commit: int = 0
     recovering: int = 0
+    recovered: int = 0
 
 
 @attrs.frozen

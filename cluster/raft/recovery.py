@@ -26,8 +26,12 @@ persisted in its hard state (a restart does not end a recovery). While recoverin
    and takes note of its own last index then (the ``floor``): everything committed with the old
    acknowledgements, and everything committed in earlier terms, is at or below it. Until the
    follower holds the floor, responses without the nonce are from its previous life (in flight
-   when it died) and are dropped. A leader hands leadership to no recovering node, and makes no
-   membership change after which the voters not known to recover would not be a majority.
+   when it died) and are dropped, unless they say that very recovery is over: a leader may hear
+   the nonce late (an answer delayed, or held while it was paused) after another leader ended the
+   recovery, and the follower's answers say which recovery ended last (persisted with its hard
+   state), so this one does not wait for good for a nonce it will never hear again. A leader
+   hands leadership to no recovering node, and makes no membership change after which the
+   voters it has heard from lately and not known to recover would not be a majority.
 3. **It counts in no majority.** The leader counts neither its acknowledgements (for a commit)
    nor its answers (to a round of heartbeats confirming leadership, as a read index needs, or to
    check-quorum). The node has forgotten its term too, so it follows any leader whose term is
@@ -89,10 +93,10 @@ def may_vote(recovering: int, last_index: int, request: VoteRequest) -> bool:
     return bool(request.recovering) and last_index == request.last_index == 0
 
 
-def heard(progress: Progress, recovering: int, last_index: int) -> bool:
-    """A leader heard a response carrying ``recovering`` from the follower of ``progress``, while
-    its own log ends at ``last_index`` (rule 2). False: drop the response, it is from the
-    follower's life before it lost its log."""
+def heard(progress: Progress, recovering: int, recovered: int, last_index: int) -> bool:
+    """A leader heard a response carrying ``recovering`` and ``recovered`` from the follower of
+    ``progress``, while its own log ends at ``last_index`` (rule 2). False: drop the response, it
+    is from the follower's life before it lost its log."""
     progress.unheard = False
     if recovering:
         if recovering != progress.recovery:
@@ -102,7 +106,7 @@ def heard(progress: Progress, recovering: int, last_index: int) -> bool:
             progress.forget(last_index + 1)
         progress.recovering = True
         return True
-    if progress.recovering and progress.match < progress.floor:
+    if progress.recovering and progress.match < progress.floor and recovered != progress.recovery:
         return False
     progress.recovering = False
     return True

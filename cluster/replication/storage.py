@@ -11,8 +11,10 @@ record's body is a msgpack array:
 
 * ``["E", index, term, kind, data]``: a log entry; it replaces the stored entry at its index and
   every one after it (how a conflicting tail is truncated);
-* ``["H", term, vote, commit]``, or ``["H", term, vote, commit, recovering]`` while the node
-  recovers from an empty store (``cluster.raft.recovery``): the hard state (the last one wins);
+* ``["H", term, vote, commit]``, ``["H", term, vote, commit, recovering]`` while the node
+  recovers from an empty store (``cluster.raft.recovery``), or ``["H", term, vote, commit,
+  recovering, recovered]`` once a recovery is over (``recovering`` then 0 unless another began):
+  the hard state (the last one wins);
 * ``["S", index, term]``: the snapshot at (index, term) is now the log's base: entries after it
   stay only if the entry at its index has its term, otherwise the whole log goes.
 
@@ -90,8 +92,9 @@ def _entry_record(entry: Entry) -> bytes:
 
 
 def _hard_record(hard: HardState) -> bytes:
-    recovering = [hard.recovering] if hard.recovering else []
-    return frame(_pack(["H", hard.term, hard.vote, hard.commit, *recovering]))
+    recovery = [hard.recovering, hard.recovered] if hard.recovered else [hard.recovering]
+    recovery = recovery if any(recovery) else []
+    return frame(_pack(["H", hard.term, hard.vote, hard.commit, *recovery]))
 
 
 def _marker_record(snapshot: Snapshot) -> bytes:

@@ -13,11 +13,11 @@ Message layouts (after the type name): ``sender to term`` and then
 * ``VOTE last_index last_term pre transfer [recovering]`` / ``VOTED granted pre``
 * ``APPEND prev_index prev_term [[index term kind data], ...] commit`` (a membership change
   entry's data must decode as a ``ChangeEntry`` within the voter bounds)
-* ``APPENDED index reject hint_index hint_term [recovering]``
-* ``BEAT commit read_seq [recovered]`` / ``BEATEN read_seq [recovering]`` / ``TIMEOUT``
+* ``APPENDED index reject hint_index hint_term [recovering [recovered]]``
+* ``BEAT commit read_seq [recovered]`` / ``BEATEN read_seq [recovering [recovered]]`` / ``TIMEOUT``
 
 (The bracketed fields are ``cluster.raft.recovery``'s, sent only when set: a recovery's nonce,
-1 to ``MAX_NONCE``.)
+1 to ``MAX_NONCE``; an answer's ``recovering`` is 0 when only ``recovered`` is set.)
 * ``SNAP index term [voter, ...] data``
 * ``PART index term [voter, ...] total offset data``: a piece of a snapshot too large for one frame
   (``SnapshotPart``: the ``total`` bytes of its data from ``offset`` on, ``cluster.replication.
@@ -115,11 +115,11 @@ def pack(message: Message | SnapshotPart) -> list[Any]:
         return ["APPEND", *head, message.prev_index, message.prev_term, entries, message.commit]
     if isinstance(message, AppendResponse):
         return ["APPENDED", *head, message.index, message.reject, message.hint_index,
-                message.hint_term, *_recovery(message.recovering)]  # fmt: skip
+                message.hint_term, *_answer_recovery(message)]  # fmt: skip
     if isinstance(message, Heartbeat):
         return ["BEAT", *head, message.commit, message.read_seq, *_recovery(message.recovered)]
     if isinstance(message, HeartbeatResponse):
-        return ["BEATEN", *head, message.read_seq, *_recovery(message.recovering)]
+        return ["BEATEN", *head, message.read_seq, *_answer_recovery(message)]
     if isinstance(message, VoteRequest):
         return ["VOTE", *head, message.last_index, message.last_term, message.pre, message.transfer,
                 *_recovery(message.recovering)]  # fmt: skip
@@ -135,6 +135,20 @@ def _recovery(value: int) -> list[int]:
     """A recovery field (``cluster.raft.recovery``) is sent only when set, so that nodes of an
     earlier version, which know messages without it, keep understanding the others."""
     return [value] if value else []
+
+
+def _answer_recovery(message: AppendResponse | HeartbeatResponse) -> list[int]:
+    """An answer's recovery fields: none, ``recovering``, or both (``recovering`` 0 if over)."""
+    if message.recovered:
+        return [message.recovering, message.recovered]
+    return _recovery(message.recovering)
+
+
+def _answered_recovery(obj: list[Any], position: int) -> tuple[int, int]:
+    """An answer's (``recovering``, ``recovered``) from ``position`` on (0 for those not sent)."""
+    if len(obj) > position + 1:
+        return integer(obj[position], 0, MAX_NONCE), _nonce(obj, position + 1)
+    return _nonce(obj, position), 0
 
 
 def _nonce(obj: list[Any], position: int) -> int:
@@ -196,20 +210,24 @@ def unpack(value: Any) -> Message | SnapshotPart:
             sender=sender, to=to, term=term, prev_index=prev_index, prev_term=_index(obj[5]),
             entries=entries, commit=_index(obj[7]),
         )  # fmt: skip
-    if op == "APPENDED" and n in (8, 9):
+    if op == "APPENDED" and n in (8, 9, 10):
+        recovering, recovered = _answered_recovery(obj, 8)
         return AppendResponse(
             sender=sender, to=to, term=term, index=_index(obj[4]), reject=_flag(obj[5]),
-            hint_index=_index(obj[6]), hint_term=_index(obj[7]), recovering=_nonce(obj, 8),
+            hint_index=_index(obj[6]), hint_term=_index(obj[7]), recovering=recovering,
+            recovered=recovered,
         )  # fmt: skip
     if op == "BEAT" and n in (6, 7):
         return Heartbeat(
             sender=sender, to=to, term=term, commit=_index(obj[4]), read_seq=_index(obj[5]),
             recovered=_nonce(obj, 6),
         )  # fmt: skip
-    if op == "BEATEN" and n in (5, 6):
+    if op == "BEATEN" and n in (5, 6, 7):
+        recovering, recovered = _answered_recovery(obj, 5)
         return HeartbeatResponse(
-            sender=sender, to=to, term=term, read_seq=_index(obj[4]), recovering=_nonce(obj, 5)
-        )
+            sender=sender, to=to, term=term, read_seq=_index(obj[4]), recovering=recovering,
+            recovered=recovered,
+        )  # fmt: skip
     if op == "VOTE" and n in (8, 9):
         return VoteRequest(
             sender=sender, to=to, term=term, last_index=_index(obj[4]), last_term=_index(obj[5]),

@@ -188,8 +188,12 @@ def test_a_recovery_ends_when_the_leader_says_so_after_two_election_timeouts() -
     assert not raft.recovering
     assert raft.vote == "a", "it votes for no one else in the term it was told in"
     replies = of_type(flush(raft), HeartbeatResponse)
-    assert [reply.recovering for reply in replies] == [nonce, nonce, 0]
-    assert raft.hard_state == HardState(term=2, vote="a", commit=2)
+    assert [(reply.recovering, reply.recovered) for reply in replies] == [
+        (nonce, 0),
+        (nonce, 0),
+        (0, nonce),
+    ]
+    assert raft.hard_state == HardState(term=2, vote="a", commit=2, recovered=nonce)
 
 
 def caught_up_recovering() -> Raft:
@@ -214,6 +218,30 @@ def test_a_leader_hands_over_to_no_recovering_node_and_keeps_a_majority_of_sound
     assert alone.propose_change(AddVoter("b")) == VotersRecovering(frozenset("b")), (
         "b, never heard from, would be needed for every majority"
     )
+
+
+def test_a_recovery_heard_of_late_does_not_shut_out_the_follower_that_ended_it() -> None:
+    """b's answer from while it recovered reaches the leader only after the recovery ended (held
+    while the leader was paused): the leader takes it for a new recovery, and would drop every
+    later answer of b's (without the nonce) as one from before b lost its store, waiting for
+    good. b's answers say which recovery ended last, so the leader hears them. (A simulated storm
+    found a group stuck that way.)"""
+    leader = settled()
+
+    def b_recovering() -> bool:
+        return leader.progress["b"].recovering
+
+    leader.step(HeartbeatResponse(sender="b", to="a", term=leader.term, recovering=7))
+    flush(leader)
+    assert b_recovering()
+    stale = AppendResponse(sender="b", to="a", term=leader.term, index=3)
+    leader.step(stale)
+    assert leader.progress["b"].match < 3, "an answer from before the loss is dropped"
+    leader.step(AppendResponse(sender="b", to="a", term=leader.term, index=3, recovered=7))
+    assert not b_recovering()
+    assert leader.progress["b"].match == 3
+    leader.step(HeartbeatResponse(sender="b", to="a", term=leader.term, recovering=9, recovered=7))
+    assert b_recovering(), "a later recovery is one all the same"
 
 
 def test_a_voter_not_heard_from_lately_may_have_lost_its_store() -> None:

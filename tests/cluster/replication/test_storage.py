@@ -72,6 +72,11 @@ async def test_a_store_is_fresh_until_something_is_saved_and_a_recovery_survives
     await storage.save(Persist(hard_state=HardState(term=2, vote="a")))
     storage.close()
     assert reopen(tmp_path).hard_state == HardState(term=2, vote="a"), "the recovery ended"
+    storage = RaftStorage(tmp_path)
+    storage.load()
+    await storage.save(Persist(hard_state=HardState(term=2, vote="a", recovered=5)))
+    storage.close()
+    assert reopen(tmp_path).hard_state == HardState(term=2, vote="a", recovered=5)
 
 
 async def test_a_conflicting_tail_is_truncated_on_disk(tmp_path: Path) -> None:

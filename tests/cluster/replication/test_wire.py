@@ -49,11 +49,12 @@ MESSAGES = st.one_of(
     st.builds(m.VoteResponse, sender=NAME, to=NAME, term=INDEX, granted=st.booleans(),
               pre=st.booleans()),
     st.builds(m.AppendResponse, sender=NAME, to=NAME, term=INDEX, index=INDEX,
-              reject=st.booleans(), hint_index=INDEX, hint_term=INDEX, recovering=NONCE),
+              reject=st.booleans(), hint_index=INDEX, hint_term=INDEX, recovering=NONCE,
+              recovered=NONCE),
     st.builds(m.Heartbeat, sender=NAME, to=NAME, term=INDEX, commit=INDEX, read_seq=INDEX,
               recovered=NONCE),
     st.builds(m.HeartbeatResponse, sender=NAME, to=NAME, term=INDEX, read_seq=INDEX,
-              recovering=NONCE),
+              recovering=NONCE, recovered=NONCE),
     st.builds(m.InstallSnapshot, sender=NAME, to=NAME, term=INDEX,
               snapshot=st.builds(m.Snapshot, INDEX, INDEX, st.frozensets(NAME, max_size=5),
                                  st.binary(max_size=50))),
@@ -146,3 +147,9 @@ def test_recovery_fields_are_sent_only_when_set_and_bounded() -> None:
     for nonce in (0, -1, MAX_NONCE + 1, True):
         with pytest.raises(LinkError):
             unpack(["BEATEN", "a", "b", 1, 0, nonce])
+    over = attrs.evolve(beaten, recovered=7)
+    assert pack(over) == ["BEATEN", "a", "b", 1, 0, 0, 7]
+    assert unpack(pack(over)) == over
+    for nonce in (0, -1, MAX_NONCE + 1, True):
+        with pytest.raises(LinkError):
+            unpack(["BEATEN", "a", "b", 1, 0, 0, nonce])
