@@ -45,6 +45,7 @@ from cluster.raft import (
     Role,
     Snapshot,
 )
+from cluster.raft.tracker import quorum
 from pubmesh_testing.raft_safety import SafetyChecker, SafetyViolation
 
 __all__ = [
@@ -460,7 +461,7 @@ class Simulation:
             change = RemoveVoter(node_id)
             left = raft.voters - {node_id}
             rebuilding = [voter for voter in left if _rebuilding(self.nodes[voter].storage)]
-            if len(left) - len(rebuilding) < len(left) // 2 + 1:
+            if len(left) - len(rebuilding) < quorum(left):
                 return None
         index = raft.propose_change(change)
         self.settle()

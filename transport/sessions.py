@@ -310,18 +310,16 @@ class Session:
                                 waited = True
                             except OSError as exc:
                                 raise trio.BrokenResourceError(str(exc)) from exc
-                    if not data:
-                        conn.hangup(Hangup.CLOSED_BY_PEER)
-                        return
-                    flusher.process(self, data)
+                    if data:
+                        flusher.process(self, data)
                 else:
                     if isinstance(handled, OSError):
                         raise trio.BrokenResourceError(str(handled)) from handled
                     assert isinstance(handled, bytes)
                     data, handled = handled, None
-                    if not data:
-                        conn.hangup(Hangup.CLOSED_BY_PEER)
-                        return
+                if not data:
+                    conn.hangup(Hangup.CLOSED_BY_PEER)
+                    return
                 if after_input is not None:
                     await after_input()
                 if len(data) < READ_SIZE and fd >= 0 and conn.closing is None and not self._stopped:
