@@ -305,7 +305,9 @@ class Server:
 
     def _serve_while_busy(self) -> None:
         """A script is busy on this thread: read what the other Redis clients sent without waiting,
-        and answer it at once (``answer_while_busy``)."""
+        and answer it at once (``answer_while_busy``); what others were answered before the script
+        began, held for a batch (``Flusher``), is sent now too."""
+        self.flusher.write_touched()
         running = self.broker.scripts.running
         caller = running.caller if running is not None else None
         self._accept_while_busy()

@@ -30,6 +30,13 @@ handles the input itself when nothing else has to be awaited after it, so a clie
 reply costs no trip through trio's scheduler per request (one is about 4 µs here: a reader woken,
 run, parked again); readers served in place are handled in exactly the order the kernel reported
 them. A callback must not raise; if it does, its reader is woken plainly and the error logged.
+When one report names several sockets, they are served between ``hold(True)`` and ``hold(False)``:
+the node's ``transport.sessions.Flusher`` holds the output they produce until the last has been
+served, then writes each connection's at once, as redis-server writes its replies before it next
+waits. A client that has many connections in one process (redis-benchmark, a pool) is then woken
+once for a burst of replies instead of once for each: waking a sleeping peer was a third of the
+node's time with 50 pipelining clients, and serving them went from 0.64-0.66 to 0.74-0.79 million
+GET or SET per second.
 
 **Lifetime.** The task runs while some socket is registered, as a trio system task (it is no
 session's, and must outlive any one nursery of the node's): it starts with the first registration and
@@ -61,9 +68,12 @@ _ENDED = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
 class Readiness:
     """Edge-triggered input readiness for many sockets, one waiting task for all of them."""
 
-    __slots__ = ("_ended", "_epoll", "_parked", "_ready", "_scope", "_serving")
+    __slots__ = ("_ended", "_epoll", "_hold", "_parked", "_ready", "_scope", "_serving")
 
-    def __init__(self) -> None:
+    def __init__(self, hold: Callable[[bool], None] | None = None) -> None:
+        self._hold = hold
+        """Called with True before the sockets of one report are served in place, if there are
+        several, and with False after them (see the module's notes on serving in place)."""
         self._epoll: select.epoll | None = None
         self._parked: dict[int, trio.lowlevel.Task | None] = {}
         """By registered socket: the reader parked on it, if one is."""
@@ -132,32 +142,45 @@ class Readiness:
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def _run(self, epoll: select.epoll, scope: trio.CancelScope) -> None:
-        parked, ready, ended, serving = self._parked, self._ready, self._ended, self._serving
-        reschedule = trio.lowlevel.reschedule
+        hold = self._hold
         with scope:
             try:
                 while True:
                     await trio.lowlevel.wait_readable(epoll)
-                    for fd, events in epoll.poll(0):
-                        if fd not in parked:
-                            continue  # (forgotten since it was reported)
-                        if events & _ENDED:
-                            ended.add(fd)
-                        task = parked[fd]
-                        if task is None:
-                            ready.add(fd)
-                            continue
-                        answer = None
-                        serve = serving.get(fd)
-                        if serve is not None and not events & _ENDED:
-                            answer = _served(serve)
-                            if parked.get(fd) is not task or answer is KEEP:
-                                continue  # (still parked, or woken meanwhile: stopped, closed)
-                        parked[fd] = None
-                        serving.pop(fd, None)
-                        reschedule(task, outcome.Value(answer))
+                    reports = epoll.poll(0)
+                    if hold is None or len(reports) < 2:
+                        self._take(reports)
+                        continue
+                    hold(True)
+                    try:
+                        self._take(reports)
+                    finally:
+                        hold(False)
             finally:
                 epoll.close()
+
+    def _take(self, reports: list[tuple[int, int]]) -> None:
+        """Wake (or serve in place) the readers parked on the sockets reported, in that order."""
+        parked, ready, ended, serving = self._parked, self._ready, self._ended, self._serving
+        reschedule = trio.lowlevel.reschedule
+        for fd, events in reports:
+            if fd not in parked:
+                continue  # (forgotten since it was reported)
+            if events & _ENDED:
+                ended.add(fd)
+            task = parked[fd]
+            if task is None:
+                ready.add(fd)
+                continue
+            answer = None
+            serve = serving.get(fd)
+            if serve is not None and not events & _ENDED:
+                answer = _served(serve)
+                if parked.get(fd) is not task or answer is KEEP:
+                    continue  # (still parked, or woken meanwhile: stopped, closed)
+            parked[fd] = None
+            serving.pop(fd, None)
+            reschedule(task, outcome.Value(answer))
 
 
 def _served(serve: Callable[[], object]) -> object:

@@ -21,7 +21,9 @@ through the scheduler, about 40 µs per hop on a small machine, which is most of
 trip. So input is handled inside ``Flusher.process``: every connection that got output meanwhile is
 written at once, with one non-blocking write each, whenever its writer is idle; only what a socket
 does not take goes to the writer task, which waits for room and ends once everything is sent (it
-ends the session instead once the connection has closed). One ``Flusher`` serves a whole node,
+ends the session instead once the connection has closed). Sockets that one readiness report names
+together are served in place as one batch: their output is written after the last of them
+(``transport.readiness``'s notes on serving in place). One ``Flusher`` serves a whole node,
 because a message read from a route is delivered to client connections and the other way round.
 
 **Reads.** On a plain socket the reader never yields between reading input and handing it on (a
@@ -420,8 +422,9 @@ class Flusher:
 
     def __init__(self) -> None:
         self._in_batch = False
+        self._held = False
         self._touched: list[Session] = []
-        self.readiness = Readiness()
+        self.readiness = Readiness(self._hold)
         """The node's plain sockets, kept armed for input (here because every session is handed
         the node's flusher)."""
         self.wrote = trio.Event()
@@ -443,7 +446,20 @@ class Flusher:
         except Exception as exc:
             contain(session.conn, exc)
         finally:
-            self._in_batch = False
-            touched, self._touched = self._touched, []
-            for reached in touched:
-                reached.write_now()
+            if not self._held:
+                self._in_batch = False
+                self.write_touched()
+
+    def write_touched(self) -> None:
+        """Write what the connections reached so far produced (a script busy on this thread has
+        it sent meanwhile, as redis-server does while it serves others)."""
+        touched, self._touched = self._touched, []
+        for reached in touched:
+            reached.write_now()
+
+    def _hold(self, on: bool) -> None:
+        """The readiness serves several sockets in place: hold what they produce (``on``), or
+        write it now that the last one has been served."""
+        self._held = self._in_batch = on
+        if not on:
+            self.write_touched()

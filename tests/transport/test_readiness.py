@@ -254,3 +254,34 @@ async def test_a_callback_that_closes_its_socket_leaves_its_reader_to_the_close(
             theirs.send(b"more")
             await trio.testing.wait_all_tasks_blocked()
     assert calls == [None]
+
+
+async def test_sockets_reported_together_are_served_between_hold_and_release() -> None:
+    """A report naming several sockets served in place is bracketed by ``hold(True)`` and
+    ``hold(False)`` (the flusher writes their output after the last); a report naming one is not."""
+    calls: list[object] = []
+    readiness = Readiness(calls.append)
+    with watched(readiness, 2) as ((a, a_peer), (b, b_peer)):
+        for ours in (a, b):
+            ours.setblocking(False)
+
+        async def reader(ours: socket.socket) -> None:
+            def serve() -> object:
+                calls.append(ours.recv(100))
+                return KEEP
+
+            await readiness.wait_readable(ours.fileno(), serve)
+
+        async with trio.open_nursery() as nursery:
+            for ours in (a, b):
+                nursery.start_soon(reader, ours)
+            await trio.testing.wait_all_tasks_blocked()
+            a_peer.send(b"a1")
+            b_peer.send(b"b1")  # (both before the readiness task runs: one report)
+            await trio.testing.wait_all_tasks_blocked()
+            assert calls == [True, b"a1", b"b1", False]
+            calls.clear()
+            b_peer.send(b"b2")
+            await trio.testing.wait_all_tasks_blocked()
+            assert calls == [b"b2"]
+            nursery.cancel_scope.cancel()

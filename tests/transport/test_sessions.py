@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from functools import partial
 
 import pytest
@@ -199,3 +200,59 @@ async def test_a_bug_in_the_writer_ends_that_connection_only(nursery: trio.Nurse
         assert await read_until(good_peer, b"still") == b"echo:still"
     assert (bad.closing, [str(e) for e in bad.internal]) == ("internal", ["writer bug"])
     assert good.closing is None
+
+
+@pytest.mark.timeout(10)
+async def test_connections_served_in_one_report_are_written_after_the_last() -> None:
+    """Two clients' input reported together is handled in the readiness task, and what it
+    produced is written once both have been handled (one burst for a client process holding many
+    connections); a connection served alone is written at once."""
+    flusher = Flusher()
+    peers: list[socket.socket] = []
+    seen: list[tuple[bytes, bool]] = []  # (input, whether the other peer had its echo already)
+
+    class Watching(Echo):
+        def receive_data(self, data: bytes) -> None:
+            other = peers[1] if self.name == "a" else peers[0]
+            try:
+                waiting = bool(other.recv(100, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+            except BlockingIOError:
+                waiting = False
+            seen.append((data, waiting))
+            super().receive_data(data)
+
+    streams: list[trio.SocketStream] = []
+    async with trio.open_nursery() as nursery:
+        for name in ("a", "b"):
+            ours, theirs = socket.socketpair()
+            peers.append(theirs)
+            streams.append(trio.SocketStream(trio.socket.from_stdlib_socket(ours)))
+            session = Session(streams[-1])
+            session.conn = Watching(name, session, flusher)
+            run = partial(session.run, flusher, nursery, write_deadline=5, settled=lambda: True)
+            nursery.start_soon(run)
+        await exchange(peers, seen)
+        for peer in peers:
+            peer.close()  # (each session then ends)
+    for stream in streams:
+        await stream.aclose()
+
+
+async def exchange(peers: list[socket.socket], seen: list[tuple[bytes, bool]]) -> None:
+    with trio.fail_after(5):
+        for peer in peers:  # (a reader parks to be served in place once it has had input)
+            await trio.testing.wait_all_tasks_blocked()
+            peer.send(b"0")
+            await trio.testing.wait_all_tasks_blocked()
+            assert peer.recv(100) == b"echo:0"
+        del seen[:]
+        peers[0].send(b"1")
+        peers[1].send(b"2")  # (both before the readiness task runs: one report)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(seen) == [(b"1", False), (b"2", False)]
+        assert [peer.recv(100) for peer in peers] == [b"echo:1", b"echo:2"]
+        peers[1].send(b"3")
+        await trio.testing.wait_all_tasks_blocked()
+        peers[0].send(b"4")
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen[2:] == [(b"3", False), (b"4", True)]
