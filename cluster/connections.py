@@ -42,7 +42,14 @@ from cluster.host import AccountT, NodeHost
 from cluster.link import Link
 from routing import InterestChange, Origin
 from transport.sessions import Flusher, Session
-from transport.tls import TlsConfig, TlsError, client_context, handshake, server_context
+from transport.tls import (
+    TlsConfig,
+    TlsError,
+    client_context,
+    handshake,
+    secure_dialed,
+    server_context,
+)
 
 __all__ = ["Dial", "LinkManager", "LinkSettings"]
 
@@ -363,14 +370,11 @@ class LinkManager(Generic[AccountT]):
         if self._dial_tls is None:
             return stream
         assert self.settings.tls is not None
-        secure = trio.SSLStream(stream, self._dial_tls, server_hostname=host)
         try:
-            await handshake(secure, self.settings.tls)
+            return await secure_dialed(stream, self._dial_tls, host, self.settings.tls)
         except TlsError as exc:
             log.warning("Error trying to connect to %s %s: %s", self.kind.lower(), url, exc)
-            await trio.aclose_forcefully(stream)
             return None
-        return secure
 
 
 def _peer_address(stream: trio.abc.Stream) -> tuple[str, int]:

@@ -29,6 +29,7 @@ __all__ = [
     "client_context",
     "handshake",
     "peer_names",
+    "secure_dialed",
     "server_context",
     "start_after",
     "subject_dn",
@@ -116,6 +117,25 @@ async def handshake(stream: trio.SSLStream[Any], config: TlsConfig) -> None:
         raise TlsError("TLS handshake timeout") from None
     except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
         raise TlsError(f"TLS handshake error: {exc.__cause__ or exc}") from exc
+
+
+async def secure_dialed(
+    stream: trio.abc.Stream, context: ssl.SSLContext, host: str, config: TlsConfig
+) -> trio.SSLStream[trio.abc.Stream]:
+    """``stream``, just dialed to ``host``, secured with its handshake done (as ``handshake``).
+    Whatever stops the handshake (an error, the timeout, a cancellation as the node stops) closes
+    ``stream``: nothing else holds it yet.
+
+    Raises:
+        TlsError: as ``handshake``.
+    """
+    secure = trio.SSLStream(stream, context, server_hostname=host)
+    try:
+        await handshake(secure, config)
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return secure
 
 
 async def start_after(stream: trio.SSLStream[Any], greeting: bytes, config: TlsConfig) -> None:
