@@ -103,7 +103,7 @@ def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
     the caller's.)
     """
     last = 0 if stream is None else stream.last_id
-    if len(arg) <= MAX_ID_ARG and b"\0" in arg:  # the C string ends at the first NUL
+    if len(arg) <= MAX_ID_ARG and 0 in arg:  # the C string ends at the first NUL (see ``ids``)
         arg = arg.split(b"\0", 1)[0]
     if arg == b"*":
         if last == MAX_ID:
@@ -111,7 +111,7 @@ def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
         return next_id(last, now)
     if arg.endswith(b"-*") and len(arg) <= MAX_ID_ARG:
         ms = string2ull(arg[:-2])
-        if ms is None or b"-" in arg[:-2]:
+        if ms is None or arg.find(b"-", 0, -2) >= 0:
             raise StreamError(INVALID_ID)
         if last == MAX_ID:
             raise StreamError(XADD_EXHAUSTED)
