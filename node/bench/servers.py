@@ -20,7 +20,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import attrs
 from cluster.config import ClusterConfig
 from node.bench import resp
 from node.bench.wire import BenchError, Endpoint
+from pipeline.local import free_port
 
 __all__ = [
     "PUBMESH",
@@ -271,13 +271,6 @@ def _stop(servers: list[ServerProcess]) -> None:
             server.proc.kill()
             server.proc.wait()
             print(f"{server.name} ignored SIGTERM and was killed: {server.tail()}", file=sys.stderr)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _await_resp(server: ServerProcess, endpoint: Endpoint) -> ServerProcess:
