@@ -33,8 +33,8 @@ import attrs
 
 from cluster.config import ClusterConfig
 from node.bench import resp
+from node.bench.ports import free_port
 from node.bench.wire import BenchError, Endpoint
-from pipeline.local import free_port
 
 __all__ = [
     "PUBMESH",
