@@ -15,12 +15,15 @@ whose consumer groups changed (``Database.resized``) is only noted, and counted 
 is read (``Keyspaces.settle``). A write thus costs a set insertion; reading the total costs one
 ``memory_usage`` per key changed since (a few additions, however big the stream), and the total is
 exact whenever it is read: by each command that may add data while a limit is set, by INFO, and by
-the node ten times a second. The output buffers are summed over every client at those ten times a
-second while a limit is set (``output_bytes``), and at once for INFO. Past ``maxmemory`` the node
-behaves as redis-server with ``maxmemory-policy noeviction``: commands that would add data are
-refused (``Keyspaces.oom``), reads and deletions go on, and deleting brings the total down at once.
-Python does not give freed memory back to the system promptly, so the process's resident size is
-reported beside it, not used for the limit.
+the node ten times a second. A Redis connection also settles the count after each batch of requests
+it ran, while the keys they wrote are still in the processor's caches, so the periodic count finds
+little left: counted there, a write to each of many keys made it a pause of tens of milliseconds.
+The output buffers are summed over every client at those ten times a second while a limit is set
+(``output_bytes``), and at once for INFO. Past ``maxmemory`` the node behaves as redis-server with
+``maxmemory-policy noeviction``: commands that would add data are refused (``Keyspaces.oom``), reads
+and deletions go on, and deleting brings the total down at once. Python does not give freed memory
+back to the system promptly, so the process's resident size is reported beside it, not used for the
+limit.
 """
 
 from __future__ import annotations

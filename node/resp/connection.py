@@ -222,7 +222,9 @@ class RespConnection(Connection):
 
     def _run_buffered(self) -> None:
         """Run the requests buffered so far, until one blocks (the rest wait for it); then commit
-        the journal, before any of their replies can leave."""
+        the journal, before any of their replies can leave, and count the memory of the keys they
+        changed while those are still in the processor's caches (``Keyspaces.settle``; see
+        ``node.data.keyspaces``)."""
         if self.waiting():
             return
         try:
@@ -236,7 +238,10 @@ class RespConnection(Connection):
                 self._send(protocol_error(exc.message))
             self.close(Reason.PROTOCOL_VIOLATION)
         self._commit()
-        tracker = self.broker.keyspaces.tracker
+        keyspaces = self.broker.keyspaces
+        if keyspaces.unsettled:
+            keyspaces.settle()
+        tracker = keyspaces.tracker
         if tracker is not None:  # (BCAST's invalidations of the batch's changes, gathered)
             assert isinstance(tracker, Tracker)
             tracker.send_broadcasts()

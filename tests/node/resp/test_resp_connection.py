@@ -316,3 +316,19 @@ def test_introspection_commands_answer(broker: Broker) -> None:
     assert other.conn.closing is not None
     assert peer.send("QUIT") == b"+OK\r\n"
     assert peer.conn.closing == "Client Closed"
+
+
+def test_a_batch_of_requests_leaves_no_key_to_count(broker: Broker) -> None:
+    """The memory of the keys a batch of requests wrote is counted before the connection reads on,
+    not left to the node's periodic count (where writes to many keys made a pause)."""
+    keyspaces = broker.keyspaces
+    peer = Peer(broker)
+    batch = b"".join(command("XADD", f"k{i}", "*", "f", "v") for i in range(50))
+    replies = peer.raw(batch + command("SET", "s", "x" * 100))
+    assert replies.count(b"$15\r\n") == 50
+    assert replies.endswith(b"+OK\r\n")
+    assert not keyspaces.unsettled
+    counted = keyspaces.dataset_bytes
+    assert peer.send("DEL", "s", "k0") == b":2\r\n"
+    assert not keyspaces.unsettled
+    assert keyspaces.dataset_bytes < counted - 100
