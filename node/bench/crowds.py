@@ -45,7 +45,8 @@ MEMORY_NOTE = (
 )
 RESP_CLIENTS_NOTE = (
     f"Many clients: redis-benchmark --csv, -c {CLIENTS}, one custom command per run (PING;"
-    " PUBLISH to a channel nobody holds; XADD to a fresh stream; SET then GET of a fresh key;"
+    " PUBLISH to a channel nobody holds; XADD to a fresh stream; XADD-KEYS: XADD to one of"
+    f" {redis_benchmark.MANY_KEYS:,} fresh streams at random; SET then GET of a fresh key;"
     f" {redis_benchmark.Load().size} B values), without and with -P 16. pubmesh's targets:"
     " ≥ 0.6x redis-server's req/s, p50 ≤ 2x, p99 ≤ 3x."
 )

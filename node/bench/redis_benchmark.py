@@ -5,7 +5,9 @@ Each command is one ``redis-benchmark --csv`` run of ``clients`` connections sen
 commands in all, ``pipeline`` in flight per connection. Commands are given as custom commands (the
 same words for every server), so the ones ``-t`` lacks (``XADD``, ``PUBLISH`` to a channel of the
 run) are measured exactly like those it has. Keys and channels carry a run id: each run works a
-fresh stream and key, and nobody subscribes to the channel.
+fresh stream and key, and nobody subscribes to the channel. ``XADD-KEYS`` is ``XADD`` to one of
+``MANY_KEYS`` fresh streams picked at random for each request (the tool's ``-r``), as a server with
+many keys sees its writes: each lands on a key the processor's caches have not seen lately.
 
 ``parse_csv`` reads the tool's output: a header line naming the columns, then one line per test of
 quoted fields. Anything else (a changed format, an error the tool printed instead of figures) is a
@@ -30,6 +32,7 @@ from node.bench.wire import BenchError, Endpoint
 
 __all__ = [
     "COMMANDS",
+    "MANY_KEYS",
     "Figures",
     "Load",
     "Sweep",
@@ -43,8 +46,10 @@ __all__ = [
 
 COLUMNS = ("rps", "avg_latency_ms", "min_latency_ms", "p50_latency_ms", "p99_latency_ms")
 """The columns read from the header (others, such as p95 and max, may come and go)."""
-COMMANDS = ("PING", "PUBLISH", "XADD", "SET", "GET")
+COMMANDS = ("PING", "PUBLISH", "XADD", "XADD-KEYS", "SET", "GET")
 """What a sweep measures by default, in this order (GET after SET, which made its key)."""
+MANY_KEYS = 100_000
+"""How many streams ``XADD-KEYS`` spreads its entries over."""
 RUN_TIMEOUT = 600.0
 """Seconds one redis-benchmark run may take."""
 FILLER = b"x"
@@ -98,12 +103,15 @@ def program() -> str | None:
 
 
 def commands(names: Sequence[str], size: int, run_id: str) -> list[tuple[str, list[str]]]:
-    """Each named command (``COMMANDS``' spelling, any case) and its words for the run ``run_id``."""
+    """Each named command (``COMMANDS``' spelling, any case) and its words for the run ``run_id``
+    (with the options of the tool that only it needs in front)."""
     payload = (FILLER * size).decode()
+    spread = f"bench.clients.streams.{run_id}"
     words = {
         "PING": ["PING"],
         "PUBLISH": ["PUBLISH", f"bench.clients.{run_id}", payload],
         "XADD": ["XADD", f"bench.clients.stream.{run_id}", "*", "f", payload],
+        "XADD-KEYS": ["-r", str(MANY_KEYS), "XADD", f"{spread}.__rand_int__", "*", "f", payload],
         "SET": ["SET", f"bench.clients.key.{run_id}", payload],
         "GET": ["GET", f"bench.clients.key.{run_id}"],
     }

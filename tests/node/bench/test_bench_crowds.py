@@ -107,6 +107,11 @@ def test_well_formed_csv_gives_back_every_line(lines: list[tuple[str, list[float
 def test_commands_and_the_tool_line() -> None:
     words = dict(redis_benchmark.commands(["ping", "XADD"], 2, "r1"))
     assert words == {"PING": ["PING"], "XADD": ["XADD", "bench.clients.stream.r1", "*", "f", "xx"]}
+    (keys,) = redis_benchmark.commands(["xadd-keys"], 1, "r1")
+    assert keys == (
+        "XADD-KEYS",
+        ["-r", "100000", "XADD", "bench.clients.streams.r1.__rand_int__", "*", "f", "x"],
+    )
     with pytest.raises(BenchError, match="cannot measure 'DEL'"):
         redis_benchmark.commands(["DEL"], 2, "r1")
     secret = Endpoint("h", 7, user="u", password="p", scheme="redis")
@@ -214,6 +219,9 @@ async def test_resp_clients_measure_every_command(nursery: trio.Nursery) -> None
     assert [name for name, _ in sweep.figures] == list(COMMANDS)
     (length,) = await trio.to_thread.run_sync(lengths, node, "bench.clients.stream.*")
     assert length == 2000  # every XADD was answered, none more
+    spread = await trio.to_thread.run_sync(lengths, node, "bench.clients.streams.*")
+    assert sum(spread) == 2000
+    assert len(spread) > 1000  # (2,000 picks of 100,000 keys: about 1,980 distinct)
 
 
 @needs_redis_benchmark
