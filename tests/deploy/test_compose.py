@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import redis
 from nats.aio.msg import Msg
 
 from deploy.chaos import DISK_FAULT, FALLBACK_FAULT, FAULTS, Node, disagreements, discover
+from node.bench.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("east1", "east2", "east3", "west1", "west2")
@@ -56,17 +56,6 @@ if COMPOSE is None:
     if os.environ.get("PUBMESH_REQUIRE_DOCKER") == "1":
         raise RuntimeError(reason.replace("skipped", "and PUBMESH_REQUIRE_DOCKER=1"))
     pytest.skip(reason, allow_module_level=True)
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def docker(*args: str) -> str:
@@ -96,7 +85,7 @@ def deployment() -> Iterator[tuple[str, list[Node]]]:
     assert certs.returncode == 0, certs.stderr
     project = f"pubmeshtest{secrets.token_hex(3)}"
     env = dict(os.environ, PUBMESH_IMAGE=image.stdout.strip())
-    ports = iter(free_ports(3 * len(SERVICES)))
+    ports = iter(free_port() for _ in range(3 * len(SERVICES)))
     for service in SERVICES:
         for kind in ("CLIENT", "HTTP", "REDIS"):
             env[f"{service.upper()}_{kind}"] = str(next(ports))

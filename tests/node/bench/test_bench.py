@@ -38,6 +38,7 @@ from node.bench.crowds import ClientsCase, FootprintCase, RespClientsCase
 from node.bench.expiry import Reclaim
 from node.bench.footprint import Footprint
 from node.bench.interest import Convergence, Resync, converge, resync
+from node.bench.ports import free_port
 from node.bench.redis_benchmark import COMMANDS, Figures, Sweep
 from node.bench.scenarios import Result, Spec, run
 from node.bench.servers import PUBMESH, Flavor, ServerProcess, Servers, nats_server, redis_server
@@ -260,9 +261,7 @@ async def test_a_failed_run_says_so_instead_of_hanging(nursery: trio.Nursery) ->
 
 @pytest.mark.timeout(15)
 def test_unreachable_server_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens here once the probe is closed
+    port = free_port()  # (nothing listens there)
     assert cli.main(["pubsub", "--url", f"nats://127.0.0.1:{port}", "--msgs", "10"]) == 2
     assert "cannot connect to nats://127.0.0.1:" in capsys.readouterr().err
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.bench.ports import free_port
 from node.data.streams import (
     MAX_ID,
     Stream,
@@ -47,9 +47,7 @@ PAST = 5000  # an XCLAIM TIME both clocks accept as is (it is before either's no
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[redis.Redis]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,

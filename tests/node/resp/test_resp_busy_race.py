@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from node.bench.ports import free_port
 from tests.node.resp.test_resp_maxmemory import command
 
 ROUNDS = 100
@@ -56,9 +57,7 @@ def _race(port: int) -> list[bytes]:
 def test_a_request_beside_a_script_turning_busy_is_answered_busy(tmp_path: Path) -> None:
     """Against a node process of its own (with the client in another process, the two race as
     they do in production; in one process the interpreter lock keeps them apart)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     args = [sys.executable, "-m", "node.run.cli", "serve", "-a", "127.0.0.1", "-p", "0"]
     args += ["--redis_port", str(port), "--store_dir", str(tmp_path)]
     with subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as node:

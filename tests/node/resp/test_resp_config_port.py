@@ -11,16 +11,10 @@ import pytest
 import redis
 import trio
 
+from node.bench.ports import free_port
 from tests.support import start_redis_node
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _refused(port: int) -> bool:
@@ -34,7 +28,7 @@ def _refused(port: int) -> bool:
 def _move(old: int) -> None:
     client = redis.Redis(port=old, socket_timeout=5)
     assert client.ping()
-    new = _free_port()
+    new = free_port()
     assert client.config_set("port", new)
     assert client.config_get("port") == {"port": str(new)}
     assert client.ping()  # (made before the move: carries on)
