@@ -75,6 +75,7 @@ HOT_PATH = [
     "node/resp/commands/scripting.py",
     "node/scripting/records.py",
     "node/scripting/registry.py",
+    "node/scripting/engine.py",
 ]
 
 ext_modules = []

@@ -132,7 +132,7 @@ class Engine:
         self.hook_instructions = HOOK_INSTRUCTIONS
         runtime = self._runtime
         self._table_from = runtime.table_from
-        self._null: Any = None
+        self._lua_null: Any = None  # (not ``_null``: compiled, its C name is GCC's ``__null``)
         major, minor, patch = (int(p) for p in version.split("."))
         host = runtime.table_from(
             {
@@ -152,7 +152,7 @@ class Engine:
                 b"cmsgpack": self._library(cmsgpack_library(self)),
                 b"struct": self._library(unsupported_library("struct", ["pack", "unpack", "size"])),
                 b"version": version.encode(),
-                b"resp": lambda: self._host.resp if self._host is not None else 2,
+                b"resp": self._resp,
                 b"format_double": lambda n: double_text(float(n)),
                 b"version_num": (major << 16) | (minor << 8) | patch,
             }
@@ -164,7 +164,7 @@ class Engine:
         self._load, self._run_eval, self._run_function = api.load, api.run_eval, api.run_function
         self._run_library = api.run_library
         self._rawget, self._next, self._type = api.rawget, api.next, api.type
-        self._null = api.null
+        self._lua_null = api.null
 
     # -- the host's callbacks (never raise: a Python exception must not reach a script) ------------
 
@@ -211,6 +211,11 @@ class Engine:
         if not ok:
             raise _ErrorReply(value)
         return value
+
+    def _resp(self) -> int:
+        """redis.setresp's current choice (2 outside a script)."""
+        host = self._host
+        return host.resp if host is not None else 2
 
     def _call_protected(self, *values: Any) -> Any:
         """redis.pcall: the reply, an error as its table."""
@@ -285,7 +290,7 @@ class Engine:
 
     @property
     def null(self) -> Any:
-        return self._null
+        return self._lua_null
 
     # -- conversions --------------------------------------------------------------------------------
 
