@@ -133,6 +133,8 @@ class _OpParser(Generic[E, P]):
     """
 
     _verbs: ClassVar[dict[bytes, Verb]]
+    _common: ClassVar[bytes]
+    """The verb nearly every operation has, in capitals (PUB, MSG): compared before the table."""
     _batch: ClassVar[type[Any] | None] = None
 
     def __init__(self, *, max_control_line: int, max_payload: int) -> None:
@@ -174,6 +176,8 @@ class _OpParser(Generic[E, P]):
         parts = buf.split(b"\r\n")
         last = len(parts) - 1  # parts[last] is not terminated by CRLF (yet)
         verbs = self._verbs
+        common = self._common
+        common_verb = verbs[common]
         batch_of = self._batch
         batch: list[Any] = []
         max_line, max_payload = self.max_control_line, self.max_payload
@@ -196,10 +200,13 @@ class _OpParser(Generic[E, P]):
             line_end = pos + len(line) + (1 if lf >= 0 else 2)
             try:
                 args = line.split()
-                verb = verbs.get(args[0]) if args else None
-                if verb is None:
-                    args, verb = self._glued(line)
-                kind, build = verb
+                if args and args[0] == common:  # (cheaper than hashing the verb to look it up)
+                    kind, build = common_verb
+                else:
+                    verb = verbs.get(args[0]) if args else None
+                    if verb is None:
+                        args, verb = self._glued(line)
+                    kind, build = verb
                 if len(line) > max_line and _arguments_length(line, args[0], build) > max_line:
                     raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)
                 if kind == LINE:
@@ -417,6 +424,7 @@ class ClientOpParser(_OpParser[ClientEvent, Message]):
         (PAYLOAD, {"PUB": _pub}),
         (HEADERS, {"HPUB": _hpub}),
     )  # fmt: skip
+    _common = b"PUB"
     _batch = PubBatch
 
     def __init__(
@@ -433,6 +441,7 @@ class ServerOpParser(_OpParser[ServerEvent, Msg]):
         (PAYLOAD, {"MSG": _msg}),
         (HEADERS, {"HMSG": _hmsg}),
     )  # fmt: skip
+    _common = b"MSG"
 
     def __init__(
         self, *, max_control_line: int = MAX_CONTROL_LINE, max_payload: int = 64 * MAX_PAYLOAD
