@@ -239,8 +239,7 @@ class RespConnection(Connection):
             self.close(Reason.PROTOCOL_VIOLATION)
         self._commit()
         keyspaces = self.broker.keyspaces
-        if keyspaces.unsettled:
-            keyspaces.settle()
+        keyspaces.settle()
         tracker = keyspaces.tracker
         if tracker is not None:  # (BCAST's invalidations of the batch's changes, gathered)
             assert isinstance(tracker, Tracker)
