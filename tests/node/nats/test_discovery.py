@@ -369,21 +369,26 @@ async def test_a_client_given_one_url_fails_over_to_a_discovered_node(nursery: t
                 ),
                 W,
             )
-            connected = asyncio.get_running_loop().time()
-            await settled(lambda: len(nc.discovered_servers) == 1)
-            box = Box()
-            await nc.subscribe("after.failover", cb=box.take)
-            await nc.flush()
-            # nats-py waits reconnect_time_wait before redialing a server it dialed that recently
-            # (the doomed one, if its shuffle tries that first): a client connected for longer
-            # redials at once, and learns at once that the doomed node is gone.
-            await asyncio.sleep(connected + RECONNECT_WAIT - asyncio.get_running_loop().time())
-            doomed.kill()
-            async with asyncio.timeout(1.0):  # the reconnect, to a node it was never given
-                await reconnected.wait()
-            return await still_served(
-                nc, box, f"nats://{url(survivor)}", "after.failover", b"still here"
-            )
+            try:
+                connected = asyncio.get_running_loop().time()
+                await settled(lambda: len(nc.discovered_servers) == 1)
+                box = Box()
+                await nc.subscribe("after.failover", cb=box.take)
+                await nc.flush()
+                # nats-py waits reconnect_time_wait before redialing a server it dialed that
+                # recently (the doomed one, if its shuffle tries that first): a client connected
+                # for longer redials at once, and learns at once that the doomed node is gone.
+                await asyncio.sleep(connected + RECONNECT_WAIT - asyncio.get_running_loop().time())
+                doomed.kill()
+                # The reconnect, to a node it was never given. (Without it the client gives up
+                # on the doomed node after max_reconnect_attempts, well within W, and closes.)
+                async with asyncio.timeout(W):
+                    await reconnected.wait()
+                return await still_served(
+                    nc, box, f"nats://{url(survivor)}", "after.failover", b"still here"
+                )
+            finally:
+                await nc.close()
 
         assert await in_asyncio(scenario) == [url(survivor), [b"still here"]]
     finally:
