@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from node.config.options import MAX_CONTROL_LINE, MAX_PAYLOAD
@@ -34,6 +34,7 @@ from node.nats.protocol import (
     Unsub,
 )
 from node.nats.protocol import writer as w
+from node.nats.protocol.parser import _scan_pub
 from routing import Message
 
 UNKNOWN = "Unknown Protocol Operation"
@@ -407,6 +408,36 @@ PIECES = [
 ]  # fmt: skip
 soup = st.lists(st.one_of(st.sampled_from(PIECES), st.binary(max_size=3)), max_size=40).map(b"".join)
 """Bytes that look like the protocol often enough to reach deep into the parser."""
+
+
+WORDS = [b"PUB", b"pub", b"a", b"a.b", b"_INBOX.x", b"0", b"7", b"12", b"000000007", b"0000000007"]
+WORDS += [b"999999999", b"1234567890", b"x1", b"1x", b"\x01", b"\xff", b"a\x0bb", b""]
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from([b" ", b" ", b"  ", b"\t"])), max_size=6)
+)
+@example([(b"PUB", b" "), (b"a", b"  "), (b"7", b" ")])
+@example([(b"PUB", b"  "), (b"a", b" "), (b"7", b" ")])
+@example([(b"PUB", b" "), (b"a", b" "), (b"7", b" "), (b"", b" ")])
+@example([(b"PUB", b" "), (b"a", b" "), (b"b", b" "), (b"c", b" "), (b"7", b" ")])
+@example([(b"PUB", b" "), (b"a", b" "), (b"0000000007", b" ")])
+@example([(b"PUB", b" "), (b"a", b"\t"), (b"7", b" ")])
+def test_a_pub_line_read_in_place_reads_as_the_split_line(words: list[tuple[bytes, bytes]]) -> None:
+    """The publish path reads ``PUB subject [reply] size`` without splitting the line: what it
+    reads is what the split line says, and it reads every such line written with single blanks."""
+    line = b"".join(word + blank for word, blank in words)[:-1] if words else b""
+    args = line.split()
+    split_reading = None
+    if len(args) in (3, 4) and args[0] == b"PUB" and args[-1].isdigit() and len(args[-1]) <= 9:
+        split_reading = (args[1], args[2] if len(args) == 4 else None, int(args[-1]))
+    first, second, size = _scan_pub(line)
+    if size >= 0:
+        reply = line[first + 1 : second] if second >= 0 else None
+        assert (line[4:first], reply, size) == split_reading
+    else:
+        plain = line == b" ".join(args) and all(c > 32 for c in line.replace(b" ", b""))
+        assert split_reading is None or not plain
 
 
 def check_consistent(make: Callable[[], Parser], wire: bytes, chunks: Sequence[bytes]) -> None:
