@@ -298,7 +298,7 @@ class ClientConnection(Connection):
         """Publish a run of PUBs. The loop is the hot path: per-message checks that the client's
         options make unnecessary are skipped wholesale."""
         self.active_since_ping = True
-        publish = self.broker.publish
+        broker = self.broker  # (called as a method, not as a bound one: compiled, that is a C call)
         account = self.account
         exclude = None if self.echo else self
         careful = self.verbose or self.pedantic or self.perms is not None
@@ -321,7 +321,7 @@ class ClientConnection(Connection):
                 subject, reply
             ):
                 continue
-            delivered = publish(account, msg, exclude)
+            delivered = broker.publish(account, msg, exclude)
             if not delivered and reply and self.no_responders:
                 self._no_responders(subject, reply)
             if self.closing is not None:
