@@ -36,11 +36,14 @@ what is unusual (a sign, a leading zero, a long or unfinished line) goes through
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from node.integers import string2ll
 from node.resp.errors import RespProtocolError
 from node.resp.inline import split_inline
+
+if TYPE_CHECKING:
+    from mypy_extensions import i64  # (a machine integer once compiled; an int otherwise)
 
 __all__ = [
     "INVALID_BULK_LENGTH",
@@ -120,11 +123,11 @@ def _short_decimal(buf: bytes, start: int, size: int) -> tuple[int, int]:
     ended by a CR that has a byte after it, and where that CR is; (-1, _) for anything else (a
     sign, a longer or unfinished line, an error), which the general path then reads. Digits are
     read in place: no slice, no ``find``, no ``int()``."""
-    value = 0
-    i = start
-    end = start + 18 if start + 18 < size else size
+    value: i64 = 0
+    i: i64 = start
+    end: i64 = start + 18 if start + 18 < size else size
     while i < end:
-        c = buf[i]
+        c: i64 = buf[i]
         if c < 48 or c > 57:
             break
         value = value * 10 + c - 48
@@ -218,7 +221,9 @@ class RequestParser:
         self._buf, self._pos = buf, 0
         self._line_end = None
         # A line is checked for a NUL byte only when the buffer holds one (binary data may).
-        self._nul = _NUL in buf
+        # (``find``, not ``in``: CPython's ``in`` on bytes first tries the needle as an integer,
+        # and formats and clears a TypeError for one that is bytes)
+        self._nul = buf.find(_NUL) >= 0
         while True:
             command = self._next()
             if command is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
+from node.data.keyspace import Database
 from node.resp.connection import Handler, RespConnection
 from node.resp.writer import array, simple
 
@@ -20,6 +21,13 @@ SYNTAX: Final = "syntax error"
 def now_ms() -> int:
     """Wall-clock milliseconds, the time expiry and stream IDs are measured in."""
     return time.time_ns() // 1_000_000
+
+
+def expiry_clock(db: Database) -> int:
+    """``now_ms()`` for a read of ``db``'s keys, unless none of them has an expiry time: then the
+    time cannot matter, and the clock is not read (0). (Most databases hold no expiring key, and
+    the clock read was 4% of a pipelined GET's time.)"""
+    return now_ms() if db.expiring() else 0
 
 
 def help_reply(lines: list[bytes]) -> Handler:

@@ -18,7 +18,7 @@ from typing import Final
 from node.config.keyspace_events import GENERIC, STRING
 from node.data.keyspace import Database
 from node.integers import string2ll
-from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
+from node.resp.commands.common import NOT_INTEGER, SYNTAX, expiry_clock, now_ms
 from node.resp.commands.string_numbers import (
     INVALID_FLOAT,
     NAN_OR_INFINITY,
@@ -201,7 +201,8 @@ def _bulk(value: bytes | bytearray) -> bytes:
 
 
 def _get(conn: RespConnection, args: list[bytes]) -> None:
-    value = conn.database.read_string(args[1], now_ms())
+    db = conn.database
+    value = db.read_string(args[1], expiry_clock(db))
     conn.reply(conn.writer.null if value is None else _bulk(value))
 
 
