@@ -299,14 +299,14 @@ async def test_a_blocked_group_read_served_by_a_write_is_answered_once_committed
     nodes = await start_nodes(nursery, tmp_path)
     leader, key = await a_led_key(nodes)
     assert await call(nodes[leader], "XGROUP", "CREATE", key, "g", "$", "MKSTREAM") == b"OK"
-    read = ["XREADGROUP", "GROUP", "g", "c1", "BLOCK", "5000", "STREAMS", key, ">"]
+    read = ["XREADGROUP", "GROUP", "g", "c1", "BLOCK", "30000", "STREAMS", key, ">"]
     got: list[object] = []
 
     async def reader(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         got.append(await call(nodes[leader], *read))
 
-    with trio.fail_after(4):  # (well before the read's own timeout)
+    with trio.fail_after(20):  # (well before the read's own timeout)
         async with trio.open_nursery() as readers:
             await readers.start(reader)
             await until(lambda: blocked(nodes[leader]) == 1)
