@@ -5,13 +5,16 @@ Data arrives in arbitrary pieces (one byte at a time in the tests); ``receive_da
 ``events`` yields every complete operation, raising ``ProtocolError`` at the first bad one (events
 before it are still yielded, so a connection can act on them first, as nats-server does).
 
-How it reads fast: the buffered bytes are split on CRLF in one call. Every control line then is one
-piece, and so is every payload that holds no CRLF (nearly all of them); a payload that does is
-re-joined from the pieces its size says it spans. A client's PUB line, as nearly every one is
-written, is then read in place (``_scan_pub``: positions and the size, no split); any other line is
-split into its arguments. That is what lets a single-threaded node keep up with fast publishers.
-A control line ended by a bare LF (which nats-server accepts) is read out of its piece from where
-the line before it ended, so a run of such lines costs as little as CRLF lines do.
+How it reads fast: a client's read is nearly always a run of PUBs, and ``_read_pubs`` reads that run
+straight out of the buffer (``_scan_pub`` finds each line's blanks, size and CR in one pass; only
+the subject, reply and payload are copied out). Whatever follows the run (another verb, anything
+odd, an incomplete PUB) is read the general way: the rest of the buffer is split on CRLF in one
+call, every control line then is one piece, and so is every payload that holds no CRLF (nearly all
+of them); a payload that does is re-joined from the pieces its size says it spans. A PUB line
+written as clients write it is read in place there too; any other line is split into its
+arguments. That is what lets a single-threaded node keep up with fast publishers. A control line
+ended by a bare LF (which nats-server accepts) is read out of its piece from where the line before
+it ended, so a run of such lines costs as little as CRLF lines do.
 
 A payload that spans many reads is not re-joined with every read: ``receive_data`` collects chunks
 until as many bytes as the pending operation needs have arrived.
@@ -113,26 +116,34 @@ def _digits(field: bytes) -> int:
     return value
 
 
-def _scan_pub(line: bytes) -> tuple[int, int, int]:
-    """A client's PUB line as nearly every one is written (``PUB subject size`` or ``PUB subject
-    reply size``, single blanks, a size of 1-9 digits), read in place: the blank after the subject,
-    the blank after the reply (-1 without one) and the size. Any other line, odd or wrong, is
-    ``_NOT_SCANNED`` (size -1) and goes the general way, which splits it and finds what is wrong.
+def _scan_pub(data: bytes, start: i64, end: i64) -> tuple[int, int, int, int]:
+    """A client's PUB line at ``start`` as nearly every one is written (``PUB subject size`` or
+    ``PUB subject reply size``, single blanks, a size of 1-9 digits), read in place up to its CR or
+    ``end``: the blank after the subject, the blank after the reply (-1 without one), the size, and
+    where the line stopped (its CR, or ``end``). Any other line, odd or wrong, is ``_NOT_SCANNED``
+    (size -1) and goes the general way, which splits it and finds what is wrong.
 
     Returning positions (a tuple of machine integers once compiled) rather than the split line
     spares the list and the bytes objects of the verb and the size on the publish path."""
-    n: i64 = len(line)
-    if n < 7 or line[0] != 80 or line[1] != 85 or line[2] != 66 or line[3] != 32:  # b"PUB "
+    if (
+        end - start < 7
+        or data[start] != 80
+        or data[start + 1] != 85
+        or data[start + 2] != 66
+        or data[start + 3] != 32
+    ):  # b"PUB "
         return _NOT_SCANNED
     first: i64 = -1
     second: i64 = -1
     size: i64 = 0  # the value of the field being read, -1 once it is not a number of 1-9 digits
-    k: i64 = 4
-    while k < n:
-        c: i64 = line[k]
+    k: i64 = start + 4
+    while k < end:
+        c: i64 = data[k]
         if c <= 32:
+            if c == 13:
+                break
             # A blank that is not the first after a field, or whitespace other than a blank.
-            if c != 32 or line[k - 1] == 32 or second >= 0:
+            if c != 32 or data[k - 1] == 32 or second >= 0:
                 return _NOT_SCANNED
             if first < 0:
                 first = k
@@ -145,12 +156,33 @@ def _scan_pub(line: bytes) -> tuple[int, int, int]:
             size = -1
         k += 1
     last: i64 = second if second >= 0 else first
-    if last < 0 or not 0 < n - 1 - last <= 9 or size < 0:
+    if last < 0 or not 0 < k - 1 - last <= 9 or size < 0:
         return _NOT_SCANNED
-    return first, second, size
+    return first, second, size, k
 
 
-_NOT_SCANNED = (-1, -1, -1)
+_NOT_SCANNED = (-1, -1, -1, -1)
+
+
+def _read_pubs(buf: bytes, out: list[Any], max_line: int, max_payload: int) -> int:
+    """Read the run of PUBs ``buf`` starts with, each line as ``_scan_pub`` reads one and its
+    payload whole and followed by CRLF, into ``out`` as Messages; return where the first thing
+    that is not such a PUB starts (an incomplete one, another verb, anything odd or wrong: the
+    general way reads it). Neither the buffer nor its lines are split: only the subject, the reply
+    and the payload are copied out of the buffer."""
+    size: i64 = len(buf)
+    pos: i64 = 0
+    while True:
+        first, second, total, cr = _scan_pub(buf, pos, size)
+        if total < 0 or total > max_payload or cr - pos - 4 > max_line:
+            return pos
+        start: i64 = cr + 2
+        end: i64 = start + total
+        if end + 2 > size or buf[cr + 1] != 10 or buf[end] != 13 or buf[end + 1] != 10:
+            return pos
+        reply = buf[first + 1 : second] if second >= 0 else None
+        out.append(Message(buf[pos + 4 : first], reply, None, buf[start:end]))
+        pos = end + 2
 
 
 def _bad_arguments(args: list[bytes], line: bytes) -> ProtocolError:
@@ -219,6 +251,14 @@ class _OpParser(Generic[E, P]):
             buf = b"".join([buf, *self._chunks])
             self._chunks = []
         self._buf, self._pos = buf, 0
+        batch: list[Any] = []
+        if self._reads_pub:
+            # The run of PUBs a publisher's read nearly always is, read without a split; what
+            # follows it, if anything, is split and read the general way.
+            taken = _read_pubs(buf, batch, self.max_control_line, self.max_payload)
+            if taken:
+                buf = buf[taken:]
+                self._buf = buf
         parts = buf.split(b"\r\n")
         last = len(parts) - 1  # parts[last] is not terminated by CRLF (yet)
         verbs = self._verbs
@@ -226,7 +266,6 @@ class _OpParser(Generic[E, P]):
         common_verb = verbs[common]
         reads_pub = self._reads_pub
         batch_of = self._batch
-        batch: list[Any] = []
         max_line, max_payload = self.max_control_line, self.max_payload
         error: ProtocolError | None = None
         # Bare LFs are rare: when every LF belongs to a CRLF, no line needs searching for one.
@@ -247,8 +286,11 @@ class _OpParser(Generic[E, P]):
                 next_i, next_off = i + 1, 0
             line_end = pos + len(line) + (1 if lf >= 0 else 2)
             try:
-                first, second, total = _scan_pub(line) if reads_pub else _NOT_SCANNED
-                if total >= 0:  # (a PUB read in place: ``args`` is not needed)
+                scan = _scan_pub(line, 0, len(line)) if reads_pub else _NOT_SCANNED
+                if scan[3] != len(line):  # (a CR inside the line: the general way reads it)
+                    scan = _NOT_SCANNED
+                first, second, total, _ = scan
+                if total >= 0:  # (a PUB read in place: no ``args``)
                     kind, build = common_verb
                     if len(line) - 4 > max_line:
                         raise ProtocolError(MAX_CONTROL_LINE_EXCEEDED)

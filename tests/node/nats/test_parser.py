@@ -34,7 +34,7 @@ from node.nats.protocol import (
     Unsub,
 )
 from node.nats.protocol import writer as w
-from node.nats.protocol.parser import _scan_pub
+from node.nats.protocol.parser import _read_pubs, _scan_pub
 from routing import Message
 
 UNKNOWN = "Unknown Protocol Operation"
@@ -431,13 +431,37 @@ def test_a_pub_line_read_in_place_reads_as_the_split_line(words: list[tuple[byte
     split_reading = None
     if len(args) in (3, 4) and args[0] == b"PUB" and args[-1].isdigit() and len(args[-1]) <= 9:
         split_reading = (args[1], args[2] if len(args) == 4 else None, int(args[-1]))
-    first, second, size = _scan_pub(line)
+    first, second, size, stop = _scan_pub(line, 0, len(line))
+    assert stop == len(line) or size < 0
     if size >= 0:
         reply = line[first + 1 : second] if second >= 0 else None
         assert (line[4:first], reply, size) == split_reading
     else:
         plain = line == b" ".join(args) and all(c > 32 for c in line.replace(b" ", b""))
         assert split_reading is None or not plain
+
+
+@pytest.mark.parametrize(
+    ("wire", "taken", "messages"),
+    [
+        (b"PUB a 1\r\nx\r\nPUB b r 2\r\nyz\r\nPING\r\nPUB c 1\r\nq\r\n", 27,
+         [Message(b"a", None, None, b"x"), Message(b"b", b"r", None, b"yz")]),
+        (b"PUB a 4\r\nx\r\ny\r\nPUB b 5\r\nab", 15, [Message(b"a", None, None, b"x\r\ny")]),
+        (b"PUB a 1\r\nx\r\nPUB b 9\r\n123456789\r\n", 12, [Message(b"a", None, None, b"x")]),
+        (b"PUB a 1\r\nxy\r\n", 0, []),  # (no CRLF after the payload)
+        (b"PUB a 1\nx\r\n", 0, []),  # (a bare LF)
+        (b"PUB a 1\rx\r\n", 0, []),
+        (b"PUB a 1\r", 0, []),
+    ],
+)  # fmt: skip
+def test_a_run_of_pubs_is_read_out_of_the_buffer_up_to_what_is_not_one(
+    wire: bytes, taken: int, messages: list[Message]
+) -> None:
+    """Up to the first thing that is not a complete PUB as clients write it, or one over the
+    limits (max_payload 8 here): the general way reads that, and finds what is wrong with it."""
+    out: list[Message] = []
+    assert _read_pubs(wire, out, MAX_CONTROL_LINE, 8) == taken
+    assert out == messages
 
 
 def check_consistent(make: Callable[[], Parser], wire: bytes, chunks: Sequence[bytes]) -> None:
