@@ -51,8 +51,10 @@ from cluster.checks import mapping as _map
 from cluster.checks import opt_blob as _opt_bytes
 from cluster.checks import opt_text as _opt_str
 from cluster.checks import text as _str
+from cluster.message_frames import MessageFrame, write_message
 from cluster.raft.messages import Message as RaftMessage
 from cluster.replication import wire
+from routing.message import Message
 
 __all__ = [
     "HANDSHAKE_FRAME",
@@ -210,16 +212,6 @@ class Snapshot:
 
 
 @attrs.define(slots=True)
-class MessageFrame:
-    account: str
-    subject: bytes
-    reply: bytes | None
-    headers: bytes | None
-    payload: bytes
-    queues: tuple[str, ...]
-
-
-@attrs.define(slots=True)
 class Gossip:
     peers: list[PeerInfo]
 
@@ -274,10 +266,9 @@ _PONG: bytes = msgpack.packb(["PONG"])
 def encode(frame: Frame) -> bytes:
     """The bytes of one frame."""
     if isinstance(frame, MessageFrame):
-        return _pack(
-            ["MSG", frame.account, frame.subject, frame.reply, frame.headers, frame.payload,
-             list(frame.queues)]
-        )  # fmt: skip
+        out = bytearray()
+        write_message(out, frame.account, frame.msg, frame.queues)
+        return bytes(out)
     if isinstance(frame, SubAdd):
         return _pack(["RS+", frame.account, frame.subject, frame.queue, frame.weight])
     if isinstance(frame, SubRemove):
@@ -459,10 +450,8 @@ def _decode(obj: Any) -> Frame:
         queues = obj[6]
         if type(queues) is not list:
             raise LinkError("bad queue list")
-        return MessageFrame(
-            _str(obj[1]), _bytes(obj[2]), _opt_bytes(obj[3]), _opt_bytes(obj[4]), _bytes(obj[5]),
-            tuple([_str(q) for q in queues]) if queues else (),
-        )  # fmt: skip
+        msg = Message(_bytes(obj[2]), _opt_bytes(obj[3]), _opt_bytes(obj[4]), _bytes(obj[5]))
+        return MessageFrame(_str(obj[1]), msg, tuple([_str(q) for q in queues]) if queues else ())
     if op == "RS+" and n == 5:
         return SubAdd(_str(obj[1]), _str(obj[2]), _opt_str(obj[3]), _weight(obj[4]))
     if op == "RS-" and n == 4:

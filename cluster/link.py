@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Generic
 
-import msgpack
-
 from cluster.frames import (
     Err,
     Frame,
@@ -27,6 +25,7 @@ from cluster.frames import (
     encode,
 )
 from cluster.host import AccountT, Forwarder, NodeHost
+from cluster.message_frames import write_message
 from routing import Message, Origin
 from transport.outbox import Outbox
 from transport.sessions import Hangup
@@ -34,8 +33,6 @@ from transport.sessions import Hangup
 __all__ = ["Link"]
 
 log = logging.getLogger("pubmesh")
-
-_packer = msgpack.Packer(use_bin_type=True)
 
 Control = Callable[["Link[AccountT]", Frame], None]
 """What a link's manager does with every frame but messages (raising ``LinkError`` to refuse)."""
@@ -147,21 +144,16 @@ class Link(Outbox, Generic[AccountT]):
                     if not self.takes_messages:
                         raise LinkError("a message on a link that carries none this way")
                     if self.registered:
+                        msg = frame.msg
                         self.in_msgs += 1
-                        self.in_bytes += len(frame.payload)
+                        self.in_bytes += len(msg.payload)
                         account = self._accounts.get(frame.account)
                         if account is None:
                             account = self.admit(frame.account)
                             if account is not None:
                                 self._accounts[frame.account] = account
                         if account is not None:
-                            self.host.publish(
-                                account,
-                                Message(frame.subject, frame.reply, frame.headers, frame.payload),
-                                None,
-                                self.origin,
-                                frame.queues,
-                            )
+                            self.host.publish(account, msg, None, self.origin, frame.queues)
                     elif self.remote is None:
                         raise LinkError("the first frame must be HELLO")
                 else:
@@ -210,15 +202,18 @@ class Link(Outbox, Generic[AccountT]):
         """Queue a MSG frame (the hot path: packed directly, no frame object)."""
         self.out_msgs += 1
         self.out_bytes += len(msg.payload)
-        self._send(
-            _packer.pack(["MSG", account, msg.subject, msg.reply, msg.headers, msg.payload, queues])
-        )
+        write_message(self.outbound, account, msg, queues)
+        self._queued()
 
     def _send(self, data: bytes) -> None:
         """Queue one frame, whatever it is: interest, heartbeats and messages all count."""
         out = self.outbound
         out += data
-        pending = len(out) + self._writing
+        self._queued()
+
+    def _queued(self) -> None:
+        """A frame was queued: wake the writer, or note (or cut) a peer falling behind."""
+        pending = len(self.outbound) + self._writing
         if pending > self.stall_at and self._congested(pending):
             return
         if not self._woken:

@@ -36,6 +36,7 @@ from cluster.frames import (
     SubRemove,
     encode,
 )
+from routing import Message
 
 # msgpack strings are UTF-8, so no lone surrogates; its integers stop at 64 bits.
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
@@ -71,10 +72,7 @@ FRAMES: st.SearchStrategy[Frame] = st.one_of(
     st.builds(
         MessageFrame,
         TEXT,
-        BLOB,
-        st.none() | BLOB,
-        st.none() | BLOB,
-        BLOB,
+        st.builds(Message, BLOB, st.none() | BLOB, st.none() | BLOB, BLOB),
         st.lists(TEXT, max_size=3).map(tuple),
     ),
     st.builds(Gossip, st.lists(PEER, max_size=3)),
@@ -203,7 +201,7 @@ def test_undecodable_bytes_are_a_link_error() -> None:
 
 def test_an_oversized_frame_is_refused_before_it_is_whole() -> None:
     decoder = FrameDecoder(1024)
-    big = encode(MessageFrame("$G", b"s", None, None, b"x" * 5000, ()))
+    big = encode(MessageFrame("$G", Message(b"s", None, None, b"x" * 5000), ()))
     with pytest.raises(LinkError, match="larger"):
         decoder.receive_data(big[:2000])
 
@@ -250,13 +248,13 @@ def test_a_frame_before_the_handshake_is_small() -> None:
 
 def test_the_open_link_takes_big_frames_and_keeps_what_was_buffered() -> None:
     decoder = FrameDecoder(1 << 20)
-    big = encode(MessageFrame("$G", b"s", None, None, b"x" * 500_000, ()))
+    big = encode(MessageFrame("$G", Message(b"s", None, None, b"x" * 500_000), ()))
     decoder.receive_data(encode(Proof(b"p" * 32)) + big[:1000])
     frames = decoder.frames()
     assert next(frames) == Proof(b"p" * 32)
     decoder.open()
     decoder.receive_data(big[1000:])
-    assert [f.payload for f in frames] == [b"x" * 500_000]  # type: ignore[union-attr]
+    assert [f.msg.payload for f in frames] == [b"x" * 500_000]  # type: ignore[union-attr]
 
 
 def test_a_deep_frame_is_a_link_error() -> None:

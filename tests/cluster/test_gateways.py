@@ -366,7 +366,7 @@ async def talk_to_gateway(
         ("gateway", gateway_hello("east"), [], b'gateway "east" is this cluster'),
         ("gateway/guess", gateway_hello("other"), [], b"gateway credential refused"),
         ("route", gateway_hello("other"), [], b"expected a gateway"),
-        ("gateway", None, [encode(MessageFrame("$G", b"x", None, None, b"", ()))],
+        ("gateway", None, [encode(MessageFrame("$G", Message(b"x", None, None, b""), ()))],
          b"the first frame must be HELLO"),
     ],
 )  # fmt: skip
@@ -402,7 +402,7 @@ async def test_a_message_sent_the_wrong_way_is_a_protocol_error(autojump_clock: 
             stream = await listener.accept()
         impostor = Impostor(stream, "gateway", listener=True)
         assert await impostor.authenticate(gateway_hello("fake")) is not None
-        await impostor.send(encode(MessageFrame("$G", b"x", None, None, b"", ())))
+        await impostor.send(encode(MessageFrame("$G", Message(b"x", None, None, b""), ())))
         received = await impostor.drain()
         assert b"a message on a link that carries none this way" in received
 

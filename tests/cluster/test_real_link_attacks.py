@@ -33,6 +33,7 @@ from cluster.frames import (
 from cluster.routes import MAX_UNMET_PEERS
 from node.config.options import Config
 from node.run.launch import NodeHandle
+from routing import Message
 from tests.cluster.impostor import Impostor, frames_in, peers, route_hello
 from tests.support import connect, eventually, in_asyncio, start_node, until
 
@@ -239,7 +240,7 @@ async def test_a_route_cannot_create_accounts_without_bound(nursery: trio.Nurser
     before = len(a.server.broker.accounts)
     impostor = await dial(a.cluster_port, "route")
     assert await impostor.authenticate(route_hello("0" * 56, "guarded")) is not None
-    frames = [encode(MessageFrame(f"acc{i}", b"x", None, None, b"", ())) for i in range(500)]
+    frames = [encode(MessageFrame(f"acc{i}", Message(b"x", None, None, b""), ())) for i in range(500)]
     frames += [encode(SubAdd(f"sub{i}", "x", None, 1)) for i in range(500)]
     frames += [encode(Snapshot(f"snap{i}", [("x", None, 1)])) for i in range(500)]
     await impostor.send(b"".join(frames))

@@ -348,7 +348,7 @@ async def test_a_message_for_a_bad_subject_from_a_peer_does_no_harm(autojump_clo
             cluster,
             a,
             encode(SubAdd("$G", "bad..subject", None, 1)),
-            encode(MessageFrame("$G", b"a..b", None, None, b"x", ())),
+            encode(MessageFrame("$G", Message(b"a..b", None, None, b"x"), ())),
             encode(Err("bye")),
             hello=route_hello("Y" * 56),
         )
