@@ -26,6 +26,7 @@ HOT_PATH = [
     "transport/outbox.py",
     "cluster/checks.py",
     "cluster/frames.py",
+    "cluster/decoder.py",
     "cluster/message_frames.py",
     "cluster/link.py",
     "cluster/peer.py",

@@ -37,7 +37,6 @@ Operations, in the order a link opens (see ``cluster.handshake``):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -67,7 +66,6 @@ __all__ = [
     "ClientUrls",
     "Err",
     "Frame",
-    "FrameDecoder",
     "GatewayHello",
     "Gateways",
     "Gossip",
@@ -85,6 +83,7 @@ __all__ = [
     "Snapshot",
     "SubAdd",
     "SubRemove",
+    "check_frame",
     "encode",
 ]
 
@@ -442,7 +441,8 @@ def _nonce(value: Any) -> bytes:
     return value
 
 
-def _decode(obj: Any) -> Frame:
+def check_frame(obj: Any) -> Frame:
+    """The frame an unpacked msgpack object is, checked field by field (``LinkError`` if it is none)."""
     if type(obj) is not list or not obj:
         raise LinkError("a frame must be a non-empty array")
     op, n = obj[0], len(obj)
@@ -521,69 +521,3 @@ def _keys_args(value: Any) -> list[Any]:
     if at != len(value):
         raise LinkError("bytes after the packed KEYS arguments")
     return args
-
-
-@attrs.frozen
-class _Limits:
-    """What one decoded frame may hold: msgpack refuses a longer header before allocating for it."""
-
-    frame: int
-    array: int
-    text: int
-    blob: int
-
-
-_END = object()
-
-
-class FrameDecoder:
-    """Bytes in, checked frames out, with bounded memory whatever the bytes say.
-
-    A msgpack header announces a length and the unpacker allocates for it at once, so the limits
-    on arrays, maps, strings and binaries are set from what a frame may need, and are much tighter
-    while the peer is unauthenticated (a HELLO or a CHALLENGE needs little) than once the link is
-    ``open``. Nesting needs no limit of its own: the unpacker stops at a fixed depth, every frame is
-    a few levels deep and anything deeper fails its checks, and at each level an array is bounded.
-
-    Args:
-        max_frame: the largest frame (in bytes) a peer may send once authenticated; a larger one is
-            a ``LinkError`` as soon as that much of it is buffered, so a peer cannot make the node
-            buffer without bound. Before that, ``HANDSHAKE_FRAME`` is the limit.
-    """
-
-    __slots__ = ("_max_frame", "_unpacker")
-
-    def __init__(self, max_frame: int) -> None:
-        self._max_frame = max_frame
-        self._unpacker = self._make(
-            _Limits(min(max_frame, HANDSHAKE_FRAME), MAX_PEERS, 4096, NONCE_SIZE)
-        )
-
-    @staticmethod
-    def _make(limits: _Limits) -> msgpack.Unpacker:
-        return msgpack.Unpacker(
-            raw=False, strict_map_key=True, use_list=True, max_buffer_size=limits.frame,
-            max_array_len=limits.array, max_map_len=limits.array, max_str_len=limits.text,
-            max_bin_len=limits.blob, max_ext_len=0,
-        )  # fmt: skip
-
-    def open(self) -> None:
-        """The peer is authenticated: from the next frame on, the full limits apply (bytes
-        already buffered carry over)."""
-        rest = self._unpacker.read_bytes(HANDSHAKE_FRAME)
-        self._unpacker = self._make(_Limits(self._max_frame, MAX_ARRAY, MAX_TEXT, self._max_frame))
-        self.receive_data(rest)
-
-    def receive_data(self, data: bytes) -> None:
-        try:
-            self._unpacker.feed(data)
-        except msgpack.BufferFull as exc:
-            raise LinkError("frame larger than the largest allowed") from exc
-
-    def frames(self) -> Iterator[Frame]:
-        """Every complete frame buffered so far, in order (an ``open`` meanwhile applies at once)."""
-        try:
-            while (obj := next(self._unpacker, _END)) is not _END:
-                yield _decode(obj)
-        except (msgpack.UnpackException, ValueError, RecursionError) as exc:
-            raise LinkError(f"undecodable frame: {exc}") from exc

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Generic
 
+from cluster.decoder import FrameDecoder
 from cluster.frames import (
     Err,
     Frame,
-    FrameDecoder,
     GatewayHello,
     LinkError,
     MessageFrame,

@@ -11,11 +11,14 @@ its time.
 
 from __future__ import annotations
 
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 from routing.message import Message
 
-__all__ = ["MessageFrame", "write_message"]
+if TYPE_CHECKING:
+    from mypy_extensions import i64  # (a machine integer once compiled; an int otherwise)
+
+__all__ = ["MessageFrame", "read_message", "write_message"]
 
 
 @final
@@ -105,3 +108,102 @@ def _head(marker16: int, marker32: int, n: int) -> bytes:
     if n < 0x10000:
         return bytes([marker16]) + n.to_bytes(2, "big")
     return bytes([marker32]) + n.to_bytes(4, "big")
+
+
+def read_message(buf: bytes, at: i64, max_frame: i64) -> tuple[MessageFrame | None, i64]:
+    """The MSG frame at ``buf[at:]`` and where it ends, if it is whole, at most ``max_frame``
+    bytes and written in the forms ``write_message`` uses for short fields (texts of at most 255
+    bytes, at most 15 queues); ``(None, -1)`` for anything else, odd or wrong, which the general
+    way reads or refuses: this reads nothing that its checks would not read the same. Only the
+    fields are copied out of the buffer."""
+    end: i64 = len(buf)
+    if (
+        end - at < 12  # (the head, and five one-byte fields at least)
+        or buf[at] != 0x97
+        or buf[at + 1] != 0xA3
+        or buf[at + 2] != 0x4D  # M
+        or buf[at + 3] != 0x53  # S
+        or buf[at + 4] != 0x47  # G
+    ):
+        return None, -1
+    account_end = _text_end(buf, at + 5, end)
+    subject_end = _blob_end(buf, account_end, end)
+    reply_end = _nil_or_blob_end(buf, subject_end, end)
+    headers_end = _nil_or_blob_end(buf, reply_end, end)
+    payload_end = _blob_end(buf, headers_end, end)
+    if payload_end < 0 or payload_end >= end or not 0x90 <= buf[payload_end] <= 0x9F:
+        return None, -1
+    count: i64 = buf[payload_end] - 0x90
+    k: i64 = payload_end + 1
+    queues: list[str] = []
+    try:
+        while count > 0:
+            queue_end = _text_end(buf, k, end)
+            if queue_end < 0:
+                return None, -1
+            queues.append(buf[_text_start(buf, k) : queue_end].decode())
+            k = queue_end
+            count -= 1
+        if k - at > max_frame:
+            return None, -1
+        account = buf[_text_start(buf, at + 5) : account_end].decode()
+    except UnicodeDecodeError:
+        return None, -1
+    msg = Message(
+        buf[_blob_start(buf, account_end) : subject_end],
+        _nil_or_blob(buf, subject_end, reply_end),
+        _nil_or_blob(buf, reply_end, headers_end),
+        buf[_blob_start(buf, headers_end) : payload_end],
+    )
+    return MessageFrame(account, msg, tuple(queues) if queues else ()), k
+
+
+# Where a field starting at ``k`` ends (-1: not whole before ``end``, not in the form read here,
+# or ``k`` itself -1), and where its bytes start.
+
+
+def _text_end(buf: bytes, k: i64, end: i64) -> i64:
+    if k < 0 or k >= end:
+        return -1
+    marker: i64 = buf[k]
+    if 0xA0 <= marker <= 0xBF:
+        last: i64 = k + 1 + (marker & 0x1F)
+    elif marker == 0xD9 and k + 1 < end:
+        last = k + 2 + buf[k + 1]
+    else:
+        return -1
+    return last if last <= end else -1
+
+
+def _text_start(buf: bytes, k: i64) -> i64:
+    return k + 1 if buf[k] != 0xD9 else k + 2
+
+
+def _blob_end(buf: bytes, k: i64, end: i64) -> i64:
+    if k < 0 or k + 2 > end:
+        return -1
+    marker: i64 = buf[k]
+    if marker == 0xC4:
+        last: i64 = k + 2 + buf[k + 1]
+    elif marker == 0xC5 and k + 3 <= end:
+        last = k + 3 + (buf[k + 1] << 8 | buf[k + 2])
+    elif marker == 0xC6 and k + 5 <= end:
+        last = k + 5 + (buf[k + 1] << 24 | buf[k + 2] << 16 | buf[k + 3] << 8 | buf[k + 4])
+    else:
+        return -1
+    return last if last <= end else -1
+
+
+def _blob_start(buf: bytes, k: i64) -> i64:
+    marker: i64 = buf[k]
+    return k + 2 if marker == 0xC4 else k + 3 if marker == 0xC5 else k + 5
+
+
+def _nil_or_blob_end(buf: bytes, k: i64, end: i64) -> i64:
+    if 0 <= k < end and buf[k] == 0xC0:
+        return k + 1
+    return _blob_end(buf, k, end)
+
+
+def _nil_or_blob(buf: bytes, k: i64, last: i64) -> bytes | None:
+    return None if buf[k] == 0xC0 else buf[_blob_start(buf, k) : last]

@@ -12,10 +12,10 @@ from typing import Any
 import attrs
 import trio
 
+from cluster.decoder import FrameDecoder
 from cluster.frames import (
     Challenge,
     Frame,
-    FrameDecoder,
     GatewayHello,
     Hello,
     LinkError,

@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.checks import MAX_ARRAY
+from cluster.decoder import FrameDecoder
 from cluster.frames import (
     HANDSHAKE_FRAME,
     MAX_PEERS,
     Challenge,
     Err,
     Frame,
-    FrameDecoder,
     GatewayHello,
     Gateways,
     Gossip,

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.frames import FrameDecoder, LinkError, RaftFrame, encode
+from cluster.decoder import FrameDecoder
+from cluster.frames import LinkError, RaftFrame, encode
 from cluster.raft import AddVoter, ChangeEntry, RemoveVoter
 from cluster.raft import messages as m
 from cluster.replication.wire import MAX_NAME, MAX_NONCE, MAX_SNAPSHOT, SnapshotPart, pack, unpack

@@ -20,10 +20,10 @@ import pytest
 import trio
 
 from cluster.config import ClusterConfig
+from cluster.decoder import FrameDecoder
 from cluster.frames import (
     MAX_CLIENT_URLS,
     ClientUrls,
-    FrameDecoder,
     Hello,
     LinkError,
     RouteHello,
