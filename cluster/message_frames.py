@@ -49,8 +49,6 @@ class MessageFrame:
         return f"MessageFrame({self.account!r}, {self.msg!r}, {self.queues!r})"
 
 
-_HEAD: Final = b"\x97\xa3MSG"
-"""A seven-element array, then the text ``MSG``."""
 _NIL: Final = b"\xc0"
 _FIXSTR: Final = tuple([bytes([0xA0 | n]) for n in range(32)])
 _BIN8: Final = tuple([bytes([0xC4, n]) for n in range(256)])
@@ -58,49 +56,43 @@ _FIXARRAY: Final = tuple([bytes([0x90 | n]) for n in range(16)])
 
 
 def write_message(out: bytearray, account: str, msg: Message, queues: tuple[str, ...]) -> None:
-    """Append the MSG frame of ``msg`` in ``account`` (for the receiver to serve ``queues``)."""
-    out += _HEAD
-    _text(out, account)
-    _blob(out, msg.subject)
+    """Append the MSG frame of ``msg`` in ``account`` (for the receiver to serve ``queues``).
+
+    The frame is formatted in one piece (one allocation once compiled) and appended once: each
+    append to a bytearray asks the appended object for its buffer, which cost more than the copy
+    for fields this short."""
+    name = account.encode()
+    subject = msg.subject
     reply = msg.reply
-    if reply is None:
-        out += _NIL
-    else:
-        _blob(out, reply)
     headers = msg.headers
-    if headers is None:
-        out += _NIL
-    else:
-        _blob(out, headers)
-    _blob(out, msg.payload)
+    payload = msg.payload
+    out += b"\x97\xa3MSG%b%b%b%b%b%b%b%b%b%b%b" % (
+        _text_head(len(name)), name, _blob_head(len(subject)), subject,
+        _NIL if reply is None else _blob_head(len(reply)), b"" if reply is None else reply,
+        _NIL if headers is None else _blob_head(len(headers)), b"" if headers is None else headers,
+        _blob_head(len(payload)), payload,
+        _FIXARRAY[0] if not queues else _queues(queues),
+    )  # fmt: skip
+
+
+def _queues(queues: tuple[str, ...]) -> bytes:
     n = len(queues)
-    if n < 16:
-        out += _FIXARRAY[n]
-    else:
-        out += _head(0xDC, 0xDD, n)
-    for queue in queues:
-        _text(out, queue)
+    names = [q.encode() for q in queues]
+    return (_FIXARRAY[n] if n < 16 else _head(0xDC, 0xDD, n)) + b"".join(
+        [_text_head(len(name)) + name for name in names]
+    )
 
 
-def _text(out: bytearray, text: str) -> None:
-    data = text.encode()
-    n = len(data)
+def _text_head(n: int) -> bytes:
     if n < 32:
-        out += _FIXSTR[n]
-    elif n < 256:
-        out += bytes([0xD9, n])
-    else:
-        out += _head(0xDA, 0xDB, n)
-    out += data
-
-
-def _blob(out: bytearray, data: bytes) -> None:
-    n = len(data)
+        return _FIXSTR[n]
     if n < 256:
-        out += _BIN8[n]
-    else:
-        out += _head(0xC5, 0xC6, n)
-    out += data
+        return bytes([0xD9, n])
+    return _head(0xDA, 0xDB, n)
+
+
+def _blob_head(n: int) -> bytes:
+    return _BIN8[n] if n < 256 else _head(0xC5, 0xC6, n)
 
 
 def _head(marker16: int, marker32: int, n: int) -> bytes:

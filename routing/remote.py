@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Final, Generic, Never, TypeVar, cast
+from typing import Final, Generic, Never, TypeVar, cast, final
 
 import attrs
 
@@ -45,9 +45,12 @@ L_co = TypeVar("L_co", bound=Hashable, covariant=True)
 _NO_QUEUES: Final[Mapping[str, Never]] = MappingProxyType({})
 
 
-@attrs.frozen(slots=True)
+@final
 class RemoteMatch(Generic[L_co]):
-    """Which links lead to interest in a subject.
+    """Which links lead to interest in a subject; never changed once made.
+
+    A plain class, not an attrs record: compiled, it is a native object, whose fields the publish
+    path reads for every message without looking them up by name.
 
     Attributes:
         links: links with plain interest, each once, in the order their interest was learned.
@@ -55,8 +58,25 @@ class RemoteMatch(Generic[L_co]):
             matching patterns, i.e. how many members of the group it stands for.
     """
 
-    links: tuple[L_co, ...] = ()
-    queues: Mapping[str, tuple[tuple[L_co, int], ...]] = _NO_QUEUES
+    __slots__ = ("links", "queues")
+
+    def __init__(
+        self,
+        links: tuple[L_co, ...] = (),
+        queues: Mapping[str, tuple[tuple[L_co, int], ...]] = _NO_QUEUES,
+    ) -> None:
+        self.links: Final = links
+        self.queues: Final = queues
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, RemoteMatch) and self.links == other.links and self.queues == other.queues
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RemoteMatch({self.links!r}, {dict(self.queues)!r})"
 
     @property
     def fanout(self) -> int:
