@@ -5,7 +5,7 @@ by field on the way in: a peer that sends a malformed frame (wrong types, unknow
 msgpack) or an oversized one gets a ``LinkError`` and the link is closed; nothing it sends can
 reach the node in a shape the node does not expect. Decoding itself is bounded too: until the peer
 has proved who it is, frames are small (``HANDSHAKE_FRAME``) and so are arrays, maps and strings,
-so no header can make the node allocate much for a stranger (see ``FrameDecoder``).
+so no header can make the node allocate much for a stranger (see ``cluster.decoder``).
 
 Operations, in the order a link opens (see ``cluster.handshake``):
 
