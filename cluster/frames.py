@@ -50,7 +50,7 @@ from cluster.checks import mapping as _map
 from cluster.checks import opt_blob as _opt_bytes
 from cluster.checks import opt_text as _opt_str
 from cluster.checks import text as _str
-from cluster.message_frames import MessageFrame, write_message
+from cluster.message_frames import MessageFrame, pack_message
 from cluster.raft.messages import Message as RaftMessage
 from cluster.replication import wire
 from routing.message import Message
@@ -265,9 +265,7 @@ _PONG: bytes = msgpack.packb(["PONG"])
 def encode(frame: Frame) -> bytes:
     """The bytes of one frame."""
     if isinstance(frame, MessageFrame):
-        out = bytearray()
-        write_message(out, frame.account, frame.msg, frame.queues)
-        return bytes(out)
+        return pack_message(frame.account, frame.msg, frame.queues)
     if isinstance(frame, SubAdd):
         return _pack(["RS+", frame.account, frame.subject, frame.queue, frame.weight])
     if isinstance(frame, SubRemove):

@@ -25,7 +25,7 @@ from cluster.frames import (
     encode,
 )
 from cluster.host import AccountT, Forwarder, NodeHost
-from cluster.message_frames import write_message
+from cluster.message_frames import pack_message
 from routing import Message, Origin
 from transport.outbox import Outbox
 from transport.sessions import Hangup
@@ -202,18 +202,13 @@ class Link(Outbox, Generic[AccountT]):
         """Queue a MSG frame (the hot path: packed directly, no frame object)."""
         self.out_msgs += 1
         self.out_bytes += len(msg.payload)
-        write_message(self.outbound, account, msg, queues)
-        self._queued()
+        self._send(pack_message(account, msg, queues))
 
     def _send(self, data: bytes) -> None:
         """Queue one frame, whatever it is: interest, heartbeats and messages all count."""
         out = self.outbound
         out += data
-        self._queued()
-
-    def _queued(self) -> None:
-        """A frame was queued: wake the writer, or note (or cut) a peer falling behind."""
-        pending = len(self.outbound) + self._writing
+        pending = len(out) + self._writing
         if pending > self.stall_at and self._congested(pending):
             return
         if not self._woken:
