@@ -54,7 +54,7 @@ from node.data.keyspace import WRONGTYPE
 from node.data.keyspaces import Keyspaces
 from node.data.store.records import encode
 from node.data.stream_writes import add_entry
-from node.data.streams import MAX_ID, Stream, Trim, format_id, make_id, parse_add_id
+from node.data.streams import Stream, Trim, format_id, make_id, parse_add_id
 from routing import Message, Subscription, subject_channel
 
 __all__ = ["CaptureHost", "Captures", "KeyGroups", "StreamCapture", "header_fields"]
@@ -150,21 +150,20 @@ class StreamCapture:
         refusal = self._keyspaces.oom or self._keyspaces.refusal  # (in redis-server's order)
         if refusal is None and not (created or isinstance(value, Stream)):
             refusal = WRONGTYPE  # (a client made the key a string)
-        if refusal is None and stream.last_id == MAX_ID:
+        if refusal is None and stream.exhausted():
             refusal = _EXHAUSTED
         if refusal is not None:
             self.refused += 1
             self._captures.done(self, msg.reply, refusal)
             return False
-        entry_id = parse_add_id(b"*", stream, now)
+        new = parse_add_id(b"*", stream, now)
         fields = [b"subject", subject_channel(msg.subject), b"data", msg.payload]
         if msg.headers:
             fields += header_fields(msg.headers)
-        add_entry(
-            db, key, stream, entry_id, fields, created=created, trims=self._trims(now), log=self._log
-        )
+        add_entry(db, key, stream, new, fields, created=created, trims=self._trims(now), log=self._log)
         self.captured += 1
-        self._captures.done(self, msg.reply, entry_id)
+        ms, seq = new
+        self._captures.done(self, msg.reply, make_id(ms, seq))
         return True
 
     def _trims(self, now: int) -> Sequence[Trim]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from node.config.keyspace_events import STREAM
 from node.data.keyspace import Database
-from node.data.streams import Stream, Trim, format_id
+from node.data.streams import IdParts, Stream, Trim, format_parts
 
 __all__ = ["Log", "add_entry", "trim_record"]
 
@@ -30,21 +30,21 @@ def add_entry(
     db: Database,
     key: bytes,
     stream: Stream,
-    entry_id: int,
+    new: IdParts,
     fields: list[bytes],
     *,
     created: bool,
     trims: Sequence[Trim],
     log: Log,
 ) -> None:
-    """Append ``fields`` as ``entry_id`` (checked by ``parse_add_id``) to ``stream``, stored at
+    """Append ``fields`` as the ID ``new`` (checked by ``parse_add_id``) to ``stream``, stored at
     ``key`` unless ``created`` (then it is stored now), and apply ``trims`` in order."""
-    stream.add(entry_id, fields)
+    stream.add(new, fields)
     if created:
         db.put(key, stream)
     journaled = db.keyspaces.journal is not None  # (else the records are not even made)
     if journaled:
-        log([b"XADD", key, format_id(entry_id), *fields])
+        log([b"XADD", key, format_parts(new), *fields])
     db.notify(STREAM, b"xadd", key)
     trimmed = 0
     for trim in trims:

@@ -26,12 +26,12 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Final, Literal
 
 import attrs
 
-from node.data.streams.ids import MAX_ID, U64
+from node.data.streams.ids import MAX_ID, SMALL, U64, IdParts, is_max, make_id
 from node.integers import string2ll
 
 __all__ = ["Entries", "Entry", "Trim"]
@@ -51,6 +51,9 @@ _ARRAY: Final = sys.getsizeof(array("I"))
 _BYTEARRAY: Final = sys.getsizeof(bytearray(b"x")) - 1
 _BYTES: Final = sys.getsizeof(b"")
 _LIST: Final = sys.getsizeof([])
+# (Called unbound: compiled, ``arr.append(x)`` looks the method up by name at every call.)
+_append_int: Final = array.append
+_append_byte: Final = bytearray.append
 
 
 @attrs.frozen
@@ -72,12 +75,13 @@ class Trim:
 
 class _Block:
     __slots__ = (
-        "data", "fields", "first", "fixed", "flags", "held", "live", "ms", "names", "offsets", "seq",
-        "size",
+        "data", "fields", "first", "first_ms", "first_seq", "fixed", "flags", "held", "live", "ms",
+        "names", "offsets", "seq", "size",
     )  # fmt: skip
 
-    def __init__(self, first: int, fields: tuple[bytes, ...]) -> None:
-        self.first = first
+    def __init__(self, first: IdParts, fields: tuple[bytes, ...]) -> None:
+        self.first_ms, self.first_seq = first
+        self.first = make_id(self.first_ms, self.first_seq)
         self.fields = fields
         self.ms = array("I")  # ms - first's ms; widened to "Q" when needed
         self.seq = array("I")  # absolute sequence numbers; widened to "Q" when needed
@@ -87,22 +91,24 @@ class _Block:
         self.live = 0
         # bytes as Redis's listpack would count them, but for the live/deleted counters (see _full)
         self.size = _LP_HEADER + _lp_int(len(fields)) + sum(map(_lp_string, fields))
-        self.fixed = sys.getsizeof(self) + sys.getsizeof(first)
+        # (the first ID's halves are counted in the block's own size: a compiled build holds them
+        # unboxed; the int of the whole ID is the one ``Entries._firsts`` holds too)
+        self.fixed = sys.getsizeof(self) + sys.getsizeof(self.first)
         self.held = 0
         """Its ``footprint`` once sealed (0: the tail, worked out when asked)."""
         self.names = 0
         """Bytes of ``fields`` when this block is the first of those sharing it (else 0)."""
 
     def ids(self) -> list[int]:
-        base = self.first >> 64
+        base = self.first_ms
         return [((base + m) << 64) | s for m, s in zip(self.ms, self.seq, strict=True)]
 
     def last_id(self) -> int:
-        return (((self.first >> 64) + self.ms[-1]) << 64) | self.seq[-1]
+        return ((self.first_ms + self.ms[-1]) << 64) | self.seq[-1]
 
     def index(self, entry_id: int) -> int | None:
         """Position of ``entry_id`` in this block if present (deleted or not)."""
-        base = self.first >> 64
+        base = self.first_ms
         ms, seq = self.ms, self.seq
         j = bisect_left(range(len(ms)), entry_id, key=lambda k: ((base + ms[k]) << 64) | seq[k])
         if j < len(ms) and ((base + ms[j]) << 64) | seq[j] == entry_id:
@@ -132,7 +138,7 @@ class _Block:
 
     def copy(self) -> _Block:
         """An independent block with the same entries, deleted ones and counts included."""
-        twin = _Block(self.first, self.fields)
+        twin = _Block((self.first_ms, self.first_seq), self.fields)
         twin.ms = array(self.ms.typecode, self.ms)
         twin.seq = array(self.seq.typecode, self.seq)
         twin.offsets = array(self.offsets.typecode, self.offsets)
@@ -180,30 +186,40 @@ def _lp_string(item: bytes) -> int:
     return size + (1 if size < 128 else 2 if size < 16383 else 3 if size < 2097151 else 4)
 
 
+def _int64(delta: int) -> int:
+    """The difference of two sequence numbers as the int64 a listpack holds (it wraps)."""
+    if -SMALL <= delta < SMALL:
+        return delta
+    delta &= U64
+    return delta - (1 << 64) if delta >> 63 else delta
+
+
 def _push(arr: array[int], value: int) -> array[int]:
     if value > _WIDE and arr.typecode == "I":
         arr = array("Q", arr)
-    arr.append(value)
+    _append_int(arr, value)
     return arr
 
 
-def _encode(out: bytearray, items: Sequence[bytes], start: int = 0, step: int = 1) -> int:
+def _encode(out: bytearray, items: list[bytes], start: int = 0, step: int = 1) -> int:
     """Append ``items[start::step]``, each with a LEB128 length prefix; return their size in a
     listpack (``_lp_string``), which the block's size counts."""
     size = 0
-    for i in range(start, len(items), step):
+    i, end = start, len(items)
+    while i < end:  # (not a range with a variable step: compiled, that is a range object)
         item = items[i]
+        i += step
         size += _lp_string(item)
         n = len(item)
         while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
+            _append_byte(out, (n & 0x7F) | 0x80)
             n >>= 7
-        out.append(n)
+        _append_byte(out, n)
         out += item
     return size
 
 
-def _same_fields(fields: tuple[bytes, ...], pairs: Sequence[bytes]) -> bool:
+def _same_fields(fields: tuple[bytes, ...], pairs: list[bytes]) -> bool:
     """Whether the field names of ``pairs`` (field, value, ...) are ``fields``."""
     if len(pairs) != 2 * len(fields):
         return False
@@ -237,7 +253,8 @@ class Entries:
         self.node_max_entries = node_max_entries
         self.node_max_bytes = node_max_bytes
         self.length = 0
-        self.last_id = 0
+        self._last_ms = 0
+        self._last_seq = 0
         self.max_deleted_id = 0
         self.entries_added = 0
         self._first_id = 0
@@ -250,7 +267,7 @@ class Entries:
         """Give ``twin`` (a new, empty stream) these entries and counters, block for block, as
         COPY duplicates a stream."""
         twin.node_max_entries, twin.node_max_bytes = self.node_max_entries, self.node_max_bytes
-        twin.length, twin.last_id = self.length, self.last_id
+        twin.length, twin._last_ms, twin._last_seq = self.length, self._last_ms, self._last_seq
         twin.max_deleted_id, twin.entries_added = self.max_deleted_id, self.entries_added
         twin._first_id = self._first_id
         twin._blocks = [block.copy() for block in self._blocks]
@@ -258,6 +275,24 @@ class Entries:
         twin._held = self._held
 
     # ----------------------------------------------------------------- introspection
+
+    @property
+    def last_id(self) -> int:
+        """The ID of the last entry added (or set by XSETID), 0 while none was."""
+        return make_id(self._last_ms, self._last_seq)
+
+    @last_id.setter
+    def last_id(self, value: int) -> None:
+        self._last_ms, self._last_seq = value >> 64, value & U64
+
+    @property
+    def last(self) -> IdParts:
+        """``last_id`` as its halves."""
+        return self._last_ms, self._last_seq
+
+    def exhausted(self) -> bool:
+        """Whether ``last_id`` is the largest ID (no entry can be added after it)."""
+        return is_max(self._last_seq) and is_max(self._last_ms)
 
     @property
     def first_id(self) -> int:
@@ -300,8 +335,10 @@ class Entries:
 
     # ----------------------------------------------------------------- writing
 
-    def add(self, entry_id: int, pairs: Sequence[bytes]) -> None:
-        """Append an entry; the caller has checked ``entry_id > last_id`` (``parse_add_id``)."""
+    def add(self, new: IdParts, pairs: list[bytes]) -> None:
+        """Append an entry as ``new``; the caller has checked it is above ``last_id``
+        (``parse_add_id``)."""
+        ms, seq = new
         block = self._blocks[-1] if self._blocks else None
         if block is not None and self._full(block, pairs):
             self._seal(block)
@@ -310,12 +347,12 @@ class Entries:
             last = self._blocks[-1].fields if self._blocks else None
             # (equal master fields are shared between blocks)
             fields = last if last is not None and _same_fields(last, pairs) else tuple(pairs[0::2])
-            block = _Block(entry_id, fields)
+            block = _Block(new, fields)
             if fields is not last:
                 block.names = _names_size(fields)
                 self._held += block.names
             self._blocks.append(block)
-            self._firsts.append(entry_id)
+            self._firsts.append(block.first)
         elif isinstance(block.data, bytes):
             # (the tail again after its successor was freed: it grows, so it is measured when asked)
             self._held -= block.held
@@ -325,28 +362,27 @@ class Entries:
         assert isinstance(data, bytearray)
         flags = 0
         start = len(data)
-        ms_delta = (entry_id >> 64) - (block.first >> 64)
+        ms_delta = ms - block.first_ms
         # flags, the two ID deltas, the element count and the field count if any, as in a listpack
-        seq_delta = ((entry_id & U64) - (block.first & U64)) & U64  # as int64 in the listpack
-        size = 2 + _lp_int(ms_delta) + _lp_int(seq_delta - (seq_delta >> 63 << 64))
+        size = 2 + _lp_int(ms_delta) + _lp_int(_int64(seq - block.first_seq))
         if _same_fields(block.fields, pairs):
             flags = _SAMEFIELDS
             size += _lp_int(len(pairs) // 2 + 3) + _encode(data, pairs, 1, 2)
         else:
             size += _lp_int(len(pairs) // 2) + _lp_int(len(pairs) + 4) + _encode(data, pairs)
         block.ms = _push(block.ms, ms_delta)
-        block.seq = _push(block.seq, entry_id & U64)
+        block.seq = _push(block.seq, seq)
         block.offsets = _push(block.offsets, start)
-        block.flags.append(flags)
+        _append_byte(block.flags, flags)
         block.live += 1
         block.size += size
         self.length += 1
         self.entries_added += 1
-        self.last_id = entry_id
+        self._last_ms, self._last_seq = ms, seq
         if self.length == 1:
-            self._first_id = entry_id
+            self._first_id = make_id(ms, seq)
 
-    def _full(self, block: _Block, pairs: Sequence[bytes]) -> bool:
+    def _full(self, block: _Block, pairs: list[bytes]) -> bool:
         max_bytes = self.node_max_bytes
         if max_bytes <= 0 or max_bytes > _MAX_NODE_BYTES:
             max_bytes = _MAX_NODE_BYTES

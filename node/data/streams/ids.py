@@ -2,6 +2,10 @@
 
 An ID ``ms-seq`` (two unsigned 64-bit numbers) is the int ``(ms << 64) | seq``: IDs then compare, sort
 and bisect as ints with no per-ID object beyond the int itself.
+
+Where an ID is made rather than compared (XADD), it goes as its two halves, ``IdParts``: each half
+is a small int (below 2**62, what a compiled build holds unboxed), where the one int is a 128-bit
+number whose every shift and mask allocates.
 """
 
 from __future__ import annotations
@@ -12,6 +16,11 @@ from node.integers import U64 as U64
 from node.integers import string2ull
 
 MAX_ID: Final = (1 << 128) - 1
+SMALL: Final = 1 << 62
+"""Halves below this (and above its negative) are small ints: comparing them costs no allocation."""
+
+IdParts = tuple[int, int]
+"""An ID as ``(ms, seq)``."""
 
 INVALID_ID: Final = "ERR Invalid stream ID specified as stream command argument"
 INVALID_START: Final = "ERR invalid start ID for the interval"
@@ -44,6 +53,15 @@ def make_id(ms: int, seq: int) -> int:
     return (ms << 64) | seq
 
 
+def split_id(i: int) -> IdParts:
+    return i >> 64, i & U64
+
+
+def is_max(half: int) -> bool:
+    """Whether an ID's half is the largest there is (2**64 - 1)."""
+    return half >= SMALL and half == U64
+
+
 def id_ms(i: int) -> int:
     return i >> 64
 
@@ -54,6 +72,11 @@ def id_seq(i: int) -> int:
 
 def format_id(i: int) -> bytes:
     return b"%d-%d" % (i >> 64, i & U64)
+
+
+def format_parts(parts: IdParts) -> bytes:
+    ms, seq = parts
+    return b"%d-%d" % (ms, seq)
 
 
 def _parse(arg: bytes, missing_seq: int, *, strict: bool) -> int:
@@ -104,8 +127,12 @@ def parse_bound(arg: bytes, *, end: bool) -> int:
     return _parse(arg, missing_seq, strict=False)
 
 
-def next_id(last_id: int, now: int) -> int:
-    """The ID ``*`` generates: the clock if it moved past the last ID's ms, else the last ID plus one."""
-    if now > last_id >> 64:
-        return now << 64
-    return last_id + 1
+def next_id(last: IdParts, now: int) -> IdParts:
+    """The ID ``*`` generates after ``last`` (not the largest ID): the clock if it moved past the
+    last ID's ms, else the last ID plus one."""
+    ms, seq = last
+    if now > ms:
+        return now, 0
+    if is_max(seq):
+        return ms + 1, 0
+    return ms, seq + 1

@@ -10,9 +10,7 @@ from node.data.streams.entries import Entries
 from node.data.streams.groups import ConsumerGroup, GroupInfo
 from node.data.streams.ids import (
     INVALID_ID,
-    MAX_ID,
     MAX_ID_ARG,
-    U64,
     XADD_EXHAUSTED,
     XADD_TOO_SMALL,
     XADD_ZERO,
@@ -20,9 +18,12 @@ from node.data.streams.ids import (
     XSETID_BELOW_MAX_DELETED,
     XSETID_ENTRIES_ADDED,
     XSETID_TOO_SMALL,
+    IdParts,
     StreamError,
+    is_max,
     next_id,
     parse_id,
+    split_id,
 )
 from node.integers import string2ull
 
@@ -95,37 +96,39 @@ def check_setid_args(last_id: int, max_deleted_id: int | None) -> None:
         raise StreamError(XSETID_BELOW_GIVEN_MAX_DELETED)
 
 
-def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> int:
+def parse_add_id(arg: bytes, stream: Stream | None, now: int) -> IdParts:
     """The ID XADD will use for ``arg`` (``*``, ``ms-*``, ``ms`` or ``ms-seq``) on ``stream``.
 
     Raises the errors of XADD in Redis's order: an invalid ID, then ``0-0``, then an exhausted stream,
     then an ID not above the top item. (WRONGTYPE sits between ``0-0`` and the rest in Redis; that is
     the caller's.)
     """
-    last = 0 if stream is None else stream.last_id
+    last = (0, 0) if stream is None else stream.last
+    exhausted = stream is not None and stream.exhausted()
     if len(arg) <= MAX_ID_ARG and 0 in arg:  # the C string ends at the first NUL (see ``ids``)
         arg = arg.split(b"\0", 1)[0]
     if arg == b"*":
-        if last == MAX_ID:
+        if exhausted:
             raise StreamError(XADD_EXHAUSTED)
         return next_id(last, now)
+    last_ms, last_seq = last
     if arg.endswith(b"-*") and len(arg) <= MAX_ID_ARG:
         ms = string2ull(arg[:-2])
         if ms is None or arg.find(b"-", 0, -2) >= 0:
             raise StreamError(INVALID_ID)
-        if last == MAX_ID:
+        if exhausted:
             raise StreamError(XADD_EXHAUSTED)
-        if ms == last >> 64:
-            if last & U64 == U64:
+        if ms == last_ms:
+            if is_max(last_seq):
                 raise StreamError(XADD_TOO_SMALL)
-            return last + 1
-        new = ms << 64
+            return ms, last_seq + 1
+        seq = 0
     else:
-        new = parse_id(arg)
-        if new == 0:
+        ms, seq = split_id(parse_id(arg))
+        if ms == seq == 0:
             raise StreamError(XADD_ZERO)
-        if last == MAX_ID:
+        if exhausted:
             raise StreamError(XADD_EXHAUSTED)
-    if new <= last:
+    if ms < last_ms or (ms == last_ms and seq <= last_seq):
         raise StreamError(XADD_TOO_SMALL)
-    return new
+    return ms, seq

@@ -3,7 +3,7 @@ stream IDs are measured in, HELP replies, and the Redis connections a command ca
 
 from __future__ import annotations
 
-import time
+from time import time_ns
 from typing import Final
 
 from node.data.keyspace import Database
@@ -20,7 +20,7 @@ SYNTAX: Final = "syntax error"
 
 def now_ms() -> int:
     """Wall-clock milliseconds, the time expiry and stream IDs are measured in."""
-    return time.time_ns() // 1_000_000
+    return time_ns() // 1_000_000
 
 
 def expiry_clock(db: Database) -> int:

@@ -19,12 +19,12 @@ from typing import Final
 from node.config.keyspace_events import STREAM
 from node.data.stream_writes import add_entry, trim_record
 from node.data.streams import (
-    MAX_ID,
     ConsumerGroup,
     Stream,
     StreamError,
     Trim,
     format_id,
+    format_parts,
     parse_add_id,
     parse_bound,
     parse_id,
@@ -33,7 +33,7 @@ from node.integers import string2ll
 from node.resp.commands.common import NOT_INTEGER, SYNTAX, now_ms
 from node.resp.connection import Handler, RespConnection
 from node.resp.dispatch import Command
-from node.resp.writer import OK, Writer, as_text, integer
+from node.resp.writer import OK, Writer, as_text, bulk, integer
 
 __all__ = [
     "COMMANDS",
@@ -87,8 +87,7 @@ def entries_reply(writer: Writer, entries: Sequence[tuple[int, Fields | None]]) 
 
 
 def id_reply(entry_id: int) -> bytes:
-    text = format_id(entry_id)
-    return b"$%d\r\n%b\r\n" % (len(text), text)
+    return bulk(format_id(entry_id))
 
 
 def nogroup(key: bytes, group: bytes, where: str = "") -> str:
@@ -147,11 +146,11 @@ def _parse_trim(conn: RespConnection, args: list[bytes], xadd: bool) -> _TrimArg
     limit: int | None = None
     i = 2
     while i < len(args):
-        more = len(args) - 1 - i
-        option = args[i].lower()
         if xadd and args[i] == b"*":
             parsed.auto = True
             break
+        more = len(args) - 1 - i
+        option = args[i].lower()
         if option in (b"maxlen", b"minid") and more:
             if strategy is not None:
                 conn.error("syntax error, MAXLEN and MINID options at the same time are not compatible")
@@ -228,8 +227,14 @@ def _valid_add_id(arg: bytes) -> bool:
     return True
 
 
+_AUTO: Final = _TrimArgs()
+"""What ``XADD key * ...`` says, the most common XADD, shared rather than parsed each time (never
+changed)."""
+_AUTO.auto, _AUTO.next = True, 2
+
+
 def _xadd(conn: RespConnection, args: list[bytes]) -> None:
-    parsed = _parse_trim(conn, args, xadd=True)
+    parsed = _AUTO if args[2] == b"*" else _parse_trim(conn, args, xadd=True)
     if parsed is None:
         return
     fields = args[parsed.next + 1 :]
@@ -252,17 +257,17 @@ def _xadd(conn: RespConnection, args: list[bytes]) -> None:
     settings = conn.broker.redis_settings  # (read at each XADD, as redis-server does)
     stream.node_max_entries = settings.stream_node_max_entries
     stream.node_max_bytes = settings.stream_node_max_bytes
-    if stream.last_id == MAX_ID:
+    if stream.exhausted():
         conn.error("The stream has exhausted the last possible ID, unable to add more items")
         return
     try:
-        entry_id = parse_add_id(id_arg, stream, now)
+        new = parse_add_id(id_arg, stream, now)
     except StreamError as exc:
         fail(conn, exc)
         return
     trims = () if parsed.trim is None else (parsed.trim,)
-    add_entry(db, key, stream, entry_id, fields, created=created, trims=trims, log=conn.log_write)
-    conn.reply(id_reply(entry_id))
+    add_entry(db, key, stream, new, fields, created=created, trims=trims, log=conn.log_write)
+    conn.reply(bulk(format_parts(new)))
 
 
 def _xtrim(conn: RespConnection, args: list[bytes]) -> None:

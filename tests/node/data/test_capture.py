@@ -17,7 +17,7 @@ from node.config.load import from_mapping
 from node.config.options import Config, ConfigError, StreamConfig
 from node.data.capture import Captures, header_fields
 from node.data.durability import CommitFailed
-from node.data.streams import Stream, format_id, make_id
+from node.data.streams import Stream, format_id
 from routing import Message, Subscription, channel_subject
 
 
@@ -134,7 +134,7 @@ def test_max_age_drops_blocks_older_than_it() -> None:
     old = Stream()
     long_ago = time.time_ns() // 1_000_000 - 120_000
     for i in range(150):  # a full block of old entries, then half a block
-        old.add(make_id(long_ago, i), [b"k", b"v"])
+        old.add((long_ago, i), [b"k", b"v"])
     broker.keyspaces.database("$G", 0).put(b"events", old)
     publish(broker, b"a")
     assert stream(broker).length == 51  # the old block went; the mixed one stays whole

@@ -8,6 +8,7 @@ import pytest
 from node.data.keyspace import Database
 from node.data.keyspaces import Keyspaces
 from node.data.streams import Stream
+from node.data.streams.ids import split_id
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -52,7 +53,7 @@ def add(db: Database, key: bytes, n: int = 1) -> None:
         stream = Stream()
         db.put(key, stream)
     for _ in range(n):
-        stream.add(stream.last_id + 1, [b"f", b"v"])
+        stream.add(split_id(stream.last_id + 1), [b"f", b"v"])
     db.touch(key)
 
 

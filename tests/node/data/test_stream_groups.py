@@ -135,13 +135,13 @@ class StreamMachine(RuleBasedStateMachine):
             kind
         ]
         try:
-            entry_id = parse_add_id(text, self.stream, self.now)
+            new = parse_add_id(text, self.stream, self.now)
         except StreamError:
             assert kind != "*" or self.model.last_id == MAX_ID
             return
-        assert entry_id > self.model.last_id
-        self.stream.add(entry_id, pairs)
-        self.model.add(entry_id, pairs)
+        assert make_id(*new) > self.model.last_id
+        self.stream.add(new, pairs)
+        self.model.add(make_id(*new), pairs)
 
     @rule(data=st.data())
     def delete(self, data: st.DataObject) -> None:
@@ -427,7 +427,7 @@ TestStreamMachine = pytest.mark.slow(pytest.mark.timeout(300)(TestStreamMachine)
 def stream_of(*ms: int, node: int = 100) -> Stream:
     stream = Stream(node_max_entries=node)
     for m in ms:
-        stream.add(make_id(m, 0), [b"data", b"%d" % m])
+        stream.add((m, 0), [b"data", b"%d" % m])
     return stream
 
 
@@ -441,7 +441,7 @@ def test_lag_in_empty_streams() -> None:
     stream = Stream()
     stream.create_group(b"g1", 0, None)
     assert lag_of(stream, b"g1") == (None, 0)
-    stream.add(make_id(1, 0), [b"data", b"a"])
+    stream.add((1, 0), [b"data", b"a"])
     stream.delete([make_id(1, 0)])
     assert (stream.max_deleted_id, stream.entries_added) == (make_id(1, 0), 1)
     assert lag_of(stream, b"g1") == (None, 0)
@@ -457,7 +457,7 @@ def test_lag_sanity() -> None:
     assert lag_of(stream, b"g1") == (1, 4)
     group.read_new(stream, b"c12", 10, False, 0)
     assert lag_of(stream, b"g1") == (5, 0)
-    stream.add(make_id(6, 0), [b"data", b"f"])
+    stream.add((6, 0), [b"data", b"f"])
     assert lag_of(stream, b"g1") == (5, 1)
 
 
@@ -474,7 +474,7 @@ def test_lag_with_xdels_and_trims() -> None:
         assert lag_of(stream, b"g1") == (None, None)  # a tombstone lies ahead
     group.read_new(stream, b"c11", 1, False, 0)
     assert lag_of(stream, b"g1") == (5, 0)  # the last entry: entries_added is exact
-    stream.add(make_id(6, 0), [b"data", b"f"])
+    stream.add((6, 0), [b"data", b"f"])
     assert lag_of(stream, b"g1") == (5, 1)
     stream.trim(Trim("minid", make_id(3, 0)))
     assert lag_of(stream, b"g1") == (5, 1)
@@ -673,7 +673,7 @@ def test_a_consumer_makes_its_pending_list_for_its_first_entry() -> None:
     waiting = [group.consumer(b"w%d" % i, 1) for i in range(3)]
     assert group.read_new(stream, waiting[0], None, False, 1) == []
     assert {id(c.pending) for c in waiting} == {id(waiting[0].pending)}  # (one shared, empty)
-    stream.add(make_id(3, 0), [b"data", b"3"])
+    stream.add((3, 0), [b"data", b"3"])
     assert len(group.read_new(stream, waiting[1], None, False, 2)) == 1
     assert list(waiting[1].pending) == [make_id(3, 0)]
     assert (len(waiting[0].pending), len(waiting[2].pending)) == (0, 0)  # (the shared one untouched)

@@ -25,6 +25,7 @@ from node.data.streams.ids import (
     XADD_EXHAUSTED,
     XADD_TOO_SMALL,
     XADD_ZERO,
+    split_id,
 )
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
@@ -102,22 +103,22 @@ def test_bounds() -> None:
 
 def _stream_at(last: int) -> Stream:
     stream = Stream()
-    stream.add(last, [b"f", b"v"])
+    stream.add(split_id(last), [b"f", b"v"])
     return stream
 
 
 def test_add_id_rules() -> None:
-    assert parse_add_id(b"*", None, 1000) == make_id(1000, 0)
-    assert parse_add_id(b"0-*", None, 1000) == make_id(0, 1)  # 0-0 is invalid, so 0-1
-    assert parse_add_id(b"7-*", None, 1000) == make_id(7, 0)
+    assert parse_add_id(b"*", None, 1000) == (1000, 0)
+    assert parse_add_id(b"0-*", None, 1000) == (0, 1)  # 0-0 is invalid, so 0-1
+    assert parse_add_id(b"7-*", None, 1000) == (7, 0)
     s = _stream_at(make_id(1000, 5))
-    assert parse_add_id(b"*", s, 1000) == make_id(1000, 6)
-    assert parse_add_id(b"*", s, 999) == make_id(1000, 6)  # the clock went backwards
-    assert parse_add_id(b"*", s, 1001) == make_id(1001, 0)
-    assert parse_add_id(b"1000-*", s, 0) == make_id(1000, 6)
-    assert parse_add_id(b"1001-*", s, 0) == make_id(1001, 0)
-    assert parse_add_id(b"1000-6", s, 0) == make_id(1000, 6)
-    assert parse_add_id(b"1001", s, 0) == make_id(1001, 0)
+    assert parse_add_id(b"*", s, 1000) == (1000, 6)
+    assert parse_add_id(b"*", s, 999) == (1000, 6)  # the clock went backwards
+    assert parse_add_id(b"*", s, 1001) == (1001, 0)
+    assert parse_add_id(b"1000-*", s, 0) == (1000, 6)
+    assert parse_add_id(b"1001-*", s, 0) == (1001, 0)
+    assert parse_add_id(b"1000-6", s, 0) == (1000, 6)
+    assert parse_add_id(b"1001", s, 0) == (1001, 0)
     for text in (b"1000-5", b"1000", b"999-*", b"5"):
         with pytest.raises(StreamError, match=XADD_TOO_SMALL):
             parse_add_id(text, s, 0)
@@ -132,7 +133,7 @@ def test_add_id_rules() -> None:
 
 def test_add_id_overflow_and_exhaustion() -> None:
     top_seq = _stream_at(make_id(5, 2**64 - 1))
-    assert parse_add_id(b"*", top_seq, 0) == make_id(6, 0)  # the sequence overflows into ms + 1
+    assert parse_add_id(b"*", top_seq, 0) == (6, 0)  # the sequence overflows into ms + 1
     with pytest.raises(StreamError, match=XADD_TOO_SMALL):
         parse_add_id(b"5-*", top_seq, 0)
     full = _stream_at(MAX_ID)
