@@ -25,6 +25,8 @@ from node.data.streams.ids import (
     XADD_EXHAUSTED,
     XADD_TOO_SMALL,
     XADD_ZERO,
+    format_parts,
+    is_max,
     split_id,
 )
 
@@ -42,6 +44,67 @@ def test_make_split_format_parse_round_trip(ms: int, seq: int) -> None:
     assert parse_bound(format_id(i), end=True) == i
     assert parse_id(b"%d" % ms) == make_id(ms, 0)
     assert parse_id(b"%d" % ms, missing_seq=7) == make_id(ms, 7)
+
+
+def _add_id_on_ints(arg: bytes, last: int, now: int) -> int:
+    """XADD's ID rules worked on the one 128-bit int (what ``parse_add_id`` does on the halves)."""
+    if arg == b"*":
+        if last == MAX_ID:
+            raise StreamError(XADD_EXHAUSTED)
+        return now << 64 if now > last >> 64 else last + 1
+    if arg.endswith(b"-*"):
+        ms = parse_id(arg[:-2])
+        if arg.count(b"-") > 1:
+            raise StreamError(INVALID_ID)
+        if last == MAX_ID:
+            raise StreamError(XADD_EXHAUSTED)
+        if ms == last >> 64 << 64:
+            if last & (2**64 - 1) == 2**64 - 1:
+                raise StreamError(XADD_TOO_SMALL)
+            return last + 1
+        new = ms
+    else:
+        new = parse_id(arg)
+        if new == 0:
+            raise StreamError(XADD_ZERO)
+        if last == MAX_ID:
+            raise StreamError(XADD_EXHAUSTED)
+    if new <= last:
+        raise StreamError(XADD_TOO_SMALL)
+    return new
+
+
+EDGE = st.one_of(U64, st.sampled_from([0, 1, 2**62 - 1, 2**62, 2**63, 2**64 - 2, 2**64 - 1]))
+
+
+@settings(max_examples=500)
+@given(last=st.tuples(EDGE, EDGE), new=st.tuples(EDGE, EDGE), now=EDGE, form=st.integers(0, 3))
+def test_add_ids_on_halves_are_the_ids_on_ints(
+    last: tuple[int, int], new: tuple[int, int], now: int, form: int
+) -> None:
+    """``parse_add_id`` answers the ID (or the error) the same rules give on the 128-bit int, at
+    the edges of the halves too (where a half stops being a small int, and the largest ones)."""
+    arg = [b"*", b"%d-*" % new[0], b"%d-%d" % new, b"%d" % new[0]][form]
+    stream = _stream_at(make_id(*last)) if last != (0, 0) else None
+    expected: int | str
+    try:
+        expected = _add_id_on_ints(arg, make_id(*last), now)
+    except StreamError as exc:
+        expected = str(exc)
+    if isinstance(expected, str):
+        with pytest.raises(StreamError) as refused:
+            parse_add_id(arg, stream, now)
+        assert str(refused.value) == expected
+        return
+    got = parse_add_id(arg, stream, now)
+    assert make_id(*got) == expected
+    assert format_parts(got) == format_id(expected)
+    assert split_id(expected) == got
+    if stream is not None:
+        stream.add(got, [b"f", b"v"])
+        assert stream.last == got
+        assert stream.last_id == expected
+        assert stream.exhausted() == (expected == MAX_ID) == (is_max(got[0]) and is_max(got[1]))
 
 
 @given(a=st.tuples(U64, U64), b=st.tuples(U64, U64))
