@@ -24,6 +24,8 @@ HOT_PATH = [
     "routing/glob.py",
     "routing/patterns.py",
     "transport/outbox.py",
+    "transport/readiness.py",
+    "transport/sessions.py",
     "cluster/checks.py",
     "cluster/frames.py",
     "cluster/decoder.py",

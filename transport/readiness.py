@@ -63,6 +63,9 @@ KEEP: Final = object()
 """What a ``serve`` callback answers when its reader is to stay parked (it handled the report)."""
 
 _ENDED = select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR
+_TASK = "transport.readiness.Readiness._run"
+"""The task's name (given as text: trio names a task by its function's ``__qualname__``, which a
+compiled method lacks)."""
 
 
 class Readiness:
@@ -89,7 +92,7 @@ class Readiness:
         """Register a socket (until ``forget``); its reader may then ``wait_readable``."""
         if self._epoll is None:
             self._epoll, self._scope = select.epoll(), trio.CancelScope()
-            trio.lowlevel.spawn_system_task(self._run, self._epoll, self._scope, name=self._run)
+            trio.lowlevel.spawn_system_task(self._run, self._epoll, self._scope, name=_TASK)
         self._epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
         self._parked[fd] = None
 

@@ -65,6 +65,10 @@ __all__ = ["Connection", "Flusher", "Hangup", "Session", "contain"]
 log = logging.getLogger("pubmesh")
 
 READ_SIZE = 1 << 16
+# (Task names given as text: trio names a task by its function's ``__qualname__``, which a
+# compiled method lacks.)
+_GUARD = "transport.sessions.Session._guard"
+_WRITE = "transport.sessions.Session._write"
 
 
 class Hangup(enum.Enum):
@@ -122,6 +126,13 @@ def contain(conn: Connection, exc: Exception) -> None:
     conn.close("Internal Error", flush=False)
 
 
+def _open(conn: Connection) -> bool:
+    """Whether ``conn`` has not begun closing. (Asked through a function rather than as
+    ``conn.closing is None`` in place: mypy narrows a property after such a test, and a compiled
+    build trusts the narrowed type, but handling input may close the connection meanwhile.)"""
+    return conn.closing is None
+
+
 class Session:
     """The I/O side of one connection: its stream, its protocol side, and what its tasks share."""
 
@@ -154,7 +165,7 @@ class Session:
         ended. A protocol side may start timers only while it has something to time, so that an
         idle connection holds no task for them."""
         if self._nursery is not None:
-            self._nursery.start_soon(self._helper, partial(self._guard, job), name=self._guard)
+            self._nursery.start_soon(self._helper, partial(self._guard, job), name=_GUARD)
         elif self._jobs is not None:
             self._jobs.append(job)
         else:
@@ -176,7 +187,7 @@ class Session:
                 self.write_soon()
                 return
             conn.output_sent(data, written)
-        if conn.outbound or conn.closing is not None:
+        if conn.outbound or not _open(conn):
             self.write_soon()
 
     def write_soon(self) -> None:
@@ -186,7 +197,7 @@ class Session:
         if self._writing or self._nursery is None or self._over:
             return  # (not running yet: ``run`` starts it if need be)
         self._writing = True
-        self._nursery.start_soon(self._helper, self._write, name=self._write)
+        self._nursery.start_soon(self._helper, self._write, name=_WRITE)
 
     def abandon(self) -> None:
         """Stop this session's tasks at once (a writer may be stuck on a socket nobody reads)."""
@@ -293,7 +304,7 @@ class Session:
         try:
             waited = True
             handled: object = None  # (input the readiness handled in this reader's place)
-            while conn.closing is None:
+            while _open(conn):
                 if handled is None:
                     if not waited:
                         await trio.lowlevel.checkpoint()
@@ -324,12 +335,12 @@ class Session:
                     return
                 if after_input is not None:
                     await after_input()
-                if len(data) < READ_SIZE and fd >= 0 and conn.closing is None and not self._stopped:
+                if len(data) < READ_SIZE and fd >= 0 and _open(conn) and not self._stopped:
                     # (a short read left it empty: see the notes on reads)
                     handled = await wait_readable(fd, serve)
                     waited = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            if conn.closing is None:  # (else the reader was stopped: nothing to report)
+            if _open(conn):  # (else the reader was stopped: nothing to report)
                 conn.hangup(Hangup.READ_ERROR)
 
     def _serve_parked(self) -> object:
@@ -339,7 +350,7 @@ class Session:
         with: None (it reads itself), the input handled (it awaits ``after_input``, then carries
         on), ``b""`` (the peer's end) or the error the read raised."""
         conn = self.conn
-        if conn.closing is not None or self._stopped:
+        if not _open(conn) or self._stopped:
             return None
         try:
             data = os.read(self.fd, READ_SIZE)
@@ -352,7 +363,7 @@ class Session:
         assert self._flusher is not None
         assert self._settled is not None
         self._flusher.process(self, data)
-        if len(data) < READ_SIZE and conn.closing is None and not self._stopped and self._settled():
+        if len(data) < READ_SIZE and _open(conn) and not self._stopped and self._settled():
             return KEEP
         return data
 
@@ -385,7 +396,7 @@ class Session:
                 if data and not await self._send(data):
                     break
                 if not conn.outbound:
-                    if conn.closing is None:
+                    if _open(conn):
                         return
                     break
         except Exception as exc:  # (a bug: it ends this connection only, as a reader's would)
