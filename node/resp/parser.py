@@ -118,6 +118,11 @@ class Command:
         return f"Command({self.args!r}, {self.inline!r})"
 
 
+_NO_ARGS: Final[list[bytes]] = []
+"""The arguments held between requests (``_args`` with nothing ``_remaining``): shared, as nothing
+is added to them until a count starts a request with a list of its own."""
+
+
 def _short_decimal(buf: bytes, start: int, size: int) -> tuple[int, int]:
     """The count or length at ``start`` in its everyday shape, 1 to 18 digits with no leading zero
     ended by a CR that has a byte after it, and where that CR is; (-1, _) for anything else (a
@@ -256,7 +261,7 @@ class RequestParser:
                         line_args = split_inline(buf[pos:end])
                         pos = lf + 1
                         if line_args:
-                            self._sync(pos, [], 0, -1, 0)
+                            self._sync(pos, _NO_ARGS, 0, -1, 0)
                             return Command(line_args, True)
                         continue
                     count, cr = _short_decimal(buf, pos + 1, size)
@@ -316,7 +321,7 @@ class RequestParser:
                 bulk = -1
                 remaining -= 1
                 if not remaining:
-                    self._sync(pos, [], 0, -1, 0)
+                    self._sync(pos, _NO_ARGS, 0, -1, 0)
                     return Command(args, False)
         except RespProtocolError:
             self._sync(pos, args, remaining, bulk, request)

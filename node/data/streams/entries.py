@@ -91,8 +91,9 @@ class _Block:
         self.live = 0
         # bytes as Redis's listpack would count them, but for the live/deleted counters (see _full)
         self.size = _LP_HEADER + _lp_int(len(fields)) + sum(map(_lp_string, fields))
-        # (the first ID's halves are counted in the block's own size: a compiled build holds them
-        # unboxed; the int of the whole ID is the one ``Entries._firsts`` holds too)
+        # (the first ID's halves are in the block's own size: a compiled build holds them unboxed;
+        # not compiled, they are two ints more, left uncounted. The int of the whole ID is the one
+        # ``Entries._firsts`` holds too.)
         self.fixed = sys.getsizeof(self) + sys.getsizeof(self.first)
         self.held = 0
         """Its ``footprint`` once sealed (0: the tail, worked out when asked)."""
