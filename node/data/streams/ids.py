@@ -62,14 +62,6 @@ def is_max(half: int) -> bool:
     return half >= SMALL and half == U64
 
 
-def id_ms(i: int) -> int:
-    return i >> 64
-
-
-def id_seq(i: int) -> int:
-    return i & U64
-
-
 def format_id(i: int) -> bytes:
     return b"%d-%d" % (i >> 64, i & U64)
 
